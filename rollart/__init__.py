@@ -1,0 +1,25 @@
+"""rollart: disaggregated, multi-task, agentic RL training of LLMs.
+
+The public API is imported lazily so that `rollart --help` and config checks start fast (no torch or Ray
+import until something needs them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "RunConfig": "rollart.config",
+    "load_config": "rollart.config_loader",
+    "ConfigError": "rollart.config_loader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rollart' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""rollart.algo (see DESIGN.md §4)."""

@@ -1,0 +1,1 @@
+"""rollart.bench (see DESIGN.md §4)."""

@@ -1,0 +1,48 @@
+"""The `rollart` command line: a thin argparse shell over `rollart/commands/*`.
+
+Each subcommand lives in its own module under `rollart/commands/` with a `register(subparsers)` that
+adds its parser and sets `func(args) -> int`. Errors meant for the user (a bad config, a missing file)
+exit with code 2 and one readable message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# module names under rollart.commands, in the order `--help` lists them
+COMMANDS = ["config"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollart",
+        description="Disaggregated, multi-task, agentic RL training of LLMs (the RollArt system).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"rollart.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rollart.config_loader import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"rollart: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rollart: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Arguments shared by subcommands that take a run file: `[RUN.yaml] [key.path=value ...]`."""
+
+from __future__ import annotations
+
+import argparse
+
+from rollart.config import RunConfig
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "items",
+        nargs="*",
+        metavar="[RUN.yaml] [key.path=value ...]",
+        help="an optional YAML run file, then overrides such as rollout.alpha=2",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    from rollart.config_loader import load_config
+
+    items = list(args.items)
+    path = items.pop(0) if items and "=" not in items[0] else None
+    return load_config(path, items)

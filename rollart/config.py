@@ -1,0 +1,356 @@
+"""The one typed configuration schema of rollart (pydantic v2), one section per plane.
+
+In: nothing (the schema and its defaults). Loading YAML run files and `key.path=value` overrides, with
+errors that name the key, its source and what would be valid, lives in `rollart/config_loader.py`.
+
+Guarantees:
+- Every section forbids unknown keys; every value is typed and range-checked.
+- Cross-references are checked once the whole config is known: a domain's pool, a pool's fallbacks and a
+  role's pool must be declared pools; the batch holds whole GRPO groups.
+- The defaults describe a complete multi-task job on one 2-core CPU machine: pools standing in for the
+  paper's (compute-rich `gen_prefill`, bandwidth-rich `gen_decode`, CPU `env`, serverless `reward`, `train`),
+  `frozenlake` on `gen_prefill` and `math` on `gen_decode`, α = 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --- model -------------------------------------------------------------------------------------------
+
+
+class TinyModelConfig(Section):
+    """The built-in tiny Qwen3-architecture model used when `model.path` is empty."""
+
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int = Field(2, gt=0)
+    intermediate_size: int = Field(384, gt=0)
+    vocab_size: int = Field(1024, ge=300, description="BPE vocabulary incl. special tokens")
+    max_position_embeddings: int = Field(4096, gt=0)
+
+
+class ModelConfig(Section):
+    path: str = Field("", description="local Hugging Face checkpoint directory; empty = built-in tiny model")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    tiny: TinyModelConfig = TinyModelConfig()
+
+
+# --- resource plane ----------------------------------------------------------------------------------
+
+
+class ClusterConfig(Section):
+    address: str = Field("", description="existing Ray cluster address; empty = start Ray embedded")
+    num_cpus: int | None = Field(None, gt=0, description="CPUs for embedded Ray; None = all cores")
+    object_store_mb: int = Field(512, ge=64)
+    namespace: str = "rollart"
+    placement_timeout_s: float = Field(10.0, gt=0, description="how long a placement may stay pending")
+
+
+class PoolConfig(Section):
+    """A resource pool: a kind of hardware, how many worker slots it has, where to go when it is full."""
+
+    kind: Literal["gpu", "cpu", "serverless"]
+    device: str = Field("cpu", description="torch device workers on this pool use: cpu, cuda, cuda:1 …")
+    capacity: float = Field(1.0, gt=0, description="worker slots (a Ray custom resource)")
+    fallback: list[str] = Field(default_factory=list, description="pools to try, in order, when full")
+    description: str = ""
+
+
+class RoleConfig(Section):
+    """Per-role override of a worker class's `@affinity` (pool, fallback) and its replica count."""
+
+    pool: str | None = None
+    fallback: list[str] | None = None
+    replicas: int | None = Field(None, ge=1)
+
+
+# --- environment plane -------------------------------------------------------------------------------
+
+
+class LatencyConfig(Section):
+    dist: Literal["none", "constant", "gaussian", "lognormal"] = "none"
+    mean_s: float = Field(0.0, ge=0)
+    std_s: float = Field(0.0, ge=0)
+
+
+class FaultInjectionConfig(Section):
+    """Latency and failures injected around any domain's env (benchmarks and reliability tests)."""
+
+    reset_latency: LatencyConfig = LatencyConfig()
+    step_latency: LatencyConfig = LatencyConfig()
+    reset_fail_prob: float = Field(0.0, ge=0, le=1)
+    step_fail_prob: float = Field(0.0, ge=0, le=1)
+    hang_prob: float = Field(0.0, ge=0, le=1)
+    seed: int = 0
+
+
+class DomainRewardConfig(Section):
+    """Which reward scores a domain's trajectories and on which backend.
+
+    `fn`: `env` (the environment's own return), a built-in (`math`, `code`, `format`, `judge`) or
+    `module.path:callable`. A plain string in YAML is shorthand for `{fn: <string>}`.
+    """
+
+    fn: str = "env"
+    backend: Literal["local", "serverless", "http"] | None = Field(
+        None, description="None = reward.backend"
+    )
+
+
+class DomainConfig(Section):
+    """One task domain: its environment, sampling weight, generation pool and reward."""
+
+    env: str = Field(description="built-in name, gem:<id>, gym:<id> or module.path:Class")
+    weight: float = Field(1.0, ge=0)
+    pool: str = Field("gen_decode", description="the pool whose inference cluster generates for it")
+    reward: DomainRewardConfig = DomainRewardConfig()
+    max_turns: int = Field(8, ge=1)
+    max_new_tokens: int = Field(48, ge=1, description="per turn")
+    max_total_tokens: int = Field(2048, ge=16, description="context + response over the episode")
+    format_penalty: float = Field(-0.1, description="reward of a malformed action; the episode goes on")
+    end_on_format_error: bool = False
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
+    inject: FaultInjectionConfig | None = None
+    val_size: int = Field(32, ge=1, description="validation episodes (a fixed seed range)")
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, value: Any) -> Any:
+        return {"fn": value} if isinstance(value, str) else value
+
+
+class EnvsConfig(Section):
+    """Runtime of the environment workers (CPU pool)."""
+
+    workers: int = Field(1, ge=1, description="env worker actors; each holds many EnvManagers")
+    reset_timeout_s: float = Field(30.0, gt=0)
+    step_timeout_s: float = Field(30.0, gt=0)
+    reset_retries: int = Field(3, ge=0)
+    retry_backoff_s: float = Field(0.2, ge=0)
+    retry_backoff_max_s: float = Field(5.0, ge=0)
+    threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
+
+
+# --- inference plane ---------------------------------------------------------------------------------
+
+
+class InferenceConfig(Section):
+    engine: Literal["builtin", "vllm"] = "builtin"
+    replicas_per_pool: int = Field(1, ge=1)
+    max_batch_size: int = Field(32, ge=1)
+    prefix_cache_mb: float = Field(64.0, ge=0, description="KV kept for multi-turn prefix reuse (LRU)")
+    request_timeout_s: float = Field(300.0, gt=0)
+    num_threads: int = Field(1, ge=1, description="torch threads per inference worker")
+
+
+# --- reward plane ------------------------------------------------------------------------------------
+
+
+class ServerlessConfig(Section):
+    min_replicas: int = Field(0, ge=0, description="0 allows scale to zero")
+    max_replicas: int = Field(2, ge=1)
+    target_ongoing_requests: float = Field(4.0, gt=0)
+    downscale_delay_s: float = Field(10.0, ge=0)
+    host: str = "127.0.0.1"
+    port: int = Field(8123, ge=1, le=65535)
+    route: str = "/reward"
+
+
+class HttpRewardConfig(Section):
+    url: str = ""
+    token_env: str = Field("ROLLART_REWARD_TOKEN", description="env var holding the bearer token")
+
+
+class SandboxConfig(Section):
+    cpu_time_s: float = Field(2.0, gt=0)
+    memory_mb: int = Field(256, ge=16)
+    wall_timeout_s: float = Field(5.0, gt=0)
+    max_processes: int = Field(16, ge=1)
+    network: Literal["deny", "allow"] = "deny"
+
+
+class RewardConfig(Section):
+    backend: Literal["local", "serverless", "http"] = "local"
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0)
+    backoff_s: float = Field(0.2, ge=0)
+    backoff_max_s: float = Field(5.0, ge=0)
+    max_in_flight: int = Field(64, ge=1)
+    max_payload_mb: float = Field(4.0, gt=0)
+    math_timeout_s: float = Field(5.0, gt=0)
+    serverless: ServerlessConfig = ServerlessConfig()
+    http: HttpRewardConfig = HttpRewardConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+
+
+# --- control plane -----------------------------------------------------------------------------------
+
+
+class RedundancyConfig(Section):
+    extra_per_group: int = Field(0, ge=0, description="extra trajectories started per group")
+    extra_groups: int = Field(0, ge=0, description="extra groups started per batch")
+    selection: Literal["first", "stratified"] = "first"
+
+
+class RolloutConfig(Section):
+    batch_size: int = Field(16, ge=1, description="trajectories per train batch (whole groups)")
+    group_size: int = Field(4, ge=1, description="trajectories sharing a seed (GRPO group)")
+    alpha: int = Field(1, ge=0, description="staleness bound: train version − behaviour version ≤ α")
+    staleness: Literal["trajectory", "token"] = "trajectory"
+    barrier: Literal["none", "turn", "batch"] = "none"
+    redundancy: RedundancyConfig = RedundancyConfig()
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    get_batch_timeout_s: float = Field(600.0, gt=0)
+
+
+# --- training and weights ----------------------------------------------------------------------------
+
+
+class WarmStartConfig(Section):
+    """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
+    follows each domain's action format."""
+
+    steps: int = Field(0, ge=0)
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(16, ge=1)
+
+
+class TrainConfig(Section):
+    steps: int = Field(40, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    workers: int = Field(1, ge=1, description="data-parallel trainer actors (DDP)")
+    micro_batch_tokens: int = Field(4096, ge=16)
+    grad_clip: float = Field(1.0, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    advantage: Literal["grpo", "rloo", "reinforce"] = "grpo"
+    normalize_std: bool = True
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.28, ge=0)
+    tis_cap: float = Field(2.0, gt=0, description="truncated importance-weight cap (behaviour correction)")
+    kl_coef: float = Field(0.0, ge=0)
+    aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    checkpoint_every: int = Field(10, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    warm_start: WarmStartConfig = WarmStartConfig()
+
+
+class WeightsConfig(Section):
+    bucket_mb: float = Field(1.0, gt=0)
+    keep_versions: int = Field(2, ge=1)
+
+
+class EvalConfig(Section):
+    every: int = Field(5, ge=1, description="evaluate every N train steps (and at the first and last)")
+    episodes_per_domain: int = Field(16, ge=1)
+    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+
+
+class ObservabilityConfig(Section):
+    tensorboard: bool = True
+    wandb_project: str = ""
+    mlflow_uri: str = ""
+    progress: Literal["rich", "plain", "quiet"] = "rich"
+    timeline: bool = True
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+# --- the whole run -----------------------------------------------------------------------------------
+
+
+def default_pools() -> dict[str, PoolConfig]:
+    return {
+        "train": PoolConfig(kind="cpu", capacity=1, description="stands in for compute-rich training GPUs"),
+        "gen_prefill": PoolConfig(
+            kind="cpu", capacity=1, fallback=["gen_decode"], description="compute-rich (H800-like)"
+        ),
+        "gen_decode": PoolConfig(
+            kind="cpu", capacity=1, fallback=["gen_prefill"], description="bandwidth-rich (H20-like)"
+        ),
+        "env": PoolConfig(kind="cpu", capacity=4, description="CPU environment workers"),
+        "reward": PoolConfig(kind="serverless", device="", capacity=2, description="elastic reward"),
+    }
+
+
+def default_domains() -> dict[str, DomainConfig]:
+    return {
+        "frozenlake": DomainConfig(env="frozenlake", pool="gen_prefill", max_turns=8, max_new_tokens=16),
+        "math": DomainConfig(
+            env="math",
+            pool="gen_decode",
+            reward=DomainRewardConfig(fn="math", backend="serverless"),
+            max_turns=1,
+            max_new_tokens=24,
+        ),
+    }
+
+
+class RunConfig(Section):
+    run_dir: str = "runs/default"
+    seed: int = 0
+    resume: bool = False
+    model: ModelConfig = ModelConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    pools: dict[str, PoolConfig] = Field(default_factory=default_pools)
+    roles: dict[str, RoleConfig] = Field(default_factory=dict)
+    domains: dict[str, DomainConfig] = Field(default_factory=default_domains)
+    envs: EnvsConfig = EnvsConfig()
+    inference: InferenceConfig = InferenceConfig()
+    reward: RewardConfig = RewardConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    train: TrainConfig = TrainConfig()
+    weights: WeightsConfig = WeightsConfig()
+    eval: EvalConfig = EvalConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+
+    @model_validator(mode="after")
+    def _check_references(self) -> RunConfig:
+        pools = sorted(self.pools)
+        problems: list[str] = []
+        for name, pool in self.pools.items():
+            for fb in pool.fallback:
+                if fb not in self.pools:
+                    problems.append(f"pools.{name}.fallback: '{fb}' is not a declared pool (declared: {pools})")
+                elif fb == name:
+                    problems.append(f"pools.{name}.fallback: a pool cannot fall back to itself")
+        for name, dom in self.domains.items():
+            if dom.pool not in self.pools:
+                problems.append(f"domains.{name}.pool: '{dom.pool}' is not a declared pool (declared: {pools})")
+            elif self.pools[dom.pool].kind == "serverless":
+                problems.append(
+                    f"domains.{name}.pool: '{dom.pool}' is a serverless pool; generation needs a gpu or cpu pool"
+                )
+        for role, rc in self.roles.items():
+            for p in ([rc.pool] if rc.pool else []) + list(rc.fallback or []):
+                if p not in self.pools:
+                    problems.append(f"roles.{role}: pool '{p}' is not a declared pool (declared: {pools})")
+        if not self.domains:
+            problems.append("domains: at least one task domain is needed")
+        elif sum(d.weight for d in self.domains.values()) <= 0:
+            problems.append("domains.*.weight: at least one domain needs a weight > 0")
+        if self.rollout.batch_size % self.rollout.group_size:
+            problems.append(
+                f"rollout.batch_size: {self.rollout.batch_size} is not a multiple of rollout.group_size "
+                f"({self.rollout.group_size}): a batch holds whole groups"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def domain_reward_backend(self, domain: str) -> str:
+        """The reward backend a domain uses (its own, else `reward.backend`)."""
+        return self.domains[domain].reward.backend or self.reward.backend

@@ -1,0 +1,192 @@
+"""Load a `RunConfig` from a sparse YAML run file plus `key.path=value` overrides.
+
+In: an optional YAML path and a list of `a.b.c=value` strings (values parsed as YAML scalars/lists).
+Out: a validated `RunConfig`, or a `ConfigError` whose message names every bad key or value, where it came
+from (file and line, or the command line) and what would be valid. Nothing is started before this succeeds.
+
+Merge rules: the file and then the overrides are merged over the defaults key by key; named entries
+(`pools.<name>`, `domains.<name>`, `roles.<name>`) merge into the default entry of the same name, a new
+name adds an entry, and `null` removes one (`domains.math=null`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rollart.config import RunConfig
+
+Location = tuple[str, ...]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is meant for the user as-is. CLI exit code 2."""
+
+
+@dataclass
+class _Provenance:
+    """Where each key path came from, to say it in errors."""
+
+    sources: dict[Location, str] = field(default_factory=dict)
+
+    def of(self, loc: Location) -> str:
+        for n in range(len(loc), 0, -1):
+            if loc[:n] in self.sources:
+                return self.sources[loc[:n]]
+        return "the defaults"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    data: dict[str, Any] = RunConfig().model_dump(mode="python")
+    prov = _Provenance()
+    if path is not None:
+        file_data = _read_yaml(Path(path), prov)
+        _merge(data, file_data)
+    for item in overrides or []:
+        key, value = _parse_override(item)
+        loc = tuple(key.split("."))
+        prov.sources[loc] = f"the command line ({item})"
+        _merge(data, _nest(loc, value))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, prov)) from None
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def write_resolved(cfg: RunConfig, run_dir: str | Path) -> Path:
+    """Write the resolved config to RUN_DIR/config.yaml (so a run says exactly what it ran with)."""
+    out = Path(run_dir) / "config.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(dump_config(cfg))
+    return out
+
+
+# --- reading -----------------------------------------------------------------------------------------
+
+
+def _read_yaml(path: Path, prov: _Provenance) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist (give a YAML run file, e.g. configs/demo.yaml)")
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: malformed YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a run file must be a mapping of keys to values, not {type(data).__name__}")
+    _record_lines(node, (), path, prov)
+    return data
+
+
+def _record_lines(node: yaml.Node | None, loc: Location, path: Path, prov: _Provenance) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            sub = loc + (str(key_node.value),)
+            prov.sources[sub] = f"{path} line {key_node.start_mark.line + 1}"
+            _record_lines(value_node, sub, path, prov)
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(
+            f"override '{item}' is not of the form key.path=value (e.g. rollout.alpha=2 or train.steps=10)"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _nest(loc: Location, value: Any) -> dict[str, Any]:
+    out: Any = value
+    for part in reversed(loc):
+        out = {part: out}
+    return out
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if value is None and key in base and isinstance(base[key], dict) and _is_named_entry(base, key):
+            del base[key]
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def _is_named_entry(parent: dict[str, Any], key: str) -> bool:
+    # a removable entry is a mapping inside a name → entry dict (pools, domains, roles)
+    return isinstance(parent.get(key), dict)
+
+
+# --- explaining errors -------------------------------------------------------------------------------
+
+
+def _describe(exc: ValidationError, prov: _Provenance) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        dotted = ".".join(loc) or "(config)"
+        source = prov.of(loc)
+        if err["type"] == "extra_forbidden":
+            valid = _valid_keys(loc[:-1])
+            close = difflib.get_close_matches(loc[-1], valid, n=3, cutoff=0.5)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            lines.append(
+                f"unknown key '{dotted}' (from {source}); {hint}valid keys here: {', '.join(sorted(valid))}"
+            )
+        elif err["type"] == "value_error" and not loc:
+            for problem in str(err["msg"]).removeprefix("Value error, ").split("\n"):
+                field_loc = tuple(problem.split(":", 1)[0].split("."))
+                lines.append(f"{problem} (from {prov.of(field_loc)})")
+        elif err["type"] == "missing":
+            lines.append(f"'{dotted}' is required but missing (from {source})")
+        else:
+            lines.append(f"'{dotted}' = {err.get('input')!r} (from {source}): {err['msg']}")
+    return "invalid config:\n  - " + "\n  - ".join(lines)
+
+
+def _valid_keys(loc: Location) -> list[str]:
+    """The field names allowed at `loc` (walks the schema, skipping the names of dict entries)."""
+    model: Any = RunConfig
+    i = 0
+    while i < len(loc):
+        fields = model.model_fields
+        if loc[i] not in fields:
+            return []
+        ann = fields[loc[i]].annotation
+        i += 1
+        if typing.get_origin(ann) is dict:
+            ann = typing.get_args(ann)[1]
+            i += 1  # skip the entry's name
+        ann = _unwrap_optional(ann)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
+
+
+def _unwrap_optional(ann: Any) -> Any:
+    args = [a for a in typing.get_args(ann) if a is not type(None)]
+    if typing.get_origin(ann) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+        return args[0]
+    return ann

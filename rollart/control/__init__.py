@@ -1,0 +1,1 @@
+"""rollart.control (see DESIGN.md §4)."""

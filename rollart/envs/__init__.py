@@ -1,0 +1,1 @@
+"""rollart.envs (see DESIGN.md §4)."""

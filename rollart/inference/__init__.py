@@ -1,0 +1,1 @@
+"""rollart.inference (see DESIGN.md §4)."""

@@ -1,0 +1,1 @@
+"""rollart.observability (see DESIGN.md §4)."""

@@ -1,0 +1,1 @@
+"""rollart.resources (see DESIGN.md §4)."""

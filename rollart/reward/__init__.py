@@ -1,0 +1,1 @@
+"""rollart.reward (see DESIGN.md §4)."""

@@ -1,0 +1,1 @@
+"""rollart.trainer (see DESIGN.md §4)."""

@@ -1,0 +1,295 @@
+"""Records and protocols that cross plane boundaries.
+
+Every value that travels between planes (control → envs → inference → reward → trainer) is one of the
+frozen dataclasses below, never a loose dict. Planes depend on this module and on `rollart.config`, never
+on each other; the driver wires them with the objects that implement the protocols at the bottom.
+
+Guarantees:
+- Token-in/token-out: `Turn.response_token_ids` are exactly the ids the engine produced, with one
+  behaviour logprob and one policy version per token; `Trajectory.token_ids()` is the concatenation of
+  every turn's new prompt ids and response ids, so the trainer trains on what was sampled, never on a
+  re-tokenisation.
+- Records are immutable; a plane that extends one uses `dataclasses.replace` (see `Trajectory.with_turn`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+
+class Status(str, enum.Enum):
+    """How a trajectory ended. Only COMPLETED and TRUNCATED trajectories are trainable."""
+
+    COMPLETED = "completed"  # the environment terminated the episode
+    TRUNCATED = "truncated"  # max turns / max tokens / env truncation
+    ABORTED = "aborted"  # cancelled by the scheduler (redundancy, shutdown)
+    FAILED = "failed"  # env or reward raised, or timed out past its retries
+    STALE = "stale"  # exceeded the staleness bound α before it finished
+
+    @property
+    def trainable(self) -> bool:
+        return self in (Status.COMPLETED, Status.TRUNCATED)
+
+
+Split = Literal["train", "val"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode to run: which domain, which env spec, which seed, which GRPO group it belongs to."""
+
+    task_id: str
+    domain: str
+    env: str  # env spec as written in config: built-in name, gem:<id>, gym:<id> or module.path:Class
+    seed: int
+    group_id: str
+    split: Split = "train"
+
+
+@dataclass(frozen=True)
+class Span:
+    """A timed piece of a trajectory's life, for step-time breakdowns and the Chrome-trace timeline.
+
+    `name` is one of: env.reset, generate, env.step, reward, buffer.wait (free-form names are allowed).
+    Times are `time.time()` seconds (wall clock, comparable across processes on one machine).
+    """
+
+    name: str
+    start: float
+    end: float
+    worker: str = ""  # e.g. "inference/gen_prefill/0", "env/0", "reward/serverless"
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one generation. Validated by the engine (a bad value raises ValueError naming it)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    max_new_tokens: int = 64
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One turn's generation: the full context as token ids (engines may reuse a cached prefix of it)."""
+
+    request_id: str
+    trajectory_id: str
+    domain: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What the engine produced for a request: tokens with their behaviour logprob and policy version."""
+
+    request_id: str
+    trajectory_id: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    versions: tuple[int, ...]  # policy version that produced each token
+    finish_reason: FinishReason
+    prompt_tokens: int = 0  # length of the context
+    prefill_tokens: int = 0  # context tokens actually computed (the rest came from a cached prefix)
+    worker: str = ""
+    spans: tuple[Span, ...] = ()
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One generate → act step of a trajectory.
+
+    `prompt_token_ids` are the ids this turn added to the context before generation (turn 0: the whole
+    initial prompt; later turns: the end of the previous assistant message, the observation and the next
+    generation prompt under the chat template). `response_token_ids` are the model's tokens, trained on.
+    """
+
+    prompt_token_ids: tuple[int, ...]
+    response_token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    versions: tuple[int, ...]
+    observation: str = ""
+    action: str = ""
+    reward: float = 0.0  # the environment's per-step reward
+    finish_reason: FinishReason = "stop"
+    format_ok: bool = True
+    spans: tuple[Span, ...] = ()
+
+    def __post_init__(self) -> None:
+        n = len(self.response_token_ids)
+        if len(self.logprobs) != n or len(self.versions) != n:
+            raise ValueError(
+                f"Turn needs one logprob and one version per response token: {n} tokens, "
+                f"{len(self.logprobs)} logprobs, {len(self.versions)} versions"
+            )
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A whole episode, from reset to its end, as the env plane hands it to reward and the buffer."""
+
+    trajectory_id: str
+    task: Task
+    start_version: int
+    turns: tuple[Turn, ...] = ()
+    status: Status | None = None  # None while running
+    status_reason: str = ""
+    reward: float | None = None  # the trajectory's score, set by the reward plane
+    env_return: float = 0.0  # sum of per-step environment rewards
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    spans: tuple[Span, ...] = ()  # reset, reward, buffer wait (turn spans live on the turns)
+
+    @property
+    def domain(self) -> str:
+        return self.task.domain
+
+    @property
+    def group_id(self) -> str:
+        return self.task.group_id
+
+    def with_turn(self, turn: Turn) -> Trajectory:
+        return replace(self, turns=self.turns + (turn,))
+
+    def finished(
+        self, status: Status, reason: str = "", metrics: Mapping[str, float] | None = None
+    ) -> Trajectory:
+        merged = {**self.metrics, **(metrics or {})}
+        return replace(self, status=status, status_reason=reason, metrics=merged)
+
+    def scored(self, reward: float, spans: Sequence[Span] = ()) -> Trajectory:
+        return replace(self, reward=float(reward), spans=self.spans + tuple(spans))
+
+    # --- token views used by the trainer and the staleness policy ---------------------------------
+    def token_ids(self) -> list[int]:
+        ids: list[int] = []
+        for t in self.turns:
+            ids.extend(t.prompt_token_ids)
+            ids.extend(t.response_token_ids)
+        return ids
+
+    def loss_mask(self) -> list[int]:
+        mask: list[int] = []
+        for t in self.turns:
+            mask.extend([0] * len(t.prompt_token_ids))
+            mask.extend([1] * len(t.response_token_ids))
+        return mask
+
+    def behaviour_logprobs(self) -> list[float]:
+        """One entry per token of `token_ids()`; 0.0 on prompt tokens (masked out)."""
+        out: list[float] = []
+        for t in self.turns:
+            out.extend([0.0] * len(t.prompt_token_ids))
+            out.extend(t.logprobs)
+        return out
+
+    def token_versions(self) -> list[int]:
+        """One entry per token of `token_ids()`; prompt tokens carry -1 (no policy produced them)."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend([-1] * len(t.prompt_token_ids))
+            out.extend(t.versions)
+        return out
+
+    @property
+    def min_token_version(self) -> int:
+        """Oldest policy version among the generated tokens (start_version if none were generated)."""
+        versions = [v for t in self.turns for v in t.versions]
+        return min(versions) if versions else self.start_version
+
+    @property
+    def num_response_tokens(self) -> int:
+        return sum(len(t.response_token_ids) for t in self.turns)
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """The score of one trajectory. `attempts` counts client tries; the service scores each key once."""
+
+    trajectory_id: str
+    reward: float
+    ok: bool = True
+    error: str = ""
+    attempts: int = 1
+    backend: str = "local"
+    latency_s: float = 0.0
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One trajectory as the trainer sees it: tokens, mask, behaviour logprobs/versions, advantage."""
+
+    trajectory_id: str
+    group_id: str
+    domain: str
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    behaviour_logprobs: tuple[float, ...]
+    token_versions: tuple[int, ...]
+    advantage: float
+    reward: float
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """What the driver hands the trainer for one step; `version` is the policy version being trained."""
+
+    version: int
+    samples: tuple[TrainSample, ...]
+
+
+@dataclass(frozen=True)
+class Affinity:
+    """Where a worker wants to run: a preferred pool and compatible fallbacks, in order."""
+
+    pool: str
+    fallback: tuple[str, ...] = ()
+
+
+# --- Protocols at plane boundaries (implementations live in the planes; the driver wires them) -------
+
+
+@runtime_checkable
+class LLMClient(Protocol):
+    """What an EnvManager calls to generate; the inference plane's LLMProxy implements it."""
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult: ...
+
+    async def abort(self, trajectory_id: str) -> None: ...
+
+
+@runtime_checkable
+class RewardScorer(Protocol):
+    """Scores a finished trajectory; the reward plane's clients (local, serverless, http) implement it."""
+
+    async def score(self, trajectory: Trajectory) -> RewardResult: ...
+
+
+@runtime_checkable
+class WeightPublisher(Protocol):
+    """The trainer's side of the weight store: publish the named tensors of one policy version."""
+
+    def publish(self, version: int, named_tensors: Mapping[str, Any]) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class WeightSubscriber(Protocol):
+    """The inference side: newest published version, and that version's tensors (pulled in buckets)."""
+
+    def latest_version(self) -> int: ...
+
+    def pull(self, version: int) -> dict[str, Any]: ...

@@ -1,0 +1,1 @@
+"""rollart.weights (see DESIGN.md §4)."""
