@@ -150,6 +150,7 @@ class Trajectory:
     status_reason: str = ""
     reward: float | None = None  # the trajectory's score, set by the reward plane
     env_return: float = 0.0  # sum of per-step environment rewards
+    reference: Mapping[str, Any] = field(default_factory=dict)  # from env reset info: answer, tests …
     metrics: Mapping[str, float] = field(default_factory=dict)
     spans: tuple[Span, ...] = ()  # reset, reward, buffer wait (turn spans live on the turns)
 
@@ -277,6 +278,34 @@ class RewardScorer(Protocol):
     """Scores a finished trajectory; the reward plane's clients (local, serverless, http) implement it."""
 
     async def score(self, trajectory: Trajectory) -> RewardResult: ...
+
+
+@runtime_checkable
+class TrajectoryRunner(Protocol):
+    """What the control plane calls to run episodes; the env plane's worker pool implements it.
+
+    `run` returns when the trajectory has ended (status set, not yet scored). `cancel` ends a running
+    trajectory early with the given status (ABORTED or STALE): its generation is aborted, its env closed,
+    and its `run` returns the partial trajectory with that status. Cancelling an unknown or finished id is
+    a no-op. `progress` reports, per running trajectory, the oldest policy version among its tokens (or
+    None before the first token) — what per-token staleness needs.
+    """
+
+    async def run(self, task: Task, start_version: int) -> Trajectory: ...
+
+    async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None: ...
+
+    async def progress(self) -> dict[str, int | None]: ...
+
+
+@runtime_checkable
+class TurnGate(Protocol):
+    """A per-turn barrier (`rollout.barrier=turn`): a trajectory waits before each turn's generation until
+    every trajectory of its cohort has reached that turn or left. With no barrier the gate is absent."""
+
+    async def before_turn(self, trajectory_id: str, turn_index: int) -> None: ...
+
+    async def leave(self, trajectory_id: str) -> None: ...
 
 
 @runtime_checkable
