@@ -1,0 +1,168 @@
+"""SampleBuffer: scored GRPO groups wait here until the trainer takes a batch.
+
+In: complete groups (`ReadyGroup`: `group_size` scored, trainable trajectories sharing a seed) from the
+scheduler. Out: `get_batch(num_groups, train_version)` → the groups of one train batch.
+
+Guarantees:
+- Exactly-once: a trajectory id is accepted once; a second insertion is refused and counted.
+- Whole groups only; every trajectory handed out is fresh for `train_version` under the staleness policy.
+  A ready group that has become stale is dropped (counted, reported to `on_drop`) the moment it is seen.
+- `selection=first` takes groups in completion order (fast, short trajectories come first: that bias is
+  measured by the domain mix the scheduler reports); `stratified` fills per-domain quotas that follow the
+  configured domain weights, in completion order within a domain.
+- `get_batch` never waits forever: past `timeout_s` it raises `BatchTimeout` saying what it waits for.
+- The batch is returned in admission order (group sequence number), so equal inputs give equal batches
+  whatever the completion timing — what makes α = 0 reproduce the synchronous loop exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Callable, Literal, Mapping
+
+from rollart.control.staleness import StalenessPolicy
+from rollart.types import Span, Trajectory
+
+
+class BatchTimeout(TimeoutError):
+    """get_batch waited longer than its timeout; the message says what was missing."""
+
+
+@dataclass(frozen=True)
+class ReadyGroup:
+    group_id: str
+    seq: int  # admission order
+    domain: str
+    trajectories: tuple[Trajectory, ...]
+    ready_at: float = 0.0
+
+
+def domain_quotas(weights: Mapping[str, float], num_groups: int) -> dict[str, int]:
+    """Largest-remainder split of `num_groups` groups over domains by weight (ties broken by name)."""
+    total = sum(w for w in weights.values() if w > 0)
+    shares = {d: num_groups * w / total for d, w in sorted(weights.items()) if w > 0}
+    quotas = {d: int(s) for d, s in shares.items()}
+    leftover = num_groups - sum(quotas.values())
+    for d in sorted(shares, key=lambda d: (-(shares[d] - quotas[d]), d))[:leftover]:
+        quotas[d] += 1
+    return quotas
+
+
+class SampleBuffer:
+    def __init__(
+        self,
+        policy: StalenessPolicy,
+        selection: Literal["first", "stratified"] = "first",
+        domain_weights: Mapping[str, float] | None = None,
+        on_drop: Callable[[ReadyGroup, str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if selection == "stratified" and not domain_weights:
+            raise ValueError("stratified selection needs the domain weights")
+        self.policy = policy
+        self.selection = selection
+        self.domain_weights = dict(domain_weights or {})
+        self.on_drop = on_drop
+        self.clock = clock
+        self._ready: list[ReadyGroup] = []
+        self._seen: set[str] = set()
+        self._changed = asyncio.Event()
+        self.duplicates_refused = 0
+        self.stale_dropped = 0  # trajectories
+
+    # --- in ------------------------------------------------------------------------------------------
+    def put(self, group: ReadyGroup) -> bool:
+        """Accept a complete group; refuse it (False) if any of its trajectories was inserted before."""
+        ids = [t.trajectory_id for t in group.trajectories]
+        if any(i in self._seen for i in ids) or len(set(ids)) != len(ids):
+            self.duplicates_refused += 1
+            return False
+        self._seen.update(ids)
+        self._ready.append(replace(group, ready_at=self.clock()))
+        self._changed.set()
+        return True
+
+    # --- out -----------------------------------------------------------------------------------------
+    @property
+    def ready_groups(self) -> list[ReadyGroup]:
+        return list(self._ready)
+
+    def ready_trajectories(self) -> int:
+        return sum(len(g.trajectories) for g in self._ready)
+
+    def drop_stale(self, next_batch: int) -> list[ReadyGroup]:
+        """Drop ready groups that can no longer serve batch `next_batch` or later."""
+        keep, dropped = [], []
+        for g in self._ready:
+            fresh = all(self.policy.is_fresh(t, next_batch) for t in g.trajectories)
+            (keep if fresh else dropped).append(g)
+        self._ready = keep
+        for g in dropped:
+            self.stale_dropped += len(g.trajectories)
+            if self.on_drop:
+                self.on_drop(g, f"stale: trained at version {next_batch} > behaviour version + α")
+        return dropped
+
+    def try_take(self, num_groups: int, train_version: int) -> list[ReadyGroup] | None:
+        """The batch for `train_version` if the buffer holds it now, else None (nothing is removed)."""
+        self.drop_stale(train_version)
+        if self.selection == "first":
+            chosen = self._ready[:num_groups] if len(self._ready) >= num_groups else None
+        else:
+            quotas = domain_quotas(self.domain_weights, num_groups)
+            picked: list[ReadyGroup] = []
+            used: Counter[str] = Counter()
+            for g in self._ready:
+                if used[g.domain] < quotas.get(g.domain, 0):
+                    picked.append(g)
+                    used[g.domain] += 1
+            chosen = picked if len(picked) == num_groups else None
+        if chosen is None:
+            return None
+        taken = {g.group_id for g in chosen}
+        self._ready = [g for g in self._ready if g.group_id not in taken]
+        now = self.clock()
+        out = []
+        for g in sorted(chosen, key=lambda g: g.seq):
+            wait = Span("buffer.wait", g.ready_at, now, worker="control/buffer/0")
+            trajs = tuple(replace(t, spans=t.spans + (wait,)) for t in g.trajectories)
+            out.append(replace(g, trajectories=trajs))
+        return out
+
+    def missing(self, num_groups: int) -> str:
+        """Plain words on what a batch of `num_groups` groups still lacks."""
+        have = Counter(g.domain for g in self._ready)
+        if self.selection == "first":
+            return f"{len(self._ready)}/{num_groups} groups ready ({dict(have) or 'none'})"
+        quotas = domain_quotas(self.domain_weights, num_groups)
+        lacking = {d: q - have.get(d, 0) for d, q in quotas.items() if have.get(d, 0) < q}
+        return f"stratified quotas {quotas}; ready {dict(have) or 'none'}; still lacking {lacking}"
+
+    async def get_batch(
+        self,
+        num_groups: int,
+        train_version: int,
+        timeout_s: float,
+        describe: Callable[[], str] = lambda: "",
+    ) -> list[ReadyGroup]:
+        """Block until `num_groups` fresh groups are ready (stratified: in quota), then take them."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            batch = self.try_take(num_groups, train_version)
+            if batch is not None:
+                return batch
+            self._changed.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise BatchTimeout(
+                    f"get_batch for version {train_version} waited {timeout_s:.0f}s: "
+                    f"{self.missing(num_groups)}. {describe()} "
+                    "(raise rollout.get_batch_timeout_s if rollout is just slow)"
+                )
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
+            except asyncio.TimeoutError:
+                pass

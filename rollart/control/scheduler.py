@@ -1,0 +1,402 @@
+"""RolloutScheduler: which episodes run, when they may start, when they are cancelled.
+
+In: the rollout and domain config, a `TrajectoryRunner` (env plane), a `RewardScorer` (reward plane), a
+`SampleBuffer`, a `StalenessPolicy`, and from the driver the inference version it serves and the batches
+it takes. Out: complete, scored GRPO groups in the buffer; counters of everything else.
+
+What it does:
+- Samples a task domain per group (by `domains.<d>.weight`; `stratified` keeps the pending mix on target),
+  gives the group a seed, and starts `group_size + redundancy.extra_per_group` trajectories of it.
+- Admission (staleness.py (2)): pending groups (running or ready) ≤ window × (groups per batch incl.
+  `extra_groups`), so pending trajectories ≤ (α + 1) × (batch size + redundancy) and nothing is started
+  that could only ever be stale.
+- A group completes with its first `group_size` scored trajectories; the stragglers are cancelled at once
+  (generation aborted, env closed: unlike ROLL, which lets them run). A FAILED member is replaced by a new
+  trajectory with the same seed (at most `group_size` replacements), else the group is dropped.
+- When batch b is taken, every running trajectory that can serve no batch ≥ b+1 is cancelled as STALE.
+- Wasted work (response tokens and env time of everything not trained) is counted, and each batch's domain
+  mix is reported against the target, so completion-order bias is visible.
+
+Guarantee (the ledger): every trajectory started ends exactly once — trained, or ABORTED / FAILED / STALE
+with a reason; `check_ledger()` returns the violations (none, in every test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from rollart.config import DomainConfig, RolloutConfig
+from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
+from rollart.control.staleness import StalenessPolicy
+from rollart.types import RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner
+
+log = logging.getLogger("rollart.control")
+
+
+class CohortGate(Protocol):
+    """What the scheduler needs of a turn barrier (TurnGateClient implements it)."""
+
+    async def join(self, trajectory_id: str, cohort: int) -> None: ...
+
+    async def leave(self, trajectory_id: str) -> None: ...
+
+
+@dataclass
+class _Group:
+    group_id: str
+    seq: int
+    domain: str
+    env: str
+    seed: int
+    cohort: int
+    running: dict[str, Task] = field(default_factory=dict)
+    start_versions: dict[str, int] = field(default_factory=dict)
+    done: list[Trajectory] = field(default_factory=list)
+    launched: int = 0
+    replacements: int = 0
+    closed: bool = False
+    close_status: Status = Status.ABORTED
+    close_reason: str = ""
+
+
+class RolloutScheduler:
+    def __init__(
+        self,
+        rollout: RolloutConfig,
+        domains: Mapping[str, DomainConfig],
+        runner: TrajectoryRunner,
+        scorer: RewardScorer,
+        buffer: SampleBuffer,
+        policy: StalenessPolicy,
+        total_batches: int,
+        seed: int = 0,
+        gate: CohortGate | None = None,
+        trajectory_timeout_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = rollout
+        self.domains = {d: c for d, c in domains.items() if c.weight > 0}
+        self.weights = {d: c.weight for d, c in self.domains.items()}
+        self.runner, self.scorer, self.buffer, self.policy = runner, scorer, buffer, policy
+        self.total_batches = total_batches
+        self.gate = gate
+        self.trajectory_timeout_s = trajectory_timeout_s
+        self.clock = clock
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.groups_per_batch = rollout.batch_size // rollout.group_size + rollout.redundancy.extra_groups
+        self.inference_version = 0
+        self.next_batch = 0
+        self.paused = False
+        self.next_seq = 0
+        self._groups: dict[str, _Group] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._task_group: dict[str, str] = {}  # running trajectory id → its group id
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task | None = None
+        self._cohort = 0
+        self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
+        # ledger and counters
+        self.fate: dict[str, str] = {}  # trajectory id → running | ready | trained | aborted | failed | stale
+        self.violations: list[str] = []
+        self.counts: Counter[str] = Counter()
+        self.wasted_tokens = 0
+        self.wasted_env_s = 0.0
+        buffer.on_drop = self._on_buffer_drop
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._admission_loop(), name="rollart-admission")
+
+    async def stop(self, reason: str = "shutdown") -> None:
+        """Cancel everything running (ABORTED) and wait until each trajectory has ended."""
+        self.paused = True
+        if self._loop_task:
+            self._loop_task.cancel()
+        for g in list(self._groups.values()):
+            await self._cancel_group(g, Status.ABORTED, reason)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks.values()), timeout=self.trajectory_timeout_s)
+
+    # --- driver hooks --------------------------------------------------------------------------------
+    def set_inference_version(self, version: int) -> None:
+        self.inference_version = version
+        self._wake.set()
+
+    def pause_admission(self) -> None:
+        self.paused = True
+
+    def resume_admission(self) -> None:
+        self.paused = False
+        self._wake.set()
+
+    async def get_batch(self, train_version: int) -> list[Trajectory]:
+        """Steps 1 of the loop: block until batch `train_version` is ready, take it, cancel what is stale."""
+        n = self.cfg.batch_size // self.cfg.group_size
+        groups = await self.buffer.get_batch(
+            n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
+        )
+        for g in groups:
+            for t in g.trajectories:
+                self._set_fate(t.trajectory_id, "trained", expect="ready")
+        mix = Counter(g.domain for g in groups)
+        target = domain_quotas(self.weights, n)
+        for d in self.weights:
+            self.counts[f"mix_actual/{d}"] = mix.get(d, 0)
+            self.counts[f"mix_target/{d}"] = target.get(d, 0)
+        self.next_batch = train_version + 1
+        await self._cancel_stale()
+        self._wake.set()
+        return [t for g in groups for t in g.trajectories]
+
+    # --- admission -----------------------------------------------------------------------------------
+    def pending_groups(self) -> int:
+        """Groups open or still winding down (a cancelled straggler holds its slot until it has ended),
+        plus groups ready in the buffer."""
+        active = {g.group_id for g in self._groups.values()} | set(self._task_group.values())
+        return len(active) + len(self.buffer.ready_groups)
+
+    def allowed_groups(self) -> int:
+        window = self.policy.admission_window(
+            self.inference_version, self.next_batch, self.total_batches - self.next_batch
+        )
+        return window * self.groups_per_batch
+
+    async def _admission_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            if not self.paused:
+                admitted = 0
+                while self.pending_groups() < self.allowed_groups():
+                    await self._launch_group(self._next_domain())
+                    admitted += 1
+                if admitted:
+                    self._cohort += 1
+            await self._wake.wait()
+
+    def _next_domain(self) -> str:
+        if self._replay:
+            return self._replay[0][0]
+        domains = sorted(self.weights)
+        if self.cfg.redundancy.selection == "first":
+            return self.rng.choices(domains, weights=[self.weights[d] for d in domains])[0]
+        pending = Counter(g.domain for g in self._groups.values() if not g.closed)
+        pending.update(g.domain for g in self.buffer.ready_groups)
+        total = sum(pending.values()) + 1
+        share = sum(self.weights.values())
+        return max(domains, key=lambda d: (self.weights[d] / share * total - pending[d], -domains.index(d)))
+
+    async def _launch_group(self, domain: str) -> None:
+        if self._replay:
+            _, seq = self._replay.pop(0)
+        else:
+            seq = self.next_seq
+            self.next_seq += 1
+        group = _Group(
+            group_id=f"g{seq:06d}",
+            seq=seq,
+            domain=domain,
+            env=self.domains[domain].env,
+            seed=self.seed * 1_000_003 + seq,
+            cohort=self._cohort,
+        )
+        self._groups[group.group_id] = group
+        self.counts["groups_started"] += 1
+        for _ in range(self.cfg.group_size + self.cfg.redundancy.extra_per_group):
+            await self._launch_trajectory(group)
+
+    async def _launch_trajectory(self, group: _Group) -> None:
+        task = Task(
+            task_id=f"{group.group_id}/{group.launched}",
+            domain=group.domain,
+            env=group.env,
+            seed=group.seed,
+            group_id=group.group_id,
+        )
+        group.launched += 1
+        group.running[task.task_id] = task
+        group.start_versions[task.task_id] = self.inference_version
+        self._set_fate(task.task_id, "running", expect=None)
+        self.counts["started"] += 1
+        if self.gate:
+            await self.gate.join(task.task_id, group.cohort)
+        self._task_group[task.task_id] = group.group_id
+        self._tasks[task.task_id] = asyncio.create_task(
+            self._run_one(group, task, self.inference_version), name=task.task_id
+        )
+
+    # --- one trajectory ------------------------------------------------------------------------------
+    async def _run_one(self, group: _Group, task: Task, version: int) -> None:
+        try:
+            try:
+                traj = await asyncio.wait_for(self.runner.run(task, version), self.trajectory_timeout_s)
+            except asyncio.TimeoutError:
+                await self.runner.cancel(task.task_id, Status.ABORTED, "trajectory timeout")
+                reason = f"timed out after {self.trajectory_timeout_s:.0f}s"
+                traj = Trajectory(task.task_id, task, version).finished(Status.FAILED, reason)
+            except Exception as exc:  # the runner itself broke: the trajectory fails, the run goes on
+                traj = Trajectory(task.task_id, task, version).finished(Status.FAILED, f"runner: {exc!r}")
+            if traj.trajectory_id != task.task_id:
+                self.violations.append(f"runner returned id {traj.trajectory_id} for task {task.task_id}")
+            if traj.status is not None and traj.status.trainable and not group.closed:
+                traj = await self._score(traj)
+            self._on_finished(group, task, traj)
+        finally:
+            self._tasks.pop(task.task_id, None)
+            self._task_group.pop(task.task_id, None)
+            if self.gate:
+                await self.gate.leave(task.task_id)
+            self._wake.set()
+
+    async def _score(self, traj: Trajectory) -> Trajectory:
+        start = self.clock()
+        try:
+            result = await self.scorer.score(traj)
+        except Exception as exc:
+            return traj.finished(Status.FAILED, f"reward raised: {exc!r}")
+        if not result.ok:
+            return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}")
+        span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
+        return traj.scored(result.reward, spans=(span,))
+
+    def _on_finished(self, group: _Group, task: Task, traj: Trajectory) -> None:
+        tid = task.task_id
+        group.running.pop(tid, None)
+        status = traj.status or Status.FAILED
+        if group.closed and status.trainable:
+            # finished in the instant between the group closing and its cancel arriving
+            status, traj = group.close_status, traj.finished(group.close_status, group.close_reason)
+        if status.trainable and traj.reward is not None:
+            group.done.append(traj)
+            self.counts["completed"] += 1
+            if len(group.done) == self.cfg.group_size:
+                self._complete_group(group)
+            return
+        self._end_untrained(traj, status)
+        if status is Status.FAILED and not group.closed:
+            self._after_failure(group)
+
+    def _complete_group(self, group: _Group) -> None:
+        group.closed, group.close_reason = True, "redundant: group full"
+        for t in group.done:
+            self._set_fate(t.trajectory_id, "ready", expect="running")
+        self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, tuple(group.done)))
+        del self._groups[group.group_id]
+        self.counts["groups_completed"] += 1
+        for tid in list(group.running):
+            self._spawn_cancel(tid, Status.ABORTED, "redundant: group full")
+
+    def _after_failure(self, group: _Group) -> None:
+        if len(group.done) + len(group.running) >= self.cfg.group_size:
+            return  # redundancy still covers it
+        if group.replacements < self.cfg.group_size:
+            group.replacements += 1
+            self.counts["replacements"] += 1
+            asyncio.create_task(self._launch_trajectory(group))
+            return
+        self.counts["groups_dropped"] += 1
+        asyncio.create_task(self._cancel_group(group, Status.ABORTED, "group dropped: too many failures"))
+
+    def _end_untrained(self, traj: Trajectory, status: Status) -> None:
+        self._set_fate(traj.trajectory_id, status.value, expect="running")
+        self.counts[status.value] += 1
+        self._count_waste(traj)
+        log.debug("trajectory %s ended %s: %s", traj.trajectory_id, status.value, traj.status_reason)
+
+    def _count_waste(self, traj: Trajectory) -> None:
+        self.wasted_tokens += traj.num_response_tokens
+        spans = list(traj.spans) + [s for t in traj.turns for s in t.spans]
+        self.wasted_env_s += sum(s.duration for s in spans if s.name.startswith("env."))
+
+    # --- cancellation --------------------------------------------------------------------------------
+    def _spawn_cancel(self, tid: str, status: Status, reason: str) -> None:
+        asyncio.create_task(self.runner.cancel(tid, status, reason))
+
+    async def _cancel_group(self, group: _Group, status: Status, reason: str) -> None:
+        group.closed, group.close_status, group.close_reason = True, status, reason
+        self._groups.pop(group.group_id, None)
+        for traj in group.done:
+            self._end_untrained(traj, status)
+        group.done.clear()
+        await asyncio.gather(*(self.runner.cancel(t, status, reason) for t in list(group.running)))
+
+    async def _cancel_stale(self) -> None:
+        progress = await self.runner.progress() if self.policy.mode == "token" else {}
+        for group in list(self._groups.values()):
+            for tid in list(group.running):
+                v = progress.get(tid) if self.policy.mode == "token" else group.start_versions[tid]
+                if not self.policy.version_is_fresh(v, self.next_batch):
+                    await self._cancel_group(group, Status.STALE, f"stale for batch {self.next_batch}")
+                    break
+        self.buffer.drop_stale(self.next_batch)
+
+    def _on_buffer_drop(self, group: ReadyGroup, reason: str) -> None:
+        for t in group.trajectories:
+            self._set_fate(t.trajectory_id, "stale", expect="ready")
+            self.counts["stale"] += 1
+            self._count_waste(t)
+
+    # --- ledger, status, metrics, state --------------------------------------------------------------
+    def _set_fate(self, tid: str, fate: str, expect: str | None) -> None:
+        current = self.fate.get(tid)
+        if current != expect:
+            self.violations.append(f"{tid}: {current} → {fate} (expected from {expect})")
+        self.fate[tid] = fate
+
+    def check_ledger(self) -> list[str]:
+        """Violations of 'every trajectory ends exactly once' (plus any still running, when idle)."""
+        return list(self.violations)
+
+    def describe(self) -> str:
+        running = Counter(g.domain for g in self._groups.values() for _ in g.running)
+        return (
+            f"Scheduler: version {self.inference_version}, next batch {self.next_batch}, "
+            f"{sum(running.values())} trajectories running ({dict(running)}), "
+            f"{self.pending_groups()} groups pending of {self.allowed_groups()} allowed"
+            f"{', admission paused' if self.paused else ''}; "
+            f"so far {self.counts['completed']} completed, {self.counts['failed']} failed, "
+            f"{self.counts['aborted']} aborted, {self.counts['stale']} stale."
+        )
+
+    def metrics(self) -> dict[str, float]:
+        c = self.counts
+        out: dict[str, float] = {
+            "rollout/started": c["started"],
+            "rollout/completed": c["completed"],
+            "rollout/running": sum(len(g.running) for g in self._groups.values()),
+            "rollout/groups_completed": c["groups_completed"],
+            "rollout/groups_dropped": c["groups_dropped"],
+            "rollout/replacements": c["replacements"],
+            "buffer/ready_trajectories": self.buffer.ready_trajectories(),
+            "buffer/aborted": c["aborted"],
+            "buffer/stale": c["stale"],
+            "buffer/failed": c["failed"],
+            "buffer/duplicates_refused": self.buffer.duplicates_refused,
+            "buffer/wasted_tokens": self.wasted_tokens,
+            "buffer/wasted_env_s": self.wasted_env_s,
+        }
+        for d in self.weights:
+            out[f"rollout/mix_actual/{d}"] = c[f"mix_actual/{d}"]
+            out[f"rollout/mix_target/{d}"] = c[f"mix_target/{d}"]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to admit the same groups in the same order (exact for α = 0)."""
+        unconsumed = sorted(
+            [(g.domain, g.seq) for g in self._groups.values()]
+            + [(g.domain, g.seq) for g in self.buffer.ready_groups],
+            key=lambda x: x[1],
+        )
+        return {"next_seq": self.next_seq, "rng": self.rng.getstate(), "replay": unconsumed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.next_seq = int(state["next_seq"])
+        rng_state = state["rng"]
+        self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
+        self._replay = [(d, int(s)) for d, s in state["replay"]]

@@ -1,0 +1,222 @@
+"""RolloutScheduler + SampleBuffer: admission bound, staleness in every batch, redundancy cancellation,
+failure replacement and the exactly-once ledger, driven by a miniature of the driver's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from control_fakes import FakeRunner, FakeScorer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollart.config import DomainConfig, RedundancyConfig, RolloutConfig
+from rollart.control import BatchTimeout, RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
+from rollart.types import Status
+
+DOMAINS = {"fast": DomainConfig(env="fast", weight=1.0), "slow": DomainConfig(env="slow", weight=1.0)}
+
+
+class Harness:
+    """A miniature driver: get_batch(k) → weights k served → (training is instant here)."""
+
+    def __init__(self, rollout: RolloutConfig, steps: int, *, seed=0, latency=None, fail=None,
+                 score_fail=0.0, gate=None):
+        self.version = 0
+        self.rollout = rollout
+        self.policy = StalenessPolicy(rollout.alpha, rollout.staleness)
+        self.runner = FakeRunner(lambda: self.version, turn_gate=gate)
+        if latency:
+            self.runner.latency = latency
+        if fail:
+            self.runner.fail = fail
+        self.scorer = FakeScorer(fail_prob=score_fail, seed=seed)
+        self.buffer = SampleBuffer(self.policy, rollout.redundancy.selection,
+                                   {d: c.weight for d, c in DOMAINS.items()})
+        self.sched = RolloutScheduler(rollout, DOMAINS, self.runner, self.scorer, self.buffer, self.policy,
+                                      total_batches=steps, seed=seed, gate=gate)
+        self.steps = steps
+        self.max_pending = 0
+        g = rollout.group_size + rollout.redundancy.extra_per_group
+        self.bound = (rollout.alpha + 1) * self.sched.groups_per_batch * g
+
+    def serve(self, version: int) -> None:
+        self.version = version
+        self.sched.set_inference_version(version)
+
+    async def _monitor(self):
+        while True:
+            running = sum(1 for f in self.sched.fate.values() if f == "running")
+            self.max_pending = max(self.max_pending, running + self.buffer.ready_trajectories())
+            await asyncio.sleep(0.001)
+
+    async def run(self):
+        batches = []
+        self.sched.start()
+        mon = asyncio.create_task(self._monitor())
+        try:
+            for k in range(self.steps):
+                if self.version < k - self.rollout.alpha:
+                    self.serve(k)  # α = 0: the previous train step must land before batch k can start
+                batch = await self.sched.get_batch(k)
+                batches.append((k, batch))
+                self.serve(k)  # the weights of train step k-1 are swapped in (suspend/update/resume)
+        finally:
+            mon.cancel()
+            await self.sched.stop()
+        return batches
+
+
+def rollout_cfg(**kw) -> RolloutConfig:
+    base = dict(batch_size=8, group_size=4, alpha=1, get_batch_timeout_s=20)
+    base.update(kw)
+    return RolloutConfig(**base)
+
+
+def check_invariants(h: Harness, batches):
+    policy = h.policy
+    trained = [t.trajectory_id for _, b in batches for t in b]
+    assert len(trained) == len(set(trained)), "a trajectory was trained twice"
+    for k, batch in batches:
+        assert len(batch) == h.rollout.batch_size
+        for t in batch:
+            assert policy.is_fresh(t, k), f"{t.trajectory_id} stale for batch {k}"
+            assert t.reward is not None and t.status.trainable
+        groups = {}
+        for t in batch:
+            groups.setdefault(t.group_id, []).append(t)
+        assert all(len(g) == h.rollout.group_size for g in groups.values()), "batch holds a partial group"
+    assert h.sched.check_ledger() == []
+    # every trajectory started has exactly one fate, and none is left running after stop()
+    assert set(h.sched.fate) == set(h.runner.runs)
+    assert "running" not in set(h.sched.fate.values())
+    assert sum(1 for f in h.sched.fate.values() if f == "trained") == len(trained)
+    assert h.max_pending <= h.bound, f"pending {h.max_pending} exceeded (α+1)·(B+R) = {h.bound}"
+
+
+def test_async_alpha1_batches_are_fresh_and_ledger_is_exact():
+    h = Harness(rollout_cfg(alpha=1), steps=5, latency=lambda t: 0.002 + (t.seed % 5) * 0.004)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+
+
+def test_alpha0_never_admits_while_the_batch_trains():
+    h = Harness(rollout_cfg(alpha=0), steps=4)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    # with α = 0 every trained trajectory was generated entirely by the version it is trained at
+    for k, batch in batches:
+        assert all(set(turn.versions) == {k} for t in batch for turn in t.turns)
+
+
+def test_redundant_stragglers_are_cancelled_and_counted():
+    slow = lambda t: 0.3 if t.task_id.endswith("/4") else 0.004  # noqa: E731 - the 5th member of each group
+    h = Harness(rollout_cfg(redundancy=RedundancyConfig(extra_per_group=1)), steps=3, latency=slow)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    # every trained group's slow 5th member was cancelled while it ran, not left to finish
+    trained_groups = {t.group_id for _, b in batches for t in b}
+    cancelled = {tid.split("/")[0] for tid, status, why in h.runner.cancelled
+                 if status is Status.ABORTED and why.startswith("redundant")}
+    assert trained_groups <= cancelled
+    assert h.sched.counts["aborted"] >= len(trained_groups)
+
+
+def test_failures_are_replaced_with_the_same_seed():
+    fail = lambda t: t.task_id.endswith("/1")  # noqa: E731 - every second member fails once
+    h = Harness(rollout_cfg(), steps=3, fail=fail)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    assert h.sched.counts["failed"] >= 3 and h.sched.counts["replacements"] >= 3
+    for _, batch in batches:
+        seeds = {}
+        for t in batch:
+            seeds.setdefault(t.group_id, set()).add(t.task.seed)
+        assert all(len(s) == 1 for s in seeds.values())
+
+
+def test_stale_running_work_is_cancelled_when_the_batch_moves_on():
+    # members of some groups are far slower than the rest: by the time they finish they are stale
+    slow = lambda t: 0.5 if t.seed % 3 == 0 else 0.003  # noqa: E731
+    h = Harness(rollout_cfg(alpha=0, redundancy=RedundancyConfig(extra_groups=2)), steps=4, latency=slow)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    assert h.sched.counts["stale"] > 0
+
+
+def test_stratified_selection_keeps_the_target_mix():
+    slow_domain = lambda t: 0.05 if t.domain == "slow" else 0.002  # noqa: E731
+    cfg = rollout_cfg(batch_size=16, redundancy=RedundancyConfig(selection="stratified", extra_groups=2))
+    h = Harness(cfg, steps=3, latency=slow_domain)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    for _, batch in batches:
+        domains = [t.domain for t in batch]
+        assert domains.count("fast") == domains.count("slow") == 8
+
+
+def test_get_batch_timeout_says_what_it_waits_for():
+    h = Harness(rollout_cfg(get_batch_timeout_s=0.3), steps=2, latency=lambda t: 5.0)
+    with pytest.raises(BatchTimeout, match=r"0/2 groups ready.*trajectories running"):
+        asyncio.run(h.run())
+
+
+def test_turn_barrier_advances_a_cohort_in_lock_step():
+    async def scenario():
+        barrier = TurnBarrier(timeout_s=5)
+        order = []
+
+        async def member(tid, delays):
+            for k, d in enumerate(delays):
+                await barrier.before_turn(tid, k)
+                order.append((k, tid))
+                await asyncio.sleep(d)
+            await barrier.leave(tid)
+
+        for tid in "abc":
+            await barrier.join(tid, cohort=0)
+        await asyncio.gather(member("a", [0.0, 0.0, 0.0]), member("b", [0.05, 0.0, 0.0]),
+                             member("c", [0.0, 0.1]))
+        return order
+
+    order = asyncio.run(scenario())
+    turns = [k for k, _ in order]
+    assert turns == sorted(turns), f"a trajectory ran ahead of its cohort: {order}"
+
+
+def test_turn_barrier_run_with_the_scheduler():
+    barrier = TurnBarrier(timeout_s=10)
+    h = Harness(rollout_cfg(alpha=0), steps=2, gate=barrier)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    alpha=st.integers(0, 2),
+    mode=st.sampled_from(["trajectory", "token"]),
+    extra_per_group=st.integers(0, 1),
+    extra_groups=st.integers(0, 1),
+    fail_p=st.sampled_from([0.0, 0.15]),
+    score_fail=st.sampled_from([0.0, 0.1]),
+)
+def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
+    seed, alpha, mode, extra_per_group, extra_groups, fail_p, score_fail
+):
+    rng = random.Random(seed)
+    lat = {}
+
+    def latency(task):
+        return lat.setdefault(task.task_id, rng.expovariate(1 / 0.01))
+
+    def fail(task):
+        return random.Random(hash((seed, task.task_id))).random() < fail_p
+
+    cfg = rollout_cfg(alpha=alpha, staleness=mode,
+                      redundancy=RedundancyConfig(extra_per_group=extra_per_group, extra_groups=extra_groups))
+    h = Harness(cfg, steps=4, seed=seed, latency=latency, fail=fail, score_fail=score_fail)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    assert len(batches) == 4
