@@ -55,6 +55,7 @@ class ClusterConfig(Section):
     object_store_mb: int = Field(512, ge=64)
     namespace: str = "rollart"
     placement_timeout_s: float = Field(10.0, gt=0, description="how long a placement may stay pending")
+    start_timeout_s: float = Field(120.0, gt=0, description="how long a placed worker's constructor may take")
 
 
 class PoolConfig(Section):
@@ -152,6 +153,10 @@ class InferenceConfig(Section):
     prefix_cache_mb: float = Field(64.0, ge=0, description="KV kept for multi-turn prefix reuse (LRU)")
     request_timeout_s: float = Field(300.0, gt=0)
     num_threads: int = Field(1, ge=1, description="torch threads per inference worker")
+    admission_timeout_s: float = Field(
+        120.0, gt=0, description="how long LLMProxy holds a new request while suspended before failing it"
+    )
+    weights_poll_s: float = Field(0.5, gt=0, description="how often a worker checks the store for new weights")
 
 
 # --- reward plane ------------------------------------------------------------------------------------
@@ -246,12 +251,15 @@ class TrainConfig(Section):
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     checkpoint_every: int = Field(10, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
+    threads: int = Field(1, ge=1, description="torch threads per trainer worker")
+    timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on DDP collectives")
     warm_start: WarmStartConfig = WarmStartConfig()
 
 
 class WeightsConfig(Section):
     bucket_mb: float = Field(1.0, gt=0)
     keep_versions: int = Field(2, ge=1)
+    timeout_s: float = Field(60.0, gt=0, description="bound on every weight-store call (publish, pull)")
 
 
 class EvalConfig(Section):
@@ -262,10 +270,19 @@ class EvalConfig(Section):
 
 class ObservabilityConfig(Section):
     tensorboard: bool = True
-    wandb_project: str = ""
-    mlflow_uri: str = ""
-    progress: Literal["rich", "plain", "quiet"] = "rich"
+    tensorboard_flush_s: float = Field(10.0, gt=0, description="how often TensorBoard events hit disk")
+    wandb_project: str = Field("", description="log to W&B under this project (needs `wandb` installed)")
+    wandb_entity: str = ""
+    mlflow_uri: str = Field("", description="log to this MLflow tracking URI (needs `mlflow` installed)")
+    mlflow_experiment: str = "rollart"
+    progress: Literal["rich", "plain", "quiet"] = Field(
+        "rich", description="live progress: rich (a bar on a TTY, plain lines otherwise), plain lines, quiet"
+    )
     timeline: bool = True
+    timeline_max_trajectories: int = Field(
+        5000, ge=0, description="trajectories kept in timeline.json; later ones are counted, not drawn"
+    )
+    gantt_rows: int = Field(48, ge=1, description="trajectories drawn in the report's Gantt chart")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 

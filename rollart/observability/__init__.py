@@ -1,1 +1,78 @@
-"""rollart.observability (see DESIGN.md §4)."""
+"""rollart.observability: metrics of every plane, the trajectory timeline, live progress and the report.
+
+What the driver does with it, once per run and once per step:
+
+    logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=t0, hparams=cfg.model_dump(mode="json"))
+    timeline = Timeline(start_time=t0, max_trajectories=cfg.observability.timeline_max_trajectories)
+    progress = Progress(cfg.observability.progress)
+    each step:
+        for t in batch + dropped: timeline.add_trajectory(t)
+        timeline.add_span(Span("train", t_a, t_b, "trainer/train/0"))           # and weights.*, get_batch.wait
+        metrics = {**batch_metrics(batch, version, cfg.rollout.staleness), **dropped_metrics(dropped),
+                   **utilisation_metrics(timeline.spans(), (step_start, step_end), workers),
+                   **system_metrics(tokens, step_s), **prefixed("train", trainer_stats),
+                   "time/train": ..., "time/step": ..., ...}
+        logger.log(step, metrics); progress.update(step, total_steps, metrics)
+    at the end: timeline.write(RunPaths.of(run_dir).timeline); write_summary(run_dir, extra); logger.close();
+    progress.close(); build_report(run_dir)
+
+Metric names (issue 8 §1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
+- time/{env.reset, generate, env.step, reward, buffer.wait}: trajectory-seconds summed over the batch
+  (`batch_metrics`); time/{train, weights.publish, weights.pull, weights.exposed, get_batch_wait, step}:
+  wall seconds of the driver's phases (the driver logs them).
+- rollout/{trajectories, groups, turns_mean, tokens, prompt_tokens, response_tokens, success, reward_mean,
+  truncated_frac, format_error_frac}; env/<d>/{count, success, reward, env_return, turns, tokens,
+  prefill_tokens, decode_tokens}; reward/{mean, std, min, max, zero_std_groups}.
+- eval/<d>/score and eval/mean (the driver logs them at eval steps).
+- train/* (trainer stats through `prefixed("train", ...)`); weights/* (publisher stats).
+- buffer/staleness_<k>, buffer/staleness_mean, buffer/staleness_max, buffer/{aborted, stale, failed,
+  wasted_tokens} (`dropped_metrics`), buffer/cancelled (the control plane's count).
+- pools/<pool>/utilisation (`utilisation_metrics`), pools/fallbacks (the resource plane's count).
+- system/{tokens_per_s, rss_mb} (`system_metrics`).
+"""
+
+from rollart.observability.aggregate import (
+    PHASES,
+    batch_metrics,
+    dropped_metrics,
+    prefixed,
+    rollout_metrics,
+    span_time_totals,
+    staleness_metrics,
+    system_metrics,
+    trajectory_spans,
+    utilisation_metrics,
+)
+from rollart.observability.logger import MetricsLogger
+from rollart.observability.progress import Progress
+from rollart.observability.records import read_metrics, summarize, write_summary
+from rollart.observability.report import build_report
+from rollart.observability.rundir import NAMESPACES, RunPaths
+from rollart.observability.timeline import Timeline, assign_lanes, load_trace
+from rollart.observability.utilisation import pool_utilisation, worker_utilisation
+
+__all__ = [
+    "NAMESPACES",
+    "PHASES",
+    "MetricsLogger",
+    "Progress",
+    "RunPaths",
+    "Timeline",
+    "assign_lanes",
+    "batch_metrics",
+    "build_report",
+    "dropped_metrics",
+    "load_trace",
+    "pool_utilisation",
+    "prefixed",
+    "read_metrics",
+    "rollout_metrics",
+    "span_time_totals",
+    "staleness_metrics",
+    "summarize",
+    "system_metrics",
+    "trajectory_spans",
+    "utilisation_metrics",
+    "worker_utilisation",
+    "write_summary",
+]

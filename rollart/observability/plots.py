@@ -1,0 +1,227 @@
+"""The report's plots, each drawn with matplotlib's object API (no pyplot state, Agg canvas) into PNG bytes.
+
+In: merged metric records (`records.read_metrics`) and a loaded trace (`timeline.load_trace`). Out: PNG
+bytes, or None when the input holds nothing to draw (the report then says what is missing).
+
+Guarantees: pure functions of their inputs (no global matplotlib state, safe in threads); colours of the
+phases are fixed (`PHASE_COLOURS`) so every chart of a report and every report agree.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from typing import Mapping, Sequence
+
+from matplotlib.figure import Figure
+
+from rollart.observability.aggregate import PHASES
+from rollart.observability.records import Record, domains_with, series
+from rollart.observability.timeline import Trace, TraceSpan
+
+PHASE_COLOURS: dict[str, str] = {
+    "env.reset": "#8c564b",
+    "generate": "#1f77b4",
+    "env.step": "#ff7f0e",
+    "reward": "#2ca02c",
+    "buffer.wait": "#c7c7c7",
+    "train": "#d62728",
+    "weights.exposed": "#9467bd",
+    "weights.publish": "#9467bd",
+    "weights.pull": "#e377c2",
+    "get_batch.wait": "#7f7f7f",
+    "get_batch_wait": "#7f7f7f",
+    "other": "#bcbd22",
+    "trajectory": "#f0f0f0",
+}
+_EXTRA = ("#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
+
+
+def colour(name: str) -> str:
+    return PHASE_COLOURS.get(name) or _EXTRA[sum(map(ord, name)) % len(_EXTRA)]
+
+
+def to_png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def curves_png(records: list[Record], metrics: Sequence[tuple[str, str]], ylabel: str) -> bytes | None:
+    """Each (label, metric name) over steps (left) and over wall time (right); None if none has data."""
+    lines = [(label, name) for label, name in metrics if series(records, name)[1]]
+    if not lines:
+        return None
+    fig = Figure(figsize=(11, 3.6))
+    for i, x in enumerate(("step", "wall_s")):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for label, name in lines:
+            xs, ys = series(records, name, x)
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=label)
+        ax.set_xlabel("train step" if x == "step" else "wall time (s)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    fig.axes[0].legend(fontsize=8)
+    return to_png(fig)
+
+
+def domain_metric_png(records: list[Record], prefix: str, suffix: str, ylabel: str, mean: str = "") -> bytes | None:
+    """One curve per domain for keys `<prefix><domain><suffix>` (plus `mean` if given)."""
+    metrics = [(d, f"{prefix}{d}{suffix}") for d in domains_with(records, prefix, suffix)]
+    if mean:
+        metrics.append(("mean", mean))
+    return curves_png(records, metrics, ylabel)
+
+
+def _stacked(
+    ax, steps: list[float], parts: Mapping[str, list[float]], title: str, ylabel: str,
+    colour_keys: Mapping[str, str] | None = None,
+) -> None:
+    bottom = [0.0] * len(steps)
+    width = 0.8 if len(steps) < 2 else 0.8 * min(b - a for a, b in zip(steps, steps[1:]))
+    for name, values in parts.items():
+        ax.bar(steps, values, width, bottom=bottom, label=name, color=colour((colour_keys or {}).get(name, name)))
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("train step")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def step_breakdown_png(records: list[Record]) -> bytes | None:
+    """Left: where the driver's step wall time went (get_batch wait, weight sync exposed, train, other).
+    Right: where a trajectory's time went, mean per trajectory of the batch (time/<phase> ÷ trajectories).
+    Two panels because rollout overlaps the driver's step: its phases are trajectory-seconds, not a share
+    of the step."""
+    steps = [float(r["step"]) for r in records]
+
+    def col(name: str) -> list[float]:
+        return [float(r.get(name) or 0.0) for r in records]
+
+    driver: dict[str, list[float]] = {
+        "get_batch wait": col("time/get_batch_wait"),
+        "weight sync (exposed)": col("time/weights.exposed"),
+        "train": col("time/train"),
+    }
+    if any(r.get("time/step") is not None for r in records):
+        total = col("time/step")
+        driver["other"] = [max(0.0, t - sum(p)) for t, *p in zip(total, *driver.values())]
+    has_driver = any(any(v) for v in driver.values())
+    n = col("rollout/trajectories")
+    phases = {p: [t / k if k else 0.0 for t, k in zip(col(f"time/{p}"), n)] for p in PHASES}
+    has_phases = any(any(v) for v in phases.values())
+    if not (has_driver or has_phases):
+        return None
+    fig = Figure(figsize=(11, 3.8))
+    if has_driver:
+        colour_keys = {"get_batch wait": "get_batch_wait", "weight sync (exposed)": "weights.exposed"}
+        _stacked(fig.add_subplot(1, 2, 1), steps, driver, "driver step wall time", "seconds", colour_keys)
+    if has_phases:
+        _stacked(fig.add_subplot(1, 2, 2), steps, phases, "trajectory time by phase (mean per trajectory)", "seconds")
+    return to_png(fig)
+
+
+def utilisation_png(records: list[Record], overall: Mapping[str, float]) -> bytes | None:
+    """Left: pools/<pool>/utilisation per step; right: whole-run utilisation per pool from the timeline."""
+    pools = domains_with(records, "pools/", "/utilisation")
+    if not pools and not overall:
+        return None
+    fig = Figure(figsize=(11, 3.4))
+    if pools:
+        ax = fig.add_subplot(1, 2, 1)
+        for p in pools:
+            xs, ys = series(records, f"pools/{p}/utilisation")
+            ax.plot(xs, [100 * y for y in ys], marker="o" if len(xs) < 30 else None, ms=3, label=p)
+        ax.set_ylim(0, 105)
+        ax.set_xlabel("train step")
+        ax.set_ylabel("utilisation (%)")
+        ax.set_title("per step", fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    if overall:
+        ax = fig.add_subplot(1, 2, 2)
+        names = list(overall)
+        ax.barh(names, [100 * overall[p] for p in names], color="#1f77b4")
+        for i, p in enumerate(names):
+            ax.text(100 * overall[p] + 1, i, f"{100 * overall[p]:.0f}%", va="center", fontsize=8)
+        ax.set_xlim(0, 110)
+        ax.set_xlabel("busy time / wall time (%)")
+        ax.set_title("whole run (from the timeline)", fontsize=10)
+    return to_png(fig)
+
+
+def staleness_histogram(records: list[Record]) -> dict[int, float]:
+    """Total trained trajectories per staleness k over the run (from buffer/staleness_<k>)."""
+    hist: dict[int, float] = defaultdict(float)
+    for rec in records:
+        for key, value in rec.items():
+            suffix = key[len("buffer/staleness_"):]
+            if key.startswith("buffer/staleness_") and suffix.isdigit() and isinstance(value, (int, float)):
+                hist[int(suffix)] += value
+    return dict(sorted(hist.items()))
+
+
+def staleness_png(hist: Mapping[int, float]) -> bytes | None:
+    if not hist:
+        return None
+    fig = Figure(figsize=(5.5, 3.2))
+    ax = fig.add_subplot(1, 1, 1)
+    ks = list(hist)
+    ax.bar(ks, [hist[k] for k in ks], color="#1f77b4")
+    ax.set_xticks(ks)
+    ax.set_xlabel("staleness k = train version − behaviour version")
+    ax.set_ylabel("trajectories trained")
+    ax.grid(alpha=0.3, axis="y")
+    return to_png(fig)
+
+
+def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float) -> bytes:
+    fig = Figure(figsize=(11, max(2.5, 0.6 + 0.22 * len(rows))))
+    ax = fig.add_subplot(1, 1, 1)
+    names: dict[str, None] = {}
+    for y, (_, spans) in enumerate(rows):
+        by_name: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for s in spans:
+            by_name[s.name].append((s.start, max(s.end - s.start, 0.0)))
+            names[s.name] = None
+        for name, bars in by_name.items():
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=colour(name), alpha=alpha, linewidth=0)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for label, _ in rows], fontsize=6 if len(rows) > 24 else 8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since run start")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    handles = [ax.bar(0, 0, color=colour(n), label=n) for n in names]
+    if handles:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return to_png(fig)
+
+
+def trajectory_gantt_png(trace: Trace, max_rows: int) -> bytes | None:
+    """Rows = trajectories (evenly sampled over the run when there are more than max_rows), bars = phases."""
+    by_traj: dict[str, list[TraceSpan]] = defaultdict(list)
+    for s in trace.spans:
+        if s.view == "trajectory" and s.name != "trajectory":
+            by_traj[s.trajectory_id].append(s)
+    if not by_traj:
+        return None
+    ordered = sorted(by_traj.items(), key=lambda kv: min(s.start for s in kv[1]))
+    if len(ordered) > max_rows:
+        stride = len(ordered) / max_rows
+        ordered = [ordered[int(i * stride)] for i in range(max_rows)]
+    rows = [(f"{tid} [{spans[0].domain}]", spans) for tid, spans in ordered]
+    title = f"trajectories ({len(rows)} of {len(by_traj)} shown)"
+    return _gantt(rows, title, alpha=1.0)
+
+
+def worker_gantt_png(trace: Trace) -> bytes | None:
+    """Rows = workers; concurrent requests on one worker overlap, drawn translucent (darker = more)."""
+    by_worker: dict[str, list[TraceSpan]] = defaultdict(list)
+    for s in trace.spans:
+        if s.view == "worker":
+            by_worker[s.worker].append(s)
+    if not by_worker:
+        return None
+    return _gantt(sorted(by_worker.items()), "workers (overlapping bars = concurrent requests)", alpha=0.45)

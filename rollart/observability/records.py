@@ -1,0 +1,109 @@
+"""Reading metrics.jsonl back, and the run summary derived from it.
+
+In: RUN_DIR/metrics.jsonl (lines written by `MetricsLogger`). Out: one merged record per step, series of a
+metric over steps and wall time, and RUN_DIR/summary.json.
+
+Guarantees:
+- Records of the same step are merged (later lines win), so a step logged in several calls, or logged
+  again after a resume, reads as one record; the result is ordered by step.
+- A malformed line is a ValueError naming the file and line number (a truncated last line — a crash
+  mid-write — is skipped, since everything before it is still good).
+- summary.json holds at least: steps, wall_s, eval_first, eval_last, eval_first_by_domain,
+  eval_last_by_domain (None / {} when the run logged no eval), reward_first, reward_last, trajectories,
+  tokens, and the totals of buffer/{aborted, stale, failed, cancelled, wasted_tokens}; the driver's own
+  `extra` keys are merged over them. It is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from rollart.observability.rundir import RunPaths
+
+Record = dict[str, Any]
+
+
+def read_metrics(path: str | Path) -> list[Record]:
+    path = Path(path)
+    by_step: dict[int, Record] = {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            step = int(rec["step"])
+        except (ValueError, KeyError, TypeError) as exc:
+            if i == len(lines):
+                break  # a crash while writing the last line
+            raise ValueError(f"{path}:{i}: not a metrics record ({exc}): {line[:120]!r}") from None
+        by_step.setdefault(step, {}).update(rec)
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def series(records: list[Record], name: str, x: str = "step") -> tuple[list[float], list[float]]:
+    """(x values, metric values) of the records that hold a number for `name`; x is "step" or "wall_s"."""
+    xs, ys = [], []
+    for rec in records:
+        value = rec.get(name)
+        if isinstance(value, (int, float)) and rec.get(x) is not None:
+            xs.append(float(rec[x]))
+            ys.append(float(value))
+    return xs, ys
+
+
+def domains_with(records: list[Record], prefix: str, suffix: str) -> list[str]:
+    """Domains named by keys `<prefix><domain><suffix>`, e.g. ("eval/", "/score") → ["frozenlake", "math"]."""
+    found = {
+        k[len(prefix): -len(suffix)]
+        for rec in records for k in rec
+        if k.startswith(prefix) and k.endswith(suffix) and len(k) > len(prefix) + len(suffix)
+    }
+    return sorted(d for d in found if "/" not in d)
+
+
+def _first_last(records: list[Record], name: str) -> tuple[float | None, float | None]:
+    _, ys = series(records, name)
+    return (ys[0], ys[-1]) if ys else (None, None)
+
+
+def summarize(records: list[Record]) -> dict[str, Any]:
+    domains = domains_with(records, "eval/", "/score")
+    eval_first, eval_last = _first_last(records, "eval/mean")
+    first_by = {d: _first_last(records, f"eval/{d}/score")[0] for d in domains}
+    last_by = {d: _first_last(records, f"eval/{d}/score")[1] for d in domains}
+    if eval_first is None and domains:  # no eval/mean logged: the mean of the domains
+        eval_first = sum(v for v in first_by.values() if v is not None) / len(domains)
+        eval_last = sum(v for v in last_by.values() if v is not None) / len(domains)
+    reward_first, reward_last = _first_last(records, "rollout/reward_mean")
+
+    def total(name: str) -> float:
+        return sum(series(records, name)[1])
+
+    return {
+        "steps": max((int(r["step"]) for r in records), default=0),
+        "wall_s": max((float(r.get("wall_s") or 0.0) for r in records), default=0.0),
+        "eval_first": eval_first,
+        "eval_last": eval_last,
+        "eval_first_by_domain": first_by,
+        "eval_last_by_domain": last_by,
+        "reward_first": reward_first,
+        "reward_last": reward_last,
+        "trajectories": total("rollout/trajectories"),
+        "tokens": total("rollout/tokens"),
+        **{f"{k}_total": total(f"buffer/{k}") for k in ("aborted", "stale", "failed", "cancelled", "wasted_tokens")},
+    }
+
+
+def write_summary(run_dir: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+    """Summarise RUN_DIR/metrics.jsonl (plus the driver's `extra`) into RUN_DIR/summary.json."""
+    paths = RunPaths.of(run_dir)
+    records = read_metrics(paths.metrics) if paths.metrics.exists() else []
+    summary = {**summarize(records), **(extra or {})}
+    tmp = paths.summary.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, paths.summary)
+    return paths.summary

@@ -1,0 +1,222 @@
+"""`rollart report RUN_DIR`: one self-contained HTML page about a run.
+
+In: RUN_DIR/{config.yaml, metrics.jsonl, timeline.json, summary.json} — any of them may be missing.
+Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data URIs: summary table, validation
+score and training reward per domain over steps and wall time, step-time breakdown as stacked bars,
+utilisation per pool, staleness histogram and rollout losses, and the Gantt charts of trajectories and
+workers.
+
+Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
+data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
+unreadable turns its section into a sentence saying what is missing, never a failed report.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from rollart.observability import plots
+from rollart.observability.records import Record, read_metrics
+from rollart.observability.rundir import RunPaths
+from rollart.observability.timeline import Trace, load_trace
+from rollart.observability.utilisation import pool_utilisation
+
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+_CSS = """
+body { font-family: system-ui, -apple-system, 'DejaVu Sans', sans-serif; margin: 2em auto; max-width: 1150px;
+       color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
+img { max-width: 100%; display: block; margin: .5em 0; }
+table { border-collapse: collapse; font-size: .9em; } td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
+.missing { color: #a15c00; background: #fff6e5; padding: .5em .8em; border-left: 3px solid #f0a030; }
+.note { color: #666; font-size: .85em; }
+"""
+
+
+@dataclass
+class _Inputs:
+    paths: RunPaths
+    records: list[Record] | None
+    trace: Trace | None
+    summary: dict[str, Any] | None
+    config: dict[str, Any] | None
+    problems: dict[str, str]  # input name → why it is unavailable
+
+
+def _load(paths: RunPaths) -> _Inputs:
+    problems: dict[str, str] = {}
+
+    def attempt(name: str, path: Path, read: Callable[[Path], Any]) -> Any:
+        if not path.exists():
+            problems[name] = f"{path.name} is missing from {paths.root}"
+            return None
+        try:
+            return read(path)
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            problems[name] = f"{path.name} could not be read: {exc}"
+            return None
+
+    records = attempt("metrics", paths.metrics, read_metrics)
+    if records == []:
+        problems["metrics"] = f"{paths.metrics.name} holds no records yet"
+        records = None
+    return _Inputs(
+        paths=paths,
+        records=records,
+        trace=attempt("timeline", paths.timeline, load_trace),
+        summary=attempt("summary", paths.summary, lambda p: json.loads(p.read_text())),
+        config=attempt("config", paths.config, lambda p: yaml.safe_load(p.read_text())),
+        problems=problems,
+    )
+
+
+def _missing(text: str) -> str:
+    return f'<p class="missing">{html.escape(text)}</p>'
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        if isinstance(v, dict):
+            return ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) or "—"
+        return "—" if v is None else str(v)
+
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(fmt(v))}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _plot_or_missing(png: bytes | None, alt: str, need: str, inputs: _Inputs, source: str = "metrics") -> str:
+    if source in inputs.problems:
+        return _missing(inputs.problems[source])
+    return _img(png, alt) if png else _missing(f"no data: {need}")
+
+
+# --- sections ----------------------------------------------------------------------------------------
+
+
+def _summary(inp: _Inputs) -> str:
+    parts = []
+    if inp.summary is not None:
+        parts.append(_table(sorted(inp.summary.items())))
+    else:
+        parts.append(_missing(inp.problems.get("summary", "summary.json is missing")))
+    if inp.config is not None:
+        cfg = inp.config
+        rollout = cfg.get("rollout", {})
+        domains = cfg.get("domains", {}) or {}
+        parts.append("<h3>Configuration</h3>" + _table([
+            ("domains", {d: f"{v.get('env')} on {v.get('pool')}" for d, v in domains.items()}),
+            ("staleness bound α", rollout.get("alpha")),
+            ("staleness mode", rollout.get("staleness")),
+            ("barrier", rollout.get("barrier")),
+            ("batch size / group size", f"{rollout.get('batch_size')} / {rollout.get('group_size')}"),
+            ("train steps", cfg.get("train", {}).get("steps")),
+            ("model", (cfg.get("model", {}) or {}).get("path") or "built-in tiny model"),
+        ]))
+    else:
+        parts.append(_missing(inp.problems.get("config", "config.yaml is missing")))
+    return "".join(parts)
+
+
+def _eval(inp: _Inputs) -> str:
+    png = plots.domain_metric_png(inp.records or [], "eval/", "/score", "validation score", mean="eval/mean")
+    return _plot_or_missing(png, "validation score per domain", "no eval/<domain>/score metrics were logged", inp)
+
+
+def _reward(inp: _Inputs) -> str:
+    records = inp.records or []
+    reward = plots.domain_metric_png(records, "env/", "/reward", "training reward")
+    success = plots.domain_metric_png(records, "env/", "/success", "success rate")
+    out = _plot_or_missing(reward, "training reward per domain", "no env/<domain>/reward metrics were logged", inp)
+    if success and "metrics" not in inp.problems:
+        out += _img(success, "success rate per domain")
+    return out
+
+
+def _breakdown(inp: _Inputs) -> str:
+    png = plots.step_breakdown_png(inp.records or [])
+    note = ('<p class="note">Left: the driver\'s critical path each step (time/get_batch_wait, '
+            'time/weights.exposed, time/train, rest of time/step). Right: time/&lt;phase&gt; ÷ '
+            'rollout/trajectories — rollout overlaps training, so its phases are trajectory-seconds.</p>')
+    return _plot_or_missing(png, "step-time breakdown", "no time/* metrics were logged", inp) + note
+
+
+def _utilisation(inp: _Inputs) -> str:
+    overall = pool_utilisation(inp.trace.worker_spans()) if inp.trace else {}
+    png = plots.utilisation_png(inp.records or [], overall)
+    out = _img(png, "utilisation per pool") if png else _missing(
+        "no pools/<pool>/utilisation metrics and no worker spans in the timeline"
+    )
+    for name in ("metrics", "timeline"):
+        if name in inp.problems:
+            out += _missing(inp.problems[name])
+    return out
+
+
+def _staleness(inp: _Inputs) -> str:
+    records = inp.records or []
+    png = plots.staleness_png(plots.staleness_histogram(records))
+    out = _plot_or_missing(png, "staleness histogram", "no buffer/staleness_<k> metrics were logged", inp)
+    if records:
+        totals = [(k, sum(float(r.get(f"buffer/{k}") or 0.0) for r in records))
+                  for k in ("aborted", "stale", "failed", "cancelled", "wasted_tokens")]
+        out += "<h3>Trajectories not trained</h3>" + _table(totals)
+    return out
+
+
+def _timeline(inp: _Inputs, gantt_rows: int) -> str:
+    if inp.trace is None:
+        return _missing(inp.problems.get("timeline", "timeline.json is missing"))
+    out = []
+    for png, alt in ((plots.trajectory_gantt_png(inp.trace, gantt_rows), "trajectory Gantt chart"),
+                     (plots.worker_gantt_png(inp.trace), "worker Gantt chart")):
+        out.append(_img(png, alt) if png else _missing(f"the timeline holds no spans for the {alt}"))
+    dropped = inp.trace.meta.get("dropped_trajectories", 0)
+    out.append(f'<p class="note">Open {html.escape(str(inp.paths.timeline))} in Perfetto (ui.perfetto.dev) '
+               f"or chrome://tracing for every span.{f' {dropped} trajectories beyond the cap are not recorded.' if dropped else ''}</p>")
+    return "".join(out)
+
+
+def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
+    """Write RUN_DIR/report/index.html and return its path. ValueError if RUN_DIR is not a directory."""
+    paths = RunPaths.of(run_dir)
+    if not paths.root.is_dir():
+        raise ValueError(f"run directory {paths.root} does not exist (give the run_dir of a run)")
+    inp = _load(paths)
+    if gantt_rows is None:
+        gantt_rows = int(((inp.config or {}).get("observability") or {}).get("gantt_rows", 48))
+    sections = [
+        ("Summary", _summary(inp)),
+        ("Validation score per domain", _eval(inp)),
+        ("Training reward per domain", _reward(inp)),
+        ("Step-time breakdown", _breakdown(inp)),
+        ("Utilisation per pool", _utilisation(inp)),
+        ("Staleness", _staleness(inp)),
+        ("Trajectory timeline", _timeline(inp, gantt_rows)),
+    ]
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    body = "".join(f"<h2>{html.escape(t)}</h2>{s}" for t, s in sections)
+    page = (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        f"<title>rollart report: {html.escape(paths.root.name)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>rollart report: {html.escape(str(paths.root))}</h1>"
+        f'<p class="note">generated {now}</p>{body}</body></html>'
+    )
+    paths.report_dir.mkdir(parents=True, exist_ok=True)
+    paths.report.write_text(page, encoding="utf-8")
+    return paths.report

@@ -1,0 +1,256 @@
+"""Timeline of every trajectory's life, written as Chrome-trace JSON (opens in Perfetto / chrome://tracing).
+
+In: finished `Trajectory`s (their spans and their turns' spans: env.reset, generate, env.step, reward,
+buffer.wait, each naming the worker that did it) and the driver's own spans (train, weights.publish,
+get_batch.wait, with a worker such as "trainer/train/0"). Out: RUN_DIR/timeline.json in the Chrome
+trace-event format, read back by `load_trace` for the report's Gantt charts and utilisation.
+
+Layout of the trace:
+- process "trajectories": one thread per trajectory, an enclosing "trajectory" event (args: id, domain,
+  status, reward, start version) with the trajectory's spans nested inside;
+- one process per worker pool ("<role>/<pool>/<i>" → pool), one thread per worker, every span that worker
+  did (args: trajectory id, domain). A worker that runs several requests at once (continuous batching)
+  gets extra lanes "<worker> #2", "#3", … — one per concurrent request — rather than overlapping events.
+
+Guarantees: within every thread, events either nest or are disjoint — never a partial overlap — because
+`assign_lanes` moves a span that would partially overlap into another lane; durations are ≥ 0 (a span
+whose clocks disagree is drawn with zero length); times are whole microseconds since the run's start. After
+`max_trajectories` trajectories, later ones are counted (otherData.dropped_trajectories), not recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from rollart.observability.aggregate import trajectory_spans
+from rollart.observability.utilisation import worker_pool
+from rollart.types import Span, Trajectory
+
+TRAJECTORY_PROCESS = "trajectories"
+
+
+def assign_lanes(intervals: Sequence[tuple[float, float]]) -> list[int]:
+    """A lane per interval (in input order) such that within a lane intervals nest or are disjoint.
+
+    Greedy in start order (longer first on ties): an interval joins the first lane whose innermost open
+    interval contains it, or in which it starts after everything has ended.
+    """
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], -intervals[i][1]))
+    stacks: list[list[float]] = []  # per lane: ends of the open intervals, innermost last
+    lanes = [0] * len(intervals)
+    for i in order:
+        s, e = intervals[i]
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or e <= stack[-1]:
+                stack.append(e)
+                lanes[i] = lane
+                break
+        else:
+            stacks.append([e])
+            lanes[i] = len(stacks) - 1
+    return lanes
+
+
+@dataclass(frozen=True)
+class _TrajectoryLife:
+    trajectory_id: str
+    domain: str
+    status: str
+    reward: float | None
+    start_version: int
+    spans: tuple[Span, ...]
+
+
+@dataclass(frozen=True)
+class _LooseSpan:
+    span: Span
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Timeline:
+    """Collects spans during a run; `write(path)` renders the Chrome trace (call it at any time)."""
+
+    def __init__(self, start_time: float | None = None, max_trajectories: int = 5000) -> None:
+        self.start_time = time.time() if start_time is None else float(start_time)
+        self.max_trajectories = max_trajectories
+        self.dropped_trajectories = 0
+        self._lives: list[_TrajectoryLife] = []
+        self._loose: list[_LooseSpan] = []
+
+    def add_trajectory(self, traj: Trajectory) -> None:
+        """Record a finished (or dropped) trajectory's life; only its spans and labels are kept."""
+        if len(self._lives) >= self.max_trajectories:
+            self.dropped_trajectories += 1
+            return
+        self._lives.append(
+            _TrajectoryLife(
+                trajectory_id=traj.trajectory_id,
+                domain=traj.domain,
+                status=traj.status.value if traj.status else "running",
+                reward=traj.reward,
+                start_version=traj.start_version,
+                spans=tuple(trajectory_spans(traj)),
+            )
+        )
+
+    def add_span(self, span: Span, **args: Any) -> None:
+        """Record a span outside any trajectory (train step, weight sync, get_batch wait) with its worker."""
+        if not span.worker:
+            raise ValueError(f"span '{span.name}' needs a worker (e.g. 'trainer/train/0') to be placed")
+        self._loose.append(_LooseSpan(span, args))
+
+    def spans(self) -> list[Span]:
+        """Every recorded span (trajectories' and the driver's), for utilisation."""
+        return [s for life in self._lives for s in life.spans] + [x.span for x in self._loose]
+
+    def write(self, path: str | Path) -> Path:
+        """Write the Chrome trace atomically (a reader never sees half a file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.trace()))
+        os.replace(tmp, path)
+        return path
+
+    def trace(self) -> dict[str, Any]:
+        return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories)
+
+
+def chrome_trace(
+    lives: Sequence[_TrajectoryLife], loose: Sequence[_LooseSpan], t0: float, dropped: int = 0
+) -> dict[str, Any]:
+    """The Chrome trace-event JSON object for the given trajectory lives and loose spans."""
+    events: list[dict[str, Any]] = []
+    tids = itertools.count(1)
+
+    def us(t: float) -> int:
+        # whole microseconds: rounding is monotonic, so nesting and disjointness survive it exactly
+        return round((t - t0) * 1e6)
+
+    def meta(kind: str, pid: int, name: str, tid: int | None = None, sort: int | None = None) -> None:
+        ev: dict[str, Any] = {"ph": "M", "name": kind, "pid": pid, "args": {"name": name}}
+        if tid is not None:
+            ev["tid"] = tid
+        events.append(ev)
+        if sort is not None:
+            key = "thread_sort_index" if tid is not None else "process_sort_index"
+            events.append({**ev, "name": key, "args": {"sort_index": sort}})
+
+    def x(name: str, cat: str, start: float, end: float, pid: int, tid: int, args: Mapping[str, Any]) -> None:
+        ts = us(start)
+        events.append({
+            "ph": "X", "name": name, "cat": cat, "ts": ts, "dur": max(0, us(end) - ts),
+            "pid": pid, "tid": tid, "args": dict(args),
+        })
+
+    # worker view: spans grouped by worker, from trajectories and from the driver
+    by_worker: dict[str, list[tuple[Span, dict[str, Any]]]] = {}
+    for life in lives:
+        for s in life.spans:
+            if s.worker:
+                args = {"trajectory_id": life.trajectory_id, "domain": life.domain, "worker": s.worker}
+                by_worker.setdefault(s.worker, []).append((s, args))
+    for ls in loose:
+        by_worker.setdefault(ls.span.worker, []).append((ls.span, {"worker": ls.span.worker, **ls.args}))
+
+    meta("process_name", 1, TRAJECTORY_PROCESS, sort=0)
+    for order, life in enumerate(sorted(lives, key=lambda lf: lf.spans[0].start if lf.spans else t0)):
+        if not life.spans:
+            continue
+        label = {"trajectory_id": life.trajectory_id, "domain": life.domain}
+        outer = Span("trajectory", min(s.start for s in life.spans), max(max(s.end, s.start) for s in life.spans))
+        items = [(outer, {**label, "status": life.status, "reward": life.reward,
+                          "start_version": life.start_version})]
+        items += [(s, {**label, "worker": s.worker}) for s in life.spans]
+        lanes = assign_lanes([(s.start, max(s.end, s.start)) for s, _ in items])
+        lane_tid = {}
+        for lane in sorted(set(lanes)):
+            lane_tid[lane] = next(tids)
+            suffix = f" #{lane + 1}" if lane else ""
+            meta("thread_name", 1, f"{life.trajectory_id} [{life.domain}]{suffix}", lane_tid[lane], order)
+        for (s, args), lane in zip(items, lanes):
+            x(s.name, "trajectory", s.start, s.end, 1, lane_tid[lane], args)
+
+    pools = sorted({worker_pool(w) for w in by_worker})
+    pool_pid = {p: i + 2 for i, p in enumerate(pools)}
+    for p, pid in pool_pid.items():
+        meta("process_name", pid, f"pool {p}", sort=pid)
+    for w_order, (worker, items) in enumerate(sorted(by_worker.items())):
+        pid = pool_pid[worker_pool(worker)]
+        lanes = assign_lanes([(s.start, max(s.end, s.start)) for s, _ in items])
+        lane_tid = {}
+        for lane in sorted(set(lanes)):
+            lane_tid[lane] = next(tids)
+            meta("thread_name", pid, worker + (f" #{lane + 1}" if lane else ""), lane_tid[lane],
+                 w_order * 10_000 + lane)
+        for (s, args), lane in zip(items, lanes):
+            x(s.name, "worker", s.start, s.end, pid, lane_tid[lane], args)
+
+    ends = [s.end for life in lives for s in life.spans] + [ls.span.end for ls in loose]
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "rollart",
+            "t0_unix": t0,
+            "end_unix": max(ends, default=t0),
+            "trajectories": len(lives),
+            "dropped_trajectories": dropped,
+        },
+    }
+
+
+# --- reading back (the report) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceSpan:
+    """One complete event of a trace, in seconds since the run's start."""
+
+    view: str  # "trajectory" or "worker"
+    name: str
+    start: float
+    end: float
+    worker: str = ""
+    trajectory_id: str = ""
+    domain: str = ""
+
+
+@dataclass(frozen=True)
+class Trace:
+    spans: tuple[TraceSpan, ...]
+    meta: Mapping[str, Any]
+
+    def worker_spans(self) -> list[Span]:
+        """The worker view as `Span`s (seconds since the run's start), for `pool_utilisation`."""
+        return [Span(s.name, s.start, s.end, s.worker) for s in self.spans if s.view == "worker"]
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a timeline.json written by `Timeline.write`; ValueError naming the file if it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        events: Iterable[Mapping[str, Any]] = data["traceEvents"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a Chrome trace written by rollart ({exc})") from None
+    spans = []
+    for ev in events:
+        if ev.get("ph") != "X":
+            continue
+        args = ev.get("args") or {}
+        start = ev["ts"] / 1e6
+        spans.append(TraceSpan(
+            view=ev.get("cat", ""), name=ev["name"], start=start, end=start + ev.get("dur", 0) / 1e6,
+            worker=str(args.get("worker", "")), trajectory_id=str(args.get("trajectory_id", "")),
+            domain=str(args.get("domain", "")),
+        ))
+    return Trace(tuple(spans), data.get("otherData", {}))
