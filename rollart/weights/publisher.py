@@ -1,0 +1,38 @@
+"""`StorePublisher` — the trainer's end of the weight store (implements `rollart.types.WeightPublisher`).
+
+In: a policy version and the trainer's named tensors (its `state_dict()`). Out: the version's buckets in
+the Ray object store, registered with the store actor; metrics `time/weights.publish` (pack + put +
+register), `weights/publish_mb`, `weights/buckets`.
+
+Guarantees: the bytes put are exactly the tensors' bytes at the time of the call (the object store holds
+its own copy: training may go on at once); `publish` returns only once the store holds the version, so a
+subscriber that sees it as latest can pull it. The object is picklable and is handed to the trainer
+actor; the trainer never imports this package.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import ray
+
+from rollart.weights.buckets import pack
+from rollart.weights.store import wait
+from rollart.weights.timing import PUBLISH
+
+
+class StorePublisher:
+    def __init__(self, store: Any, bucket_mb: float, timeout_s: float) -> None:
+        self.store = store  # WeightStoreActor handle
+        self.bucket_bytes = max(1, int(bucket_mb * 2**20))
+        self.timeout_s = timeout_s
+
+    def publish(self, version: int, named_tensors: Mapping[str, Any]) -> Mapping[str, float]:
+        start = time.perf_counter()
+        buckets, metas = pack(named_tensors, self.bucket_bytes)
+        refs = [ray.put(b.arrays) for b in buckets]
+        nbytes = sum(b.nbytes for b in buckets)
+        wait(self.store.register.remote(version, refs, metas, nbytes), self.timeout_s, f"register(v{version})")
+        return {PUBLISH: time.perf_counter() - start, "weights/publish_mb": nbytes / 2**20,
+                "weights/buckets": float(len(buckets))}
