@@ -1,1 +1,35 @@
-"""rollart.inference (see DESIGN.md §4)."""
+"""The inference plane: a continuous-batching engine, the worker actor that serves it, and the LLM proxy.
+
+Public API (imported lazily, so the proxy and its client load without torch):
+- `InferenceEngine` — the engine protocol (protocol.py); `HFEngine` — the built-in engine (hf_engine.py).
+- `InferenceWorker` — the Ray actor serving one engine replica on its pool (worker.py).
+- `LLMProxy` — the Ray actor routing requests by domain → pool, sticky per trajectory (proxy.py);
+  `LLMProxyClient` — the picklable `rollart.types.LLMClient` env workers call.
+- `validate_sampling`, `sampling_logprobs` — the sampling contract and behaviour logprobs (sampling.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "InferenceEngine": "rollart.inference.protocol",
+    "HFEngine": "rollart.inference.hf_engine",
+    "InferenceWorker": "rollart.inference.worker",
+    "build_engine": "rollart.inference.worker",
+    "LLMProxy": "rollart.inference.proxy",
+    "LLMProxyClient": "rollart.inference.proxy",
+    "Router": "rollart.inference.router",
+    "validate_sampling": "rollart.inference.sampling",
+    "sampling_logprobs": "rollart.inference.sampling",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rollart.inference' has no attribute {name!r}")

@@ -1,0 +1,406 @@
+"""`HFEngine`: a continuous-batching `InferenceEngine` over a Hugging Face causal LM (CPU or CUDA).
+
+In: a loaded `transformers` causal LM (Qwen3/Llama — any model whose KV cache is plain full-attention
+`DynamicLayer`s), optionally its tokenizer (needed only for stop strings), and `GenerationRequest`s.
+Out: `GenerationResult`s with one token, behaviour logprob and weight version per generated token.
+
+How a step works (the scheme NOTES.md verified exact against `generate`): the running requests share one
+left-aligned `DynamicCache` (see `rollart.inference.kv`). A step first drops aborted rows, then decodes
+one token for every running row in one forward pass, then prefills the requests that join — newcomers
+and rows whose KV must be recomputed after a weight swap — in one left-padded forward pass (a newcomer
+with a reusable cached prefix is prefilled alone, over its new tokens only), samples their first token
+and appends their cache rows to the batch. Finished rows leave at once; columns that became padding in
+every row are trimmed. Each row's cache always covers its context except its newest token, which is
+fed by the next decode.
+
+Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
+- Greedy output equals `model.generate` token for token; logprobs are those of
+  `rollart.inference.sampling` (the distribution actually sampled from; greedy: log-softmax at T=1).
+- A request stops at its stop token ids, at the model's EOS ids (`eos_token_ids`, default the model's
+  generation config), at a stop string, at `max_new_tokens`, or when its context reaches the model's
+  `max_position_embeddings`. The stopping token is part of the output (token-in/token-out).
+- `update_weights` copies the tensors in place (bit-identical for equal dtypes), drops the prefix cache
+  and re-prefills every running request's prompt + tokens under the new weights on the next step.
+- `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
+  from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from rollart.inference import kv
+from rollart.inference.prefix_cache import PrefixCache
+from rollart.inference.sampling import choose_tokens, sampling_logprobs, validate_sampling
+from rollart.types import FinishReason, GenerationRequest, GenerationResult, SamplingParams, Span
+
+
+@dataclass
+class _Seq:
+    """One request's state while it is queued or running."""
+
+    request: GenerationRequest
+    generator: torch.Generator | None
+    stop_ids: frozenset[int]
+    added_at: float
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    cached: int = 0  # context tokens whose KV is in the cache (all but the newest token)
+    prefill_tokens: int = 0
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.request.sampling
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        return self.request.prompt_token_ids
+
+    def context(self) -> list[int]:
+        return list(self.prompt) + self.tokens
+
+
+class HFEngine:
+    """Continuous batching over one transformers model; see the module docstring."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        max_batch_size: int = 32,
+        prefix_cache_mb: float = 64.0,
+        version: int = 0,
+        worker: str = "",
+        eos_token_ids: Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> None:
+        kv.check_supported(model.config)
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size} is invalid: it must be >= 1")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.worker = worker
+        self.device = next(model.parameters()).device
+        self.vocab_size = int(model.config.vocab_size)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        if eos_token_ids is None:
+            eos = model.generation_config.eos_token_id
+            eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self._version = int(version)
+        self._seeds = random.Random(seed)
+        self._prefix = PrefixCache(int(prefix_cache_mb * 2**20))
+        self._waiting: deque[_Seq] = deque()
+        self._running: list[_Seq] = []  # rows of the batch cache, in order
+        self._recompute: list[_Seq] = []  # running requests whose KV was dropped by a weight swap
+        self._cache: DynamicCache | None = None
+        self._mask: torch.Tensor | None = None  # (rows, columns); 0 marks left padding
+        self._live: dict[str, _Seq] = {}
+        self._aborts: list[str] = []
+        self._suspended = False
+        self._counters = dict.fromkeys(
+            ("steps", "decode_steps", "decode_rows", "tokens_generated", "prompt_tokens", "prefill_tokens",
+             "recompute_tokens", "requests_finished", "requests_aborted", "weight_updates", "swap_s_total"),
+            0.0,
+        )
+
+    # --- the InferenceEngine protocol ------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def add(self, request: GenerationRequest) -> None:
+        prompt = request.prompt_token_ids
+        if request.request_id in self._live:
+            raise ValueError(f"request_id={request.request_id!r} is already queued or running on this engine")
+        if not prompt:
+            raise ValueError(f"prompt_token_ids of request {request.request_id!r} is empty: give at least one token")
+        if len(prompt) >= self.max_context:
+            raise ValueError(
+                f"prompt_token_ids of request {request.request_id!r} has {len(prompt)} tokens; the model's "
+                f"context is {self.max_context}, so a prompt may have at most {self.max_context - 1}"
+            )
+        bad = [t for t in prompt if not (0 <= t < self.vocab_size)]
+        if bad:
+            raise ValueError(
+                f"prompt_token_ids of request {request.request_id!r} holds ids outside [0, {self.vocab_size}): {bad[:5]}"
+            )
+        validate_sampling(request.sampling, self.vocab_size, can_decode=self.tokenizer is not None)
+        generator = None
+        if request.sampling.temperature > 0:
+            seed = request.sampling.seed
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(seed if seed is not None else self._seeds.getrandbits(63))
+        seq = _Seq(request, generator, self.eos_token_ids | set(request.sampling.stop_token_ids), time.time())
+        self._live[request.request_id] = seq
+        self._waiting.append(seq)
+
+    def abort(self, request_id: str) -> None:
+        if request_id in self._live:
+            self._aborts.append(request_id)
+
+    def has_work(self) -> bool:
+        return bool(self._running or self._recompute or self._aborts or (self._waiting and not self._suspended))
+
+    def suspend(self) -> None:
+        self._suspended = True
+
+    def resume(self) -> None:
+        self._suspended = False
+
+    @torch.inference_mode()
+    def step(self) -> list[GenerationResult]:
+        self._counters["steps"] += 1
+        done = self._apply_aborts()
+        if self._running:
+            done += self._decode()
+        joining, self._recompute = self._recompute, []
+        while self._waiting and not self._suspended and len(self._running) + len(joining) < self.max_batch_size:
+            joining.append(self._waiting.popleft())
+        if joining:
+            done += self._prefill(joining)
+        return done
+
+    def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
+        if version <= self._version:
+            raise ValueError(
+                f"weights version {version} is not newer than the served version {self._version}: "
+                "versions never go backwards"
+            )
+        start = time.perf_counter()
+        self._load(tensors)
+        self._version = int(version)
+        self._prefix.clear()  # KV of older weights is never reused
+        self._recompute = self._running + self._recompute
+        for seq in self._recompute:
+            seq.cached = 0
+        self._running, self._cache, self._mask = [], None, None
+        self._counters["weight_updates"] += 1
+        self._counters["swap_s_total"] += time.perf_counter() - start
+
+    def stats(self) -> dict[str, float]:
+        c = self._counters
+        return {
+            **c,
+            "version": float(self._version),
+            "running": float(len(self._running) + len(self._recompute)),
+            "waiting": float(len(self._waiting)),
+            "suspended": float(self._suspended),
+            "mean_batch": c["decode_rows"] / c["decode_steps"] if c["decode_steps"] else 0.0,
+            **self._prefix.stats(),
+        }
+
+    # --- one step's parts ------------------------------------------------------------------------------
+
+    def _apply_aborts(self) -> list[GenerationResult]:
+        ids, self._aborts = set(self._aborts), []
+        if not ids:
+            return []
+        self._waiting = deque(s for s in self._waiting if s.request.request_id not in ids)
+        self._recompute = [s for s in self._recompute if s.request.request_id not in ids]
+        rows = [i for i, s in enumerate(self._running) if s.request.request_id in ids]
+        if rows:
+            self._drop_rows(rows)
+        self._counters["requests_aborted"] += len(ids)
+        return [self._result(self._live[rid], "abort") for rid in ids]
+
+    def _decode(self) -> list[GenerationResult]:
+        rows = self._running
+        n = len(rows)
+        inputs = torch.tensor([[s.tokens[-1]] for s in rows], device=self.device)
+        positions = torch.tensor([[s.cached] for s in rows], device=self.device)
+        self._mask = torch.cat([self._mask, self._mask.new_ones(n, 1)], dim=1)
+        out = self.model(
+            input_ids=inputs, attention_mask=self._mask, position_ids=positions, cache=self._cache, use_cache=True
+        )
+        for s in rows:
+            s.cached += 1
+        self._counters["decode_steps"] += 1
+        self._counters["decode_rows"] += n
+        finished = self._sample(rows, out.logits[:, -1, :])
+        return self._finish_rows(finished)
+
+    def _prefill(self, seqs: list[_Seq]) -> list[GenerationResult]:
+        """Compute the KV of each joining request's context, sample its next token, add it to the batch."""
+        reused = {}
+        for s in seqs:
+            if not s.tokens:  # a newcomer; rows being recomputed never hit (their prefix KV is stale)
+                reused[id(s)] = self._prefix.take(s.request.trajectory_id, s.prompt, self._version)
+        plain = [s for s in seqs if reused.get(id(s), (0, None))[1] is None]
+        hits = [s for s in seqs if reused.get(id(s), (0, None))[1] is not None]
+        groups: list[tuple[list[_Seq], DynamicCache, torch.Tensor, torch.Tensor]] = []
+        if plain:
+            groups.append((plain, *self._forward_padded(plain)))
+        for s in hits:
+            groups.append(([s], *self._forward_with_prefix(s, *reused[id(s)])))
+        results: list[GenerationResult] = []
+        for group, cache, mask, logits in groups:
+            for s in group:
+                computed = len(s.context()) - s.cached
+                s.cached = len(s.context())
+                if s.tokens:
+                    self._counters["recompute_tokens"] += computed
+                else:
+                    s.prefill_tokens = computed
+                    self._counters["prompt_tokens"] += len(s.prompt)
+                    self._counters["prefill_tokens"] += computed
+            finished = set(self._sample(group, logits))
+            keep = [i for i in range(len(group)) if i not in finished]
+            for i in finished:
+                results.append(self._finish(group[i], cache, i))
+            if keep:
+                if len(keep) < len(group):
+                    kv.select_rows(cache, keep)
+                    mask = mask[keep]
+                self._join(cache, mask, [group[i] for i in keep])
+        return results
+
+    def _forward_padded(self, seqs: list[_Seq]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """One left-padded forward over whole contexts (as `generate` prefills a batch)."""
+        contexts = [s.context() for s in seqs]
+        width = max(len(c) for c in contexts)
+        pad = self.model.generation_config.pad_token_id or 0
+        ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
+        return cache, mask, out.logits[:, -1, :]
+
+    def _forward_with_prefix(
+        self, s: _Seq, reuse: int, prefix_kv: kv.RowKV
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """Prefill only the context tokens past a reused prefix of `reuse` tokens."""
+        context = s.context()
+        s.cached = reuse
+        cache = kv.row_cache(prefix_kv, reuse, self.model.config)
+        ids = torch.tensor([context[reuse:]], device=self.device)
+        mask = torch.ones(1, len(context), dtype=torch.long, device=self.device)
+        positions = torch.arange(reuse, len(context), device=self.device)[None]
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
+        return cache, mask, out.logits[:, -1, :]
+
+    def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> list[int]:
+        """Append one sampled token to each row; return the indices of rows that finished."""
+        params = [s.params for s in rows]
+        logprobs = sampling_logprobs(logits, params)
+        tokens, picked = choose_tokens(logprobs, params, [s.generator for s in rows])
+        finished = []
+        for i, (s, tok, lp) in enumerate(zip(rows, tokens, picked)):
+            s.tokens.append(tok)
+            s.logprobs.append(lp)
+            s.versions.append(self._version)
+            if self._finish_reason(s) is not None:
+                finished.append(i)
+        self._counters["tokens_generated"] += len(rows)
+        return finished
+
+    def _finish_reason(self, s: _Seq) -> FinishReason | None:
+        if s.tokens[-1] in s.stop_ids or (s.params.stop_strings and self._hit_stop_string(s)):
+            return "stop"
+        if len(s.tokens) >= s.params.max_new_tokens or len(s.prompt) + len(s.tokens) >= self.max_context:
+            return "length"
+        return None
+
+    def _hit_stop_string(self, s: _Seq) -> bool:
+        # A stop string not seen before must end in the newest token; it spans at most 4 bytes (so at most
+        # 4 byte-level tokens) per character, plus one token that may start mid-character.
+        window = 4 * max(len(x) for x in s.params.stop_strings) + 1
+        text = self.tokenizer.decode(s.tokens[-window:], skip_special_tokens=False)
+        return any(x in text for x in s.params.stop_strings)
+
+    # --- batch bookkeeping -----------------------------------------------------------------------------
+
+    def _join(self, cache: DynamicCache, mask: torch.Tensor, seqs: list[_Seq]) -> None:
+        if self._cache is None:
+            self._cache, self._mask, self._running = cache, mask, list(seqs)
+            return
+        width = max(self._mask.shape[1], mask.shape[1])
+        self._mask = torch.cat([_pad_mask(self._mask, width), _pad_mask(mask, width)], dim=0)
+        self._cache = kv.append_rows(self._cache, [cache])
+        self._running += seqs
+
+    def _finish_rows(self, rows: list[int]) -> list[GenerationResult]:
+        results = [self._finish(self._running[i], self._cache, i) for i in rows]
+        if rows:
+            self._drop_rows(rows)
+        return results
+
+    def _finish(self, s: _Seq, cache: DynamicCache, row: int) -> GenerationResult:
+        """Result of a request that stopped; its KV is kept for the trajectory's next turn."""
+        if self._prefix.budget_bytes:
+            self._prefix.put(
+                s.request.trajectory_id, s.context()[: s.cached], self._version, kv.copy_row(cache, row, s.cached)
+            )
+        self._counters["requests_finished"] += 1
+        return self._result(s, self._finish_reason(s) or "stop")
+
+    def _drop_rows(self, rows: list[int]) -> None:
+        gone = set(rows)
+        keep = [i for i in range(len(self._running)) if i not in gone]
+        self._running = [self._running[i] for i in keep]
+        if not keep:
+            self._cache, self._mask = None, None
+            return
+        kv.select_rows(self._cache, keep)
+        self._mask = self._mask[keep]
+        trim = self._mask.shape[1] - max(s.cached for s in self._running)
+        if trim > 0:
+            kv.drop_left(self._cache, trim)
+            self._mask = self._mask[:, trim:]
+
+    def _result(self, s: _Seq, reason: FinishReason) -> GenerationResult:
+        self._live.pop(s.request.request_id, None)
+        r = s.request
+        return GenerationResult(
+            request_id=r.request_id,
+            trajectory_id=r.trajectory_id,
+            token_ids=tuple(s.tokens),
+            logprobs=tuple(s.logprobs),
+            versions=tuple(s.versions),
+            finish_reason=reason,
+            prompt_tokens=len(r.prompt_token_ids),
+            prefill_tokens=s.prefill_tokens,
+            worker=self.worker,
+            spans=(Span("generate", s.added_at, time.time(), self.worker),),
+        )
+
+    def _load(self, tensors: Mapping[str, Any]) -> None:
+        """Copy `tensors` into the model in place after checking every name and shape."""
+        state = self.model.state_dict()
+        unknown = sorted(set(tensors) - set(state))
+        if unknown:
+            raise ValueError(f"update_weights: {len(unknown)} tensor names are not in the model, e.g. {unknown[:5]}")
+        missing = sorted(n for n, _ in self.model.named_parameters() if n not in tensors)
+        if missing:
+            raise ValueError(f"update_weights: {len(missing)} parameters are missing, e.g. {missing[:5]}")
+        converted = {name: torch.as_tensor(value) for name, value in tensors.items()}
+        for name, value in converted.items():
+            if tuple(value.shape) != tuple(state[name].shape):
+                raise ValueError(
+                    f"update_weights: tensor {name!r} has shape {tuple(value.shape)}, the model's is "
+                    f"{tuple(state[name].shape)}"
+                )
+        with torch.no_grad():
+            for name, value in converted.items():
+                state[name].copy_(value)
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    extra = width - mask.shape[1]
+    return mask if extra <= 0 else torch.cat([mask.new_zeros(mask.shape[0], extra), mask], dim=1)

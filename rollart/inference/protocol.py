@@ -1,0 +1,54 @@
+"""`InferenceEngine`: what an inference worker drives, whatever does the computing (built-in or vLLM).
+
+In: `GenerationRequest`s (`add`), cancellations (`abort`), new weights (`update_weights`). Out: finished
+`GenerationResult`s, returned by the `step()` that finished them.
+
+The contract, in terms any engine can meet (vLLM's `LLMEngine.add_request/abort_request/step` map onto
+it one to one; weights onto `load_weights` plus a prefix-cache reset):
+- Single-threaded: the caller never runs two methods at once. So every call made between two `step()`s
+  happens at a step boundary — that is where requests join or leave and where weights are swapped.
+- `step()` advances every running request by at most one token (an engine may also admit queued ones)
+  and returns the results that finished in it. Each request yields exactly one result: finish reason
+  `stop`, `length` or `abort`.
+- `abort(request_id)` of a queued or running request makes the next `step()` return it with
+  `finish_reason="abort"` and the tokens produced so far; an unknown id is a no-op.
+- `update_weights(version, tensors)` with a version newer than the served one: the new weights serve
+  every later token. Running requests are kept; the engine recomputes their KV under the new weights
+  before their next token. Tokens produced earlier keep their old version stamp. Versions never go
+  backwards (an older or equal version is a ValueError).
+- `suspend()` stops admitting queued requests (running ones keep decoding); `resume()` undoes it.
+- Every result token carries its behaviour logprob (see `rollart.inference.sampling`) and the weight
+  version that produced it; a bad `SamplingParams` is a ValueError from `add` naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from rollart.types import GenerationRequest, GenerationResult
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    @property
+    def version(self) -> int:
+        """The weight version now served."""
+        ...
+
+    def add(self, request: GenerationRequest) -> None: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def step(self) -> list[GenerationResult]: ...
+
+    def has_work(self) -> bool:
+        """True while any request is queued or running (a worker sleeps when False)."""
+        ...
+
+    def suspend(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None: ...
+
+    def stats(self) -> dict[str, float]: ...

@@ -1,0 +1,144 @@
+"""`InferenceWorker`: the Ray actor that serves one inference engine replica on its pool.
+
+In: a `RunConfig`, the pool it was placed on and its index there, and optionally the weights plane's
+`WeightSubscriber`. Calls (all async, so ADD/ABORT reach the engine between any two steps):
+`generate(request)`, `abort(trajectory_id)`, `update_weights(version, tensors)`,
+`update_weights_to(version)`, `stats()`. Out: one `GenerationResult` per `generate`, returned the moment
+the engine step that finished it ends.
+
+Guarantees:
+- The engine runs on its own thread (`EngineLoop`); every engine call happens at a step boundary.
+- Weight versions never go backwards: `update_weights_to(v)` with v ≤ the served version does nothing.
+  With a subscriber, the newest published version is pulled in the background while the engine
+  generates; `update_weights_to` then only swaps. `stats()` reports background pull time and the
+  exposed time (what a swap waited for: a pull not done yet, plus the swap itself).
+- Requests in flight across a swap are kept and re-prefilled under the new weights; their earlier tokens
+  keep their old version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Mapping
+
+import torch
+
+from rollart.config import RunConfig
+from rollart.inference.engine_loop import EngineLoop
+from rollart.inference.hf_engine import HFEngine
+from rollart.inference.prefetch import WeightPrefetcher
+from rollart.models import load_model, load_tokenizer, resolve_model_path
+from rollart.resources.affinity import affinity
+from rollart.resources.names import worker_name
+from rollart.types import GenerationRequest, GenerationResult, WeightSubscriber
+
+
+def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> HFEngine:
+    """The engine `cfg.inference.engine` names, on the device of `pool`, loaded with `cfg.model`."""
+    if cfg.inference.engine != "builtin":
+        raise ValueError(
+            f"inference.engine={cfg.inference.engine!r} is not available in this build; valid: 'builtin' "
+            "(a vLLM engine plugs in behind rollart.inference.InferenceEngine)"
+        )
+    if pool not in cfg.pools:
+        raise ValueError(f"pool {pool!r} is not declared (declared: {sorted(cfg.pools)})")
+    device = cfg.pools[pool].device or "cpu"
+    path = resolve_model_path(cfg.model, cfg.seed)
+    return HFEngine(
+        load_model(path, cfg.model.dtype, device),
+        load_tokenizer(path),
+        max_batch_size=cfg.inference.max_batch_size,
+        prefix_cache_mb=cfg.inference.prefix_cache_mb,
+        version=version,
+        worker=name,
+        seed=cfg.seed,
+    )
+
+
+@affinity("gen_decode", fallback=["gen_prefill"], role="inference")
+class InferenceWorker:
+    """One inference replica (a Ray async actor); see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        pool: str,
+        index: int = 0,
+        subscriber: WeightSubscriber | None = None,
+        version: int = 0,
+    ) -> None:
+        torch.set_num_threads(cfg.inference.num_threads)
+        self.name = worker_name("inference", pool, index)
+        self._timeout_s = cfg.inference.request_timeout_s
+        self._loop = EngineLoop(build_engine(cfg, pool, self.name, version), self.name)
+        self._prefetch = (
+            WeightPrefetcher(subscriber, version, cfg.inference.weights_poll_s) if subscriber is not None else None
+        )
+        self._update_lock = asyncio.Lock()
+        self._swaps = 0
+        self._exposed_s = 0.0
+
+    async def ready(self) -> str:
+        """The worker's name, once its model is loaded (await it after creating the actor)."""
+        return self.name
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        return await self._loop.generate(request, self._timeout_s)
+
+    async def abort(self, trajectory_id: str) -> None:
+        self._loop.abort_trajectory(trajectory_id)
+
+    async def version(self) -> int:
+        return self._loop.engine.version
+
+    async def in_flight(self) -> int:
+        return self._loop.in_flight
+
+    async def update_weights(self, version: int, tensors: Mapping[str, Any]) -> dict[str, float]:
+        """Swap in `tensors` as `version` at the next step boundary (ValueError if not newer)."""
+        async with self._update_lock:
+            return await self._swap(version, tensors, exposed_since=time.perf_counter())
+
+    async def update_weights_to(self, version: int) -> dict[str, float]:
+        """Serve `version` from the subscriber (prefetched if possible); a no-op if already served."""
+        if self._prefetch is None:
+            raise RuntimeError(f"{self.name}: update_weights_to needs a WeightSubscriber; none was given")
+        async with self._update_lock:
+            served = self._loop.engine.version
+            if version <= served:
+                return {"version": float(served), "swapped": 0.0, "pull_s": 0.0, "swap_s": 0.0, "exposed_s": 0.0}
+            start = time.perf_counter()
+            tensors = await asyncio.to_thread(self._prefetch.take, version)
+            pull_s = time.perf_counter() - start
+            return {**await self._swap(version, tensors, exposed_since=start), "pull_s": pull_s}
+
+    async def _swap(self, version: int, tensors: Mapping[str, Any], exposed_since: float) -> dict[str, float]:
+        def swap(engine: HFEngine) -> float:
+            start = time.perf_counter()
+            engine.update_weights(version, tensors)
+            return time.perf_counter() - start
+
+        swap_s = await self._loop.call(swap, timeout_s=self._timeout_s)
+        exposed = time.perf_counter() - exposed_since
+        self._swaps += 1
+        self._exposed_s += exposed
+        return {"version": float(version), "swapped": 1.0, "swap_s": swap_s, "exposed_s": exposed}
+
+    async def stats(self) -> dict[str, Any]:
+        engine = await self._loop.call(lambda e: e.stats())
+        return {
+            "worker": self.name,
+            **engine,
+            "in_flight": float(self._loop.in_flight),
+            "weight_swaps": float(self._swaps),
+            "exposed_update_s_total": self._exposed_s,
+            **(self._prefetch.stats() if self._prefetch else {}),
+            **({"prefetch_error": self._prefetch.last_error} if self._prefetch and self._prefetch.last_error else {}),
+        }
+
+    async def shutdown(self) -> None:
+        """Stop the engine thread and the prefetcher (the actor can then be killed cleanly)."""
+        if self._prefetch is not None:
+            self._prefetch.close()
+        self._loop.close()

@@ -1,0 +1,54 @@
+"""Router: domain → pool routing follows the config, sticky per trajectory, least-loaded for new ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollart.config import RunConfig
+from rollart.inference.router import Router
+
+
+def _router() -> Router:
+    cfg = RunConfig()  # frozenlake → gen_prefill, math → gen_decode
+    return Router({"gen_prefill": 2, "gen_decode": 3}, {d: c.pool for d, c in cfg.domains.items()})
+
+
+def test_domain_routing_follows_config():
+    r = _router()
+    assert all(r.route("frozenlake", f"fl{i}")[0] == "gen_prefill" for i in range(6))
+    assert all(r.route("math", f"m{i}")[0] == "gen_decode" for i in range(6))
+    with pytest.raises(ValueError, match="'sokoban' is not a configured domain"):
+        r.route("sokoban", "x")
+
+
+def test_domain_on_a_pool_without_workers_is_rejected():
+    with pytest.raises(ValueError, match="domain 'math' generates on pool 'gen_decode'.*no inference workers"):
+        Router({"gen_prefill": 1}, {"math": "gen_decode"})
+
+
+def test_sticky_per_trajectory():
+    r = _router()
+    first = r.route("math", "t1")
+    r.started(first)  # make that worker the most loaded: the sticky trajectory must still go there
+    r.started(first)
+    assert r.route("math", "t1") == first
+    r.forget("t1")
+    assert r.route("math", "t1") != first
+
+
+def test_least_loaded_for_new_trajectories_and_even_spread_when_idle():
+    r = _router()
+    keys = [r.route("math", f"t{i}") for i in range(3)]
+    assert sorted(k[1] for k in keys) == [0, 1, 2]  # idle: spread by trajectories assigned
+    r.started(("gen_decode", 0))
+    r.started(("gen_decode", 1))
+    assert r.route("math", "new") == ("gen_decode", 2)
+    r.finished(("gen_decode", 0))
+    assert r.in_flight()[("gen_decode", 0)] == 0 and r.in_flight()[("gen_decode", 1)] == 1
+
+
+def test_sticky_map_is_bounded():
+    r = Router({"p": 2}, {"d": "p"}, max_sticky=3)
+    for i in range(5):
+        r.route("d", f"t{i}")
+    assert r.worker_of("t0") is None and r.worker_of("t4") is not None
