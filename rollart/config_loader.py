@@ -39,6 +39,10 @@ class _Provenance:
         for n in range(len(loc), 0, -1):
             if loc[:n] in self.sources:
                 return self.sources[loc[:n]]
+        # an error on a parent of what was set (e.g. unknown key 'trian' from the override trian.steps=3)
+        for key, source in self.sources.items():
+            if key[: len(loc)] == loc:
+                return source
         return "the defaults"
 
 

@@ -1,0 +1,45 @@
+"""The ResourceManager: a named Ray actor holding the run's pool ledger (Ray's GCS is its store).
+
+In: pool specs (registered by whoever connects first, updated by later connections), reservations and
+releases from the placement code. Out: placements, `NoRoom` refusals and snapshots (see ledger.py).
+
+Guarantees: one manager per name and Ray namespace (`get_if_exists`, so concurrent drivers of one job
+share it); its methods run one at a time, so reservations are atomic; it asks Ray for no CPU (it must
+never wait for a core on a loaded machine); it is not detached, so it goes away with the job that made it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import ray
+
+from rollart.resources.ledger import Ledger, NoRoom, Placement, PoolSpec, PoolStatus
+
+MANAGER_NAME = "rollart_resource_manager"
+
+
+@ray.remote(num_cpus=0, max_concurrency=1)
+class ResourceManager:
+    def __init__(self) -> None:
+        self._ledger = Ledger()
+
+    def add_pools(self, specs: list[PoolSpec]) -> None:
+        self._ledger.add_pools(specs)
+
+    def reserve(self, role: str, chain: Sequence[str], slots: float) -> Placement | NoRoom:
+        return self._ledger.reserve(role, chain, slots)
+
+    def confirm(self, worker: str, node_id: str) -> None:
+        self._ledger.confirm(worker, node_id)
+
+    def release(self, workers: Iterable[str]) -> None:
+        self._ledger.release(workers)
+
+    def snapshot(self) -> tuple[PoolStatus, ...]:
+        return self._ledger.snapshot()
+
+
+def get_or_create_manager(name: str = MANAGER_NAME) -> ray.actor.ActorHandle:
+    """The named ResourceManager of the current Ray namespace, created if absent."""
+    return ResourceManager.options(name=name, get_if_exists=True).remote()

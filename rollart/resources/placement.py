@@ -1,0 +1,246 @@
+"""Placing workers: `Resources` is the driver's handle on the resource plane.
+
+In: a connected Ray (see runtime.py), the run's pools and roles, and a worker class (plain Python class,
+usually decorated with `@affinity`). Out: a `Cluster` of N actors of that class, each on the first pool
+of its chain with room; snapshots and flat metrics of every pool.
+
+How a worker is placed, and what is guaranteed:
+1. The ResourceManager reserves a slot on the first pool of the chain with room (atomic, no waiting). A
+   pool other than the preferred one is a fallback: logged at WARNING and counted. No pool with room →
+   `PlacementError` at once, naming the worker, every pool tried and its free capacity.
+2. Ray reserves the same slot as a one-bundle placement group `{pool_<name>: slots [, CPU] [, GPU]}`. If
+   Ray cannot within `cluster.placement_timeout_s` (the pool's resource is held outside rollart, or the
+   node holding it left), the group is removed and `PlacementError` says what Ray has of that resource.
+   A placement group is used (not a bare actor) so that "waiting for resources" is told apart from "the
+   constructor is slow", and no actor is ever left pending.
+3. The actor starts inside that bundle; it must finish its constructor within `cluster.start_timeout_s`.
+A multi-replica placement is all or nothing: on any failure every actor, group and slot made so far is
+released before the error is raised.
+
+CPU requests: workers ask Ray for `num_cpus=0` by default. This machine has 2 cores and hosts about ten
+actors (trainer, inference workers, env workers, reward replicas); asking for a core each would leave
+most of them unschedulable, while the pool slot is the constraint the user declared. Workers set their
+own torch thread counts (`inference.num_threads`). Pass `num_cpus` to reserve cores where that matters.
+GPU requests: on a `gpu` pool whose device is `cuda…`, each worker asks for one GPU (so Ray sets
+CUDA_VISIBLE_DEVICES); pass `num_gpus` to change it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
+
+import ray
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rollart.config import PoolConfig, RoleConfig, RunConfig
+from rollart.resources.affinity import resolve_request
+from rollart.resources.cluster import Cluster
+from rollart.resources.errors import PlacementError
+from rollart.resources.ledger import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
+from rollart.resources.manager import MANAGER_NAME, get_or_create_manager
+from rollart.resources.names import pool_resource
+from rollart.resources.nodes import cluster_capacity, declare_hint, pool_nodes
+
+log = logging.getLogger("rollart.resources")
+
+_MANAGER_TIMEOUT_S = 30.0  # a ResourceManager call is a dict update; this only guards a dead actor
+
+
+def ray_request(pool: PoolConfig, pool_name: str, slots: float, num_cpus: float,
+                num_gpus: float | None) -> dict[str, float]:
+    """The Ray resources one worker asks for on `pool` (also its placement-group bundle)."""
+    gpus = num_gpus if num_gpus is not None else (
+        1.0 if pool.kind == "gpu" and pool.device.startswith("cuda") else 0.0
+    )
+    request = {pool_resource(pool_name): float(slots)}
+    if num_cpus > 0:
+        request["CPU"] = float(num_cpus)
+    if gpus > 0:
+        request["GPU"] = float(gpus)
+    return request
+
+
+class Resources:
+    """Places workers on pools and reports the pools. Make one with `Resources.connect(cfg)` (Runtime
+    does) once Ray is initialised."""
+
+    def __init__(
+        self,
+        manager: ray.actor.ActorHandle,
+        pools: Mapping[str, PoolConfig],
+        roles: Mapping[str, RoleConfig],
+        placement_timeout_s: float,
+        start_timeout_s: float,
+    ) -> None:
+        self.manager = manager
+        self.pools = dict(pools)
+        self.roles = dict(roles)
+        self.placement_timeout_s = placement_timeout_s
+        self.start_timeout_s = start_timeout_s
+
+    @classmethod
+    def connect(cls, cfg: RunConfig, *, name: str = MANAGER_NAME) -> Resources:
+        """Get or create the named ResourceManager of the current Ray namespace and register the run's
+        pools with the capacity Ray holds of each (on a joined cluster that can differ from
+        `pools.<name>.capacity`; Ray is what enforces it, so the ledger follows Ray)."""
+        if not ray.is_initialized():
+            raise RuntimeError("Resources.connect needs a running Ray; start one with rollart.resources.Runtime")
+        totals = ray.cluster_resources()
+        specs = []
+        for pool_name, pool in cfg.pools.items():
+            capacity = cluster_capacity(pool_name, totals)
+            if capacity != pool.capacity:
+                log.info("pool %s: the cluster holds %g of %s (config says %g); using %g",
+                         pool_name, capacity, pool_resource(pool_name), pool.capacity, capacity)
+            specs.append(PoolSpec(pool_name, pool.kind, pool.device, capacity, tuple(pool.fallback)))
+        manager = get_or_create_manager(name)
+        _call(manager.add_pools.remote(specs), "add_pools")
+        return cls(manager, cfg.pools, cfg.roles, cfg.cluster.placement_timeout_s, cfg.cluster.start_timeout_s)
+
+    # --- placing ---------------------------------------------------------------------------------
+    def place(
+        self,
+        cls: type,
+        *,
+        role: str | None = None,
+        pool: str | None = None,
+        fallback: Sequence[str] | None = None,
+        replicas: int | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        worker_kwargs: Callable[[Placement], Mapping[str, Any]] | None = None,
+        slots: float = 1.0,
+        num_cpus: float = 0.0,
+        num_gpus: float | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        call_timeout_s: float = 300.0,
+    ) -> Cluster:
+        """Place `replicas` actors of `cls` (see the module doc for precedence and guarantees).
+
+        `args`/`kwargs` go to every constructor; `worker_kwargs(placement)` adds per-worker keyword
+        arguments (e.g. `lambda p: {"name": p.worker, "device": p.device}`). `actor_options` are passed to
+        Ray's `.options()` (e.g. `max_concurrency`, `runtime_env`).
+        """
+        if isinstance(cls, ray.actor.ActorClass):
+            raise TypeError("pass the plain class to place(), not a @ray.remote class; rollart makes the actor")
+        req = resolve_request(cls, self.pools, self.roles, role=role, pool=pool, fallback=fallback,
+                              replicas=replicas)
+        remote_cls = ray.remote(cls)
+        placements: list[Placement] = []
+        groups: list[Any] = []
+        actors: list[ray.actor.ActorHandle] = []
+
+        def release() -> None:
+            _release(self.manager, placements, groups, actors)
+
+        try:
+            for _ in range(req.replicas):
+                got = _call(self.manager.reserve.remote(req.role, list(req.chain), slots), "reserve")
+                if isinstance(got, NoRoom):
+                    raise PlacementError(got.message())
+                placements.append(got)
+                if got.fell_back:
+                    log.warning(
+                        "fallback: worker %s (role '%s') preferred pool '%s', which is full; placed on '%s' "
+                        "(shown by `rollart pools`, counted in pools/%s/fallbacks_in)",
+                        got.worker, got.role, got.preferred, got.pool, got.pool,
+                    )
+                request = ray_request(self.pools[got.pool], got.pool, slots, num_cpus, num_gpus)
+                group, node_id = self._reserve_on_ray(got, request)
+                groups.append(group)
+                placed = replace(got, node_id=node_id)
+                placements[-1] = placed
+                _call(self.manager.confirm.remote(placed.worker, node_id), "confirm")
+                options: dict[str, Any] = {
+                    "num_cpus": request.get("CPU", 0.0),
+                    "num_gpus": request.get("GPU", 0.0),
+                    "resources": {pool_resource(placed.pool): slots},
+                    "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0),
+                    "max_restarts": 0,
+                }
+                options.update(actor_options or {})
+                extra = dict(worker_kwargs(placed)) if worker_kwargs else {}
+                actors.append(remote_cls.options(**options).remote(*args, **{**(kwargs or {}), **extra}))
+            self._wait_started(placements, actors)
+        except BaseException:
+            release()
+            raise
+        return Cluster(req.role, placements, actors, release, call_timeout_s)
+
+    def _reserve_on_ray(self, placed: Placement, request: dict[str, float]) -> tuple[Any, str]:
+        group = placement_group([request], strategy="STRICT_PACK", name=f"rollart:{placed.worker}")
+        if not group.wait(timeout_seconds=self.placement_timeout_s):
+            remove_placement_group(group)
+            raise PlacementError(self._unschedulable(placed, request))
+        node_id = placement_group_table(group)["bundles_to_node_id"][0]
+        return group, node_id
+
+    def _unschedulable(self, placed: Placement, request: dict[str, float]) -> str:
+        totals, free = ray.cluster_resources(), ray.available_resources()
+        have = ", ".join(f"{k}: {free.get(k, 0.0):g} free of {totals.get(k, 0.0):g}" for k in request)
+        hint = ""
+        if totals.get(pool_resource(placed.pool), 0.0) <= 0:
+            hint = f" No Ray node declares {pool_resource(placed.pool)}: " + declare_hint(
+                self.pools, [placed.pool], ray.get_runtime_context().gcs_address)
+        return (
+            f"cannot place worker {placed.worker} (role '{placed.role}'): the ResourceManager counted room on "
+            f"pool '{placed.pool}', but Ray could not reserve {request} within {self.placement_timeout_s:g} s "
+            f"(cluster.placement_timeout_s); Ray has {have}. Something outside rollart holds this pool, or "
+            f"a node holding it has left.{hint}"
+        )
+
+    def _wait_started(self, placements: list[Placement], actors: list[ray.actor.ActorHandle]) -> None:
+        refs = [a.__ray_ready__.remote() for a in actors]
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
+        if pending:
+            late = [p.worker for p, r in zip(placements, refs) if r in pending]
+            raise PlacementError(
+                f"workers {', '.join(late)} were placed but did not finish starting within "
+                f"{self.start_timeout_s:g} s (cluster.start_timeout_s): a slow or hung constructor"
+            )
+        for placed, ref in zip(placements, refs):
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise PlacementError(f"worker {placed.worker} failed to start: {exc}") from exc
+
+    # --- reporting -------------------------------------------------------------------------------
+    def snapshot(self) -> tuple[PoolStatus, ...]:
+        """Every pool: kind, device, capacity, free, fallback, holders, fallback counts, Ray nodes."""
+        statuses = _call(self.manager.snapshot.remote(), "snapshot")
+        nodes = pool_nodes([s.name for s in statuses], ray.nodes())
+        return tuple(replace(s, nodes=nodes[s.name]) for s in statuses)
+
+    def metrics(self) -> dict[str, float]:
+        """`pools/<pool>/{capacity,free,held,workers,fallbacks_in,fallbacks_out}` and `pools/fallbacks`."""
+        return pool_metrics(_call(self.manager.snapshot.remote(), "snapshot"))
+
+
+def _call(ref: ray.ObjectRef, what: str) -> Any:
+    try:
+        return ray.get(ref, timeout=_MANAGER_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise PlacementError(f"the ResourceManager did not answer {what} within {_MANAGER_TIMEOUT_S:g} s") from None
+
+
+def _release(manager: ray.actor.ActorHandle, placements: list[Placement], groups: list[Any],
+             actors: list[ray.actor.ActorHandle]) -> None:
+    """Kill actors, remove their placement groups, give the slots back; each step tolerates a dead peer."""
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already dead: nothing to free
+            pass
+    for group in groups:
+        try:
+            remove_placement_group(group)
+        except Exception:  # already removed
+            pass
+    if placements:
+        try:
+            ray.get(manager.release.remote([p.worker for p in placements]), timeout=_MANAGER_TIMEOUT_S)
+        except Exception as exc:  # the manager is gone with the cluster: its ledger is gone too
+            log.warning("could not release %s: %s", [p.worker for p in placements], exc)

@@ -1,0 +1,158 @@
+"""The Ray runtime of a run: embedded on this machine, or joined to a cluster by address.
+
+In: a `RunConfig` (`cluster.*` and `pools.*`). Out, inside `with Runtime(cfg) as rt:`, a connected Ray and
+`rt.resources` (placement and pool reports, see placement.py).
+
+Modes:
+- embedded (`cluster.address` empty): a new local Ray bound to 127.0.0.1 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+  is set before Ray is imported, see `rollart/resources/__init__.py`), no dashboard, `cluster.num_cpus`,
+  `cluster.object_store_mb`, and one custom resource `pool_<name>` per pool with `pools.<name>.capacity`
+  — serverless pools included: their resource caps how many Ray-hosted replicas (Ray Serve) run at once.
+- joined (`cluster.address` set): connects to that cluster and starts no Ray process; every declared
+  gpu/cpu pool must exist there as a resource, else `ClusterError` names the missing pools and the
+  `ray start --resources` line that declares them. A serverless pool may be missing (its reward may be an
+  external HTTP endpoint): a WARNING says so and the pool has no capacity.
+- attached (Ray already initialised in this process, e.g. the test session's Ray): uses it, checks the
+  pools as when joined, and leaves it running on exit.
+
+Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM raises SystemExit(143) in the main
+thread, so the `with` block unwinds; on exit an embedded Ray is shut down and its processes waited for
+(a second signal during that shutdown is ignored), a joined one is disconnected. No Ray process this
+runtime started outlives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any, Literal
+
+import ray
+
+from rollart.config import RunConfig
+from rollart.resources.errors import ClusterError
+from rollart.resources.manager import MANAGER_NAME
+from rollart.resources.names import pool_resource
+from rollart.resources.nodes import declare_hint, missing_pools
+from rollart.resources.placement import Resources
+
+log = logging.getLogger("rollart.resources")
+
+Mode = Literal["embedded", "joined", "attached"]
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Runtime:
+    def __init__(self, cfg: RunConfig, *, handle_signals: bool = True, manager_name: str = MANAGER_NAME) -> None:
+        self.cfg = cfg
+        self.mode: Mode | None = None
+        self.resources: Resources | None = None
+        self.session_dir: str | None = None  # embedded only: Ray's session directory
+        self._handle_signals = handle_signals
+        self._manager_name = manager_name
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def start(self) -> Runtime:
+        if self.mode is not None:
+            raise RuntimeError("this Runtime is already started")
+        if self._handle_signals and _main_thread():
+            self._previous = {s: signal.getsignal(s) for s in _SIGNALS}
+        try:
+            self.mode = self._connect()
+            if self.mode != "embedded":
+                self._check_pools()
+            self.resources = Resources.connect(self.cfg, name=self._manager_name)
+            if self._previous:
+                # after ray.init, which installs its own SIGTERM handler
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGTERM, _terminate)
+        except BaseException:
+            self.shutdown()
+            raise
+        return self
+
+    def shutdown(self) -> None:
+        """Stop (embedded) or leave (joined) Ray; idempotent."""
+        mode, self.mode, self.resources = self.mode, None, None
+        own_signals = bool(self._previous) and _main_thread()
+        if own_signals:
+            for sig in _SIGNALS:  # a second Ctrl-C must not cut the shutdown short and leave processes
+                signal.signal(sig, signal.SIG_IGN)
+        try:
+            if mode in ("embedded", "joined") and ray.is_initialized():
+                ray.shutdown(wait_for_processes=True)
+        finally:
+            if own_signals:
+                for sig, handler in self._previous.items():
+                    signal.signal(sig, handler)
+                self._previous = {}
+
+    def describe(self) -> str:
+        """One line saying which Ray this is."""
+        if self.mode == "embedded":
+            return f"embedded Ray on 127.0.0.1 (session {self.session_dir})"
+        if self.mode == "joined":
+            return f"joined the Ray cluster at {self.cfg.cluster.address}"
+        if self.mode == "attached":
+            return "attached to the Ray already running in this process"
+        return "not started"
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _connect(self) -> Mode:
+        cl = self.cfg.cluster
+        if ray.is_initialized():
+            return "attached"
+        if cl.address:
+            try:
+                ray.init(address=cl.address, namespace=cl.namespace)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise ClusterError(f"cannot join the Ray cluster at {cl.address} (cluster.address): {exc}") from exc
+            return "joined"
+        if ray._private.ray_constants.ENABLE_RAY_CLUSTER:
+            log.warning("embedded Ray will listen on every interface: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was not "
+                        "0 when Ray was imported (import rollart.resources before ray to get loopback only)")
+        context = ray.init(
+            address="local",
+            num_cpus=cl.num_cpus,
+            resources={pool_resource(name): pool.capacity for name, pool in self.cfg.pools.items()},
+            include_dashboard=False,
+            object_store_memory=cl.object_store_mb * 1024 * 1024,
+            namespace=cl.namespace,
+        )
+        self.session_dir = context.address_info.get("session_dir")
+        return "embedded"
+
+    def _check_pools(self) -> None:
+        pools = self.cfg.pools
+        missing = missing_pools(pools, ray.cluster_resources())
+        soft = [n for n in missing if pools[n].kind == "serverless"]
+        hard = [n for n in missing if pools[n].kind != "serverless"]
+        where = self.cfg.cluster.address or "this process's Ray"
+        if soft:
+            log.warning(
+                "serverless pools %s have no resource on %s: Ray-hosted replicas on them cannot start (fine if "
+                "an external endpoint serves them). To host them on Ray: %s",
+                soft, where, declare_hint(pools, soft, self.cfg.cluster.address),
+            )
+        if hard:
+            raise ClusterError(
+                f"the Ray cluster at {where} holds no resource for pools {hard}. Each pool is a Ray custom "
+                f"resource named pool_<name>, declared on the nodes that should host it; start such a node "
+                f"with:\n  {declare_hint(pools, hard, self.cfg.cluster.address)}"
+            )
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

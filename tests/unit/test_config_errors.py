@@ -1,0 +1,222 @@
+"""Every config error of issue 2 §3: it names the key, where it came from and what is valid; exit code 2;
+nothing is started (not even Ray imported)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rollart.cli import main
+from rollart.config_loader import ConfigError, load_config
+
+
+def _error(path: Path | None = None, overrides: list[str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides or [])
+    return str(info.value)
+
+
+def _write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# --- unknown keys --------------------------------------------------------------------------------
+
+
+def test_unknown_key_from_file_names_file_line_and_closest_keys(tmp_path):
+    path = _write(tmp_path, """\
+        seed: 3
+        rollout:
+          alpah: 2
+        """)
+    msg = _error(path)
+    assert "unknown key 'rollout.alpah'" in msg
+    assert f"{path} line 3" in msg
+    assert "did you mean alpha?" in msg
+    assert "batch_size" in msg  # the valid keys at that level are listed
+
+
+def test_unknown_key_from_command_line_names_the_override_and_closest_keys():
+    msg = _error(overrides=["rollout.alpah=2"])
+    assert "unknown key 'rollout.alpah'" in msg
+    assert "the command line (rollout.alpah=2)" in msg
+    assert "did you mean alpha?" in msg
+
+
+def test_unknown_top_level_key_from_command_line_is_attributed_to_it():
+    msg = _error(overrides=["trian.steps=3"])
+    assert "unknown key 'trian'" in msg
+    assert "the command line (trian.steps=3)" in msg
+    assert "did you mean train?" in msg
+
+
+def test_unknown_key_inside_a_named_entry_lists_that_entry_schema():
+    msg = _error(overrides=["pools.gen_prefill.capacty=2"])
+    assert "unknown key 'pools.gen_prefill.capacty'" in msg
+    assert "did you mean capacity?" in msg
+    assert "fallback" in msg and "kind" in msg
+
+
+# --- wrong types and values ----------------------------------------------------------------------
+
+
+def test_wrong_type_names_field_value_and_expected_type(tmp_path):
+    path = _write(tmp_path, """\
+        train:
+          steps: abc
+        """)
+    msg = _error(path)
+    assert "'train.steps' = 'abc'" in msg
+    assert f"{path} line 2" in msg
+    assert "valid integer" in msg
+
+
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("rollout.staleness=sometimes", ["'trajectory'", "'token'"]),
+        ("rollout.barrier=wall", ["'none'", "'turn'", "'batch'"]),
+        ("pools.env.kind=tpu", ["'gpu'", "'cpu'", "'serverless'"]),
+    ],
+)
+def test_wrong_value_lists_the_allowed_values(override, allowed):
+    key, value = override.split("=")
+    msg = _error(overrides=[override])
+    assert f"'{key}' = '{value}'" in msg
+    assert f"the command line ({override})" in msg
+    for choice in allowed:
+        assert choice in msg
+
+
+def test_out_of_range_value_states_the_bound():
+    msg = _error(overrides=["rollout.alpha=-1"])
+    assert "'rollout.alpha' = -1" in msg
+    assert "greater than or equal to 0" in msg
+
+
+def test_a_list_field_given_a_scalar_says_a_list_is_expected():
+    msg = _error(overrides=["pools.env.fallback=gen_decode"])
+    assert "'pools.env.fallback' = 'gen_decode'" in msg
+    assert "valid list" in msg
+
+
+def test_new_pool_without_kind_names_the_missing_field(tmp_path):
+    path = _write(tmp_path, """\
+        pools:
+          h800: {capacity: 8}
+        """)
+    msg = _error(path)
+    assert "'pools.h800.kind' is required but missing" in msg
+    assert f"{path} line 2" in msg
+
+
+# --- malformed files and overrides ---------------------------------------------------------------
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    path = _write(tmp_path, """\
+        rollout:
+          alpha: 2
+           batch_size: 3
+        """)
+    msg = _error(path)
+    assert f"{path}:3:" in msg
+    assert "malformed YAML" in msg
+
+
+def test_yaml_that_is_not_a_mapping_is_refused(tmp_path):
+    path = _write(tmp_path, "- rollout\n- alpha\n")
+    assert "must be a mapping" in _error(path)
+
+
+def test_missing_file_is_named(tmp_path):
+    assert f"{tmp_path / 'nope.yaml'} does not exist" in _error(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("item", ["rollout.alpha", "=3", "rollout..alpha=1"])
+def test_override_without_key_path_equals_value_is_refused(item):
+    assert "is not of the form key.path=value" in _error(overrides=[item])
+
+
+# --- cross-references ----------------------------------------------------------------------------
+
+
+def test_domain_on_an_undeclared_pool_lists_the_declared_pools(tmp_path):
+    path = _write(tmp_path, """\
+        domains:
+          math: {pool: h100}
+        """)
+    msg = _error(path)
+    assert "domains.math.pool: 'h100' is not a declared pool" in msg
+    assert "gen_decode" in msg and "gen_prefill" in msg
+    assert f"{path} line" in msg
+
+
+def test_fallback_to_an_undeclared_pool_and_to_itself():
+    assert "pools.env.fallback: 'gpu9' is not a declared pool" in _error(overrides=["pools.env.fallback=[gpu9]"])
+    assert "pools.env.fallback: a pool cannot fall back to itself" in _error(overrides=["pools.env.fallback=[env]"])
+
+
+def test_domain_on_a_serverless_pool_is_refused():
+    msg = _error(overrides=["domains.math.pool=reward"])
+    assert "'reward' is a serverless pool" in msg
+
+
+def test_role_on_an_undeclared_pool_names_role_and_source():
+    msg = _error(overrides=["roles.inference.pool=zz"])
+    assert "roles.inference: pool 'zz' is not a declared pool" in msg
+    assert "the command line (roles.inference.pool=zz)" in msg
+
+
+def test_removing_a_pool_that_others_reference_names_each_reference():
+    msg = _error(overrides=["pools.gen_decode=null"])
+    assert "pools.gen_prefill.fallback: 'gen_decode' is not a declared pool" in msg
+    assert "domains.math.pool: 'gen_decode' is not a declared pool" in msg
+
+
+def test_batch_must_hold_whole_groups():
+    assert "6 is not a multiple of rollout.group_size (4)" in _error(overrides=["rollout.batch_size=6"])
+
+
+def test_every_error_is_reported_at_once(tmp_path):
+    path = _write(tmp_path, "rollout: {alpah: 2}\ntrain: {steps: x}\n")
+    msg = _error(path, ["eval.evry=3"])
+    assert msg.count("\n  - ") == 3
+
+
+# --- the CLI: exit code 2, one message, nothing started --------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["config", "show", "rollout.alpah=2"], ["pools", "train.steps=abc"]])
+def test_cli_exits_2_with_the_message_on_stderr(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rollart: invalid config:")
+    assert "Traceback" not in err
+
+
+def test_cli_starts_nothing_on_a_bad_config(tmp_path):
+    """`rollart pools` with a bad run file exits 2 before Ray is even imported (a fresh interpreter)."""
+    path = _write(tmp_path, "cluster: {adress: 127.0.0.1:6379}\n")
+    code = (
+        "import sys\nfrom rollart.cli import main\n"
+        f"rc = main(['pools', {str(path)!r}])\n"
+        "print('RESULT', rc, 'ray' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "RESULT 2 False" in out.stdout, out.stdout + out.stderr
+    assert "did you mean address?" in out.stderr
+
+
+def test_console_script_exit_code_is_2(tmp_path):
+    script = Path(sys.executable).parent / "rollart"
+    path = _write(tmp_path, "rollout:\n  alpha: [\n")
+    out = subprocess.run([str(script), "pools", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert f"{path}:" in out.stderr and "malformed YAML" in out.stderr
