@@ -1,1 +1,49 @@
-"""rollart.envs (see DESIGN.md §4)."""
+"""The environment plane: env protocol and adapters, EnvManager, env workers, built-in domains.
+
+Public API (what the driver and other planes call):
+- `resolve_env(spec, options)` / `make_env` — a factory from a domain's `env` spec (built-in name,
+  `gem:<id>`, `gym:<id>`, `module.path:Class`); `BUILTIN_ENVS`.
+- `EnvManager` — one trajectory's lifecycle → `Trajectory`.
+- `EnvWorker` — the env-pool actor holding many EnvManagers; `EnvPool` — the `TrajectoryRunner` over
+  several of them (`EnvPool.place(resources, cfg, llm, gate)`).
+- `ChatTokens` — token-in/token-out prompt ids under a chat template (also lays out demonstrations).
+- `expert_action`, `random_action`, `demonstrations`, `Demonstration` — oracle policies for warm starts.
+- `FaultInjectingEnv`, `sample_latency` — latency/failure injection (`domains.<name>.inject`).
+- `episode_seed` — the train/val seed split.
+"""
+
+from rollart.envs.chat import ChatTokens
+from rollart.envs.expert import Demonstration, demonstrate, demonstrations, expert_action, random_action
+from rollart.envs.injection import FaultInjectingEnv, InjectedFault, sample_latency
+from rollart.envs.manager import EnvManager
+from rollart.envs.pool import EnvPool
+from rollart.envs.protocol import AsyncEnv, Env, EnvFactory
+from rollart.envs.sampling import domain_sampling
+from rollart.envs.seeds import episode_seed
+from rollart.envs.spec import BUILTIN_ENVS, EnvSpecError, make_env, resolve_env
+from rollart.envs.worker import ActorLLMClient, EnvWorker
+
+__all__ = [
+    "ActorLLMClient",
+    "AsyncEnv",
+    "BUILTIN_ENVS",
+    "ChatTokens",
+    "Demonstration",
+    "Env",
+    "EnvFactory",
+    "EnvManager",
+    "EnvPool",
+    "EnvSpecError",
+    "EnvWorker",
+    "FaultInjectingEnv",
+    "InjectedFault",
+    "demonstrate",
+    "demonstrations",
+    "domain_sampling",
+    "episode_seed",
+    "expert_action",
+    "make_env",
+    "random_action",
+    "resolve_env",
+    "sample_latency",
+]

@@ -1,0 +1,134 @@
+"""`rollart env play SPEC` and `rollart env list`: try an environment by hand before training on it.
+
+`play` runs one episode of any env spec (built-in, `gem:<id>`, `gym:<id>`, `module.path:Class`, with the
+current directory importable) and prints each observation, action, reward and the end status. Actions
+come from `--actions 'a;b;c'`, from `--policy expert|random`, or from the prompt. A bare action such as
+`Right` is sent as `\\boxed{Right}` (the format the built-ins and GEM expect); `--raw` sends it verbatim.
+For math and code the env's reference (answer, hidden tests) is shown: scoring is the reward plane's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any, Callable
+
+EXIT_BAD_SPEC = 2
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("env", help="try environments by hand")
+    inner = parser.add_subparsers(dest="env_command", metavar="ACTION", required=True)
+    play = inner.add_parser("play", help="play one episode of an env spec")
+    play.add_argument("spec", help="built-in name, gem:<id>, gym:<id> or module.path:Class")
+    play.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
+    play.add_argument("--split", choices=["train", "val"], default="train", help="seed range (default train)")
+    play.add_argument("--actions", help="actions separated by ';' (else --policy, else the prompt)")
+    play.add_argument("--policy", choices=["expert", "random"], help="let the expert or a random policy play")
+    play.add_argument("--raw", action="store_true", help="send actions verbatim (no \\boxed{} wrapping)")
+    play.add_argument("--max-turns", type=int, default=50, help="stop after this many turns (default 50)")
+    play.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="env keyword argument (YAML value)"
+    )
+    play.set_defaults(func=_play)
+    listing = inner.add_parser("list", help="list built-in envs and the accepted spec forms")
+    listing.set_defaults(func=_list)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from rollart.envs.spec import ACCEPTED_FORMS, BUILTIN_ENVS
+
+    for name, ctor in BUILTIN_ENVS.items():
+        doc = (ctor.__doc__ or "").strip().splitlines()
+        print(f"{name:14s} {doc[0] if doc else ''}")
+    print(f"\nAn env spec is {ACCEPTED_FORMS}.")
+    return 0
+
+
+def _options(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"rollart env play: --option needs KEY=VALUE, got {item!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def _as_action(text: str, raw: bool) -> str:
+    if raw or "\\boxed" in text or "```" in text:
+        return text
+    return "\\boxed{" + text + "}"
+
+
+def _action_source(args: argparse.Namespace, env: Any) -> Callable[[], str | None]:
+    from rollart.envs.expert import expert_action, random_action
+
+    if args.actions is not None:
+        queue = [a.strip() for a in args.actions.split(";") if a.strip()]
+        return lambda: _as_action(queue.pop(0), args.raw) if queue else None
+    if args.policy:
+        policy = expert_action if args.policy == "expert" else random_action
+        return lambda: policy(env)
+
+    def ask() -> str | None:
+        try:
+            text = input("action> ")
+        except EOFError:
+            return None
+        return _as_action(text.strip(), args.raw)
+
+    return ask
+
+
+async def _episode(args: argparse.Namespace) -> int:
+    from rollart.config import EnvsConfig
+    from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv
+    from rollart.envs.seeds import episode_seed
+    from rollart.envs.spec import EnvSpecError, make_env
+    from rollart.types import Task
+
+    try:
+        raw_env = make_env(args.spec, _options(args.option))
+    except EnvSpecError as exc:
+        print(f"rollart: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    timeouts = EnvsConfig()
+    env = AsyncEnv(raw_env)
+    task = Task(task_id="play", domain="play", env=args.spec, seed=args.seed, group_id="play", split=args.split)
+    seed = episode_seed(task)
+    next_action = _action_source(args, raw_env)
+    try:
+        obs, info = await asyncio.wait_for(env.reset(seed), timeouts.reset_timeout_s)
+        print(f"== {args.spec}  seed {args.seed} ({args.split}, reset seed {seed})")
+        if info.get(REFERENCE_KEY):
+            print(f"reference: {info[REFERENCE_KEY]}")
+        total, status = 0.0, f"stopped after {args.max_turns} turns (--max-turns)"
+        for turn in range(1, args.max_turns + 1):
+            print(f"\n-- observation {turn}\n{obs}")
+            action = next_action()
+            if action is None:
+                status = "stopped: no more actions"
+                break
+            print(f"-- action {turn}: {action}")
+            obs, reward, terminated, truncated, step_info = await asyncio.wait_for(
+                env.step(action), timeouts.step_timeout_s
+            )
+            total += reward
+            note = f"  (format error: {step_info[FORMAT_ERROR_KEY]})" if step_info.get(FORMAT_ERROR_KEY) else ""
+            print(f"-- reward {reward:g}  terminated={terminated}  truncated={truncated}{note}")
+            if terminated or truncated:
+                print(f"\n-- final observation\n{obs}")
+                status = "completed (env terminated)" if terminated else "truncated by the env"
+                break
+        print(f"\n== end: {status}; return {total:g}")
+        return 0
+    finally:
+        await env.close()
+
+
+def _play(args: argparse.Namespace) -> int:
+    return asyncio.run(_episode(args))

@@ -1,0 +1,310 @@
+"""EnvManager: one environment lifecycle, from reset to a finished `Trajectory`.
+
+In: a `Task`, the policy version it starts under, an env factory, the domain and env-runtime config, an
+`LLMClient` (the inference plane's proxy, injected), a `ChatTokens` for the model's chat template, the
+turn's `SamplingParams`, and optionally a `TurnGate` (rollout.barrier=turn).
+
+Loop: reset (with timeout; a failed or timed-out reset is retried on a fresh env with bounded exponential
+backoff) → per turn: [gate.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
+decoded response goes to env.step (with timeout) → until the env terminates or truncates, or `max_turns`
+or `max_total_tokens` is reached.
+
+Out: a `Trajectory` with `status` set and `reward` None (the reward plane scores it): COMPLETED when the env
+terminated (or ended the episode on a malformed action under `end_on_format_error`), TRUNCATED on env
+truncation/max turns/max tokens, FAILED with the error text when reset kept failing, step raised or timed
+out, or generation failed, ABORTED/STALE when cancelled (`cancel`), with every turn generated so far.
+`reference` comes from the reset info, `env_return` is the sum of the turns' rewards (a malformed action's
+turn gets the domain's `format_penalty`).
+
+Guarantees: `run` returns exactly once per manager, never raises for env/LLM errors, and always closes
+the env and leaves the gate; every wait on an env or the LLM has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from concurrent.futures import Executor
+from dataclasses import replace
+from typing import Any
+
+from rollart.config import DomainConfig, EnvsConfig
+from rollart.envs.chat import ChatTokens
+from rollart.envs.injection import FaultInjectingEnv
+from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv, EnvFactory
+from rollart.envs.seeds import episode_seed
+from rollart.types import (
+    GenerationRequest,
+    GenerationResult,
+    LLMClient,
+    SamplingParams,
+    Span,
+    Status,
+    Task,
+    Trajectory,
+    Turn,
+    TurnGate,
+)
+
+log = logging.getLogger(__name__)
+
+ABORT_TIMEOUT_S = 10.0  # for LLMClient.abort and the gate's leave
+ABORT_GRACE_S = 2.0  # how long an aborted generation may take to come back with its partial tokens
+CLOSE_TIMEOUT_S = 10.0
+
+
+class EnvFailure(Exception):
+    """An env error that ends the trajectory as FAILED; the message is the status reason."""
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class EnvManager:
+    """Runs one trajectory. Create one per task; call `run()` once; `cancel()` from any task."""
+
+    def __init__(
+        self,
+        task: Task,
+        start_version: int,
+        *,
+        make_env: EnvFactory,
+        domain: DomainConfig,
+        envs: EnvsConfig,
+        llm: LLMClient,
+        chat: ChatTokens,
+        sampling: SamplingParams,
+        executor: Executor | None = None,
+        gate: TurnGate | None = None,
+        worker: str = "env/env/0",
+        generate_timeout_s: float = 300.0,
+    ) -> None:
+        self.task, self.domain, self.envs = task, domain, envs
+        self.llm, self.chat, self.sampling, self.gate = llm, chat, sampling, gate
+        self.worker, self.generate_timeout_s = worker, generate_timeout_s
+        self._make_env, self._executor = make_env, executor
+        self.trajectory = Trajectory(trajectory_id=task.task_id, task=task, start_version=start_version)
+        # one RNG per episode for injected faults, shared by re-created envs so a retry draws anew
+        self._fault_rng = random.Random(f"{(domain.inject.seed if domain.inject else 0)}:{task.task_id}:{task.seed}")
+        self._env: AsyncEnv | FaultInjectingEnv | None = None
+        self._inner: asyncio.Task[Trajectory] | None = None
+        self._cancel: tuple[Status, str] | None = None
+        self._phase = "idle"
+        self._started = False
+        self._metrics: dict[str, float] = {"reset_attempts": 0.0, "format_errors": 0.0, "env_time_s": 0.0, "generate_time_s": 0.0}
+
+    @property
+    def trajectory_id(self) -> str:
+        return self.trajectory.trajectory_id
+
+    @property
+    def done(self) -> bool:
+        return self.trajectory.status is not None
+
+    def progress(self) -> int | None:
+        """Oldest policy version among the tokens generated so far, None before the first token."""
+        versions = [v for t in self.trajectory.turns for v in t.versions]
+        return min(versions) if versions else None
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    async def run(self) -> Trajectory:
+        if self._started:
+            raise RuntimeError(f"EnvManager.run() called twice for trajectory {self.trajectory_id}")
+        self._started = True
+        if self._cancel is None:
+            self._inner = asyncio.ensure_future(self._episode())
+            try:
+                await asyncio.wait({self._inner})
+            except asyncio.CancelledError:  # our caller is cancelled: stop the episode too
+                self._inner.cancel()
+                await self._cleanup()
+                raise
+        if self._inner is not None and not self._inner.cancelled():
+            exc = self._inner.exception()
+            if exc is not None:  # a bug in this module: report it on the trajectory, do not lose it
+                log.exception("trajectory %s crashed", self.trajectory_id, exc_info=exc)
+                self._finish(Status.FAILED, f"env manager error: {_error_text(exc)}")
+        if not self.done:
+            status, reason = self._cancel or (Status.ABORTED, "cancelled")
+            self._finish(status, reason)
+        await self._cleanup()
+        return self.trajectory
+
+    async def cancel(self, status: Status, reason: str) -> None:
+        """End the trajectory early with `status` (ABORTED or STALE): abort its generation, stop its
+        env; `run` then returns the partial trajectory. A no-op once it has ended."""
+        if self.done or self._cancel is not None:
+            return
+        self._cancel = (status, reason)
+        try:
+            await asyncio.wait_for(self.llm.abort(self.trajectory_id), ABORT_TIMEOUT_S)
+        except Exception as exc:  # the episode is cancelled below either way
+            log.warning("abort of %s failed: %s", self.trajectory_id, _error_text(exc))
+        inner = self._inner
+        if inner is None or inner.done():
+            return
+        if self._phase == "generate":  # let the aborted generation return its partial tokens
+            await asyncio.wait({inner}, timeout=ABORT_GRACE_S)
+        if not inner.done():
+            inner.cancel()
+
+    async def _cleanup(self) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            await self._close_quietly(env)
+        if self.gate is not None:
+            try:
+                await asyncio.wait_for(self.gate.leave(self.trajectory_id), ABORT_TIMEOUT_S)
+            except Exception as exc:
+                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, _error_text(exc))
+
+    async def _close_quietly(self, env: AsyncEnv | FaultInjectingEnv) -> None:
+        try:
+            await asyncio.wait_for(env.close(), CLOSE_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("env.close of %s failed: %s", self.trajectory_id, _error_text(exc))
+
+    def _finish(self, status: Status, reason: str = "") -> Trajectory:
+        turns = self.trajectory.turns
+        metrics = {
+            **self._metrics,
+            "turns": float(len(turns)),
+            "response_tokens": float(self.trajectory.num_response_tokens),
+            "total_tokens": float(sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in turns)),
+        }
+        self.trajectory = replace(
+            self.trajectory, env_return=float(sum(t.reward for t in turns))
+        ).finished(status, reason, metrics)
+        return self.trajectory
+
+    # --- the episode ----------------------------------------------------------------------------------
+    def _build_env(self) -> AsyncEnv | FaultInjectingEnv:
+        env = AsyncEnv(self._make_env(), self._executor)
+        if self.domain.inject is not None:
+            return FaultInjectingEnv(env, self.domain.inject, self._fault_rng)
+        return env
+
+    async def _reset(self) -> tuple[str, dict[str, Any]]:
+        """Reset a fresh env, retrying with exponential backoff; raises EnvFailure when out of tries."""
+        tries = self.envs.reset_retries + 1
+        seed = episode_seed(self.task)
+        errors: list[str] = []
+        for attempt in range(tries):
+            self._metrics["reset_attempts"] = float(attempt + 1)
+            start = time.time()
+            try:
+                loop = asyncio.get_running_loop()
+                self._env = await asyncio.wait_for(
+                    loop.run_in_executor(self._executor, self._build_env), self.envs.reset_timeout_s
+                )
+                obs, info = await asyncio.wait_for(self._env.reset(seed), self.envs.reset_timeout_s)
+                self.trajectory = replace(
+                    self.trajectory, spans=self.trajectory.spans + (Span("env.reset", start, time.time(), self.worker),)
+                )
+                self._metrics["env_time_s"] += time.time() - start
+                return obs, info
+            except TimeoutError:
+                errors.append(f"timed out after {self.envs.reset_timeout_s:g}s")
+            except Exception as exc:
+                errors.append(_error_text(exc))
+            self._metrics["env_time_s"] += time.time() - start
+            env, self._env = self._env, None
+            if env is not None:
+                await self._close_quietly(env)
+            if attempt + 1 < tries:
+                delay = min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s)
+                log.info("env.reset of %s failed (%s); retry in %.2fs", self.trajectory_id, errors[-1], delay)
+                await asyncio.sleep(delay)
+        raise EnvFailure(f"env.reset failed {tries} time(s): " + "; ".join(errors))
+
+    async def _generate(self, turn_index: int, context: list[int], budget: int) -> tuple[GenerationResult, Span]:
+        sampling = replace(self.sampling, max_new_tokens=min(self.sampling.max_new_tokens, budget))
+        request = GenerationRequest(
+            request_id=f"{self.trajectory_id}/{turn_index}",
+            trajectory_id=self.trajectory_id,
+            domain=self.task.domain,
+            prompt_token_ids=tuple(context),
+            sampling=sampling,
+        )
+        start = time.time()
+        self._phase = "generate"
+        try:
+            result = await asyncio.wait_for(self.llm.generate(request), self.generate_timeout_s)
+        finally:
+            self._phase = "env"
+        end = time.time()
+        self._metrics["generate_time_s"] += end - start
+        return result, Span("generate", start, end, result.worker or self.worker)
+
+    async def _episode(self) -> Trajectory:
+        try:
+            obs, info = await self._reset()
+        except EnvFailure as exc:
+            return self._finish(Status.FAILED, str(exc))
+        reference = info.get(REFERENCE_KEY)
+        if isinstance(reference, dict):
+            self.trajectory = replace(self.trajectory, reference=dict(reference))
+        context: list[int] = []
+        last_response: tuple[int, ...] = ()
+        for k in range(self.domain.max_turns):
+            if self.gate is not None:
+                await self.gate.before_turn(self.trajectory_id, k)
+            prompt = self.chat.initial(obs) if k == 0 else self.chat.follow_up(obs, last_response)
+            budget = self.domain.max_total_tokens - len(context) - len(prompt)
+            if budget <= 0:
+                return self._finish(Status.TRUNCATED, f"max_total_tokens ({self.domain.max_total_tokens}) reached")
+            context += prompt
+            try:
+                result, gen_span = await self._generate(k, context, budget)
+            except TimeoutError:
+                return self._finish(Status.FAILED, f"generation timed out after {self.generate_timeout_s:g}s")
+            except Exception as exc:
+                return self._finish(Status.FAILED, f"generation failed: {_error_text(exc)}")
+            response = tuple(result.token_ids)
+            context += response
+            last_response = response
+            text = self.chat.response_text(response)
+            turn = Turn(
+                prompt_token_ids=tuple(prompt),
+                response_token_ids=response,
+                logprobs=tuple(result.logprobs),
+                versions=tuple(result.versions),
+                observation=obs,
+                action=text,
+                finish_reason=result.finish_reason,
+                spans=(gen_span, *result.spans),
+            )
+            if result.finish_reason == "abort" or self._cancel is not None:
+                self.trajectory = self.trajectory.with_turn(turn)
+                status, reason = self._cancel or (Status.ABORTED, "generation aborted by the inference plane")
+                return self._finish(status, reason)
+            start = time.time()
+            try:
+                obs, reward, terminated, truncated, info = await asyncio.wait_for(
+                    self._env.step(text), self.envs.step_timeout_s  # type: ignore[union-attr]
+                )
+            except TimeoutError:
+                self.trajectory = self.trajectory.with_turn(turn)
+                return self._finish(Status.FAILED, f"env.step timed out after {self.envs.step_timeout_s:g}s")
+            except Exception as exc:
+                self.trajectory = self.trajectory.with_turn(turn)
+                return self._finish(Status.FAILED, f"env.step failed: {_error_text(exc)}")
+            finally:
+                self._metrics["env_time_s"] += time.time() - start
+            format_error = info.get(FORMAT_ERROR_KEY)
+            if format_error:
+                self._metrics["format_errors"] += 1
+                reward = self.domain.format_penalty
+            step_span = Span("env.step", start, time.time(), self.worker)
+            turn = replace(turn, reward=reward, format_ok=not format_error, spans=turn.spans + (step_span,))
+            self.trajectory = self.trajectory.with_turn(turn)
+            if terminated:
+                return self._finish(Status.COMPLETED, "env terminated")
+            if format_error and self.domain.end_on_format_error:
+                return self._finish(Status.COMPLETED, f"malformed action: {format_error}")
+            if truncated:
+                return self._finish(Status.TRUNCATED, "env truncated")
+        return self._finish(Status.TRUNCATED, f"max_turns ({self.domain.max_turns}) reached")

@@ -1,0 +1,92 @@
+"""The environment protocol (GEM's shape) and a uniform async facade over sync or async envs.
+
+An environment is any object with
+    reset(seed: int | None = None) -> (observation: str, info: dict)
+    step(action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)
+and optionally close(). Each method may be a plain function or `async def`. Observations are text;
+the action is the model's whole response text (the env parses it, as GEM's envs do).
+
+Conventions in `info` that the EnvManager reads (all optional):
+- reset info `"reference"` (a dict: reference answer, hidden tests …) → `Trajectory.reference`, for the
+  reward plane;
+- step info `"format_error"` (a message) → the action was malformed: the turn gets the domain's
+  `format_penalty` instead of the env reward, and the episode goes on unless `end_on_format_error`.
+
+`AsyncEnv` gives every env the same awaitable interface: async methods are awaited on the event loop,
+sync ones run in the given thread pool so a CPU-heavy env never blocks the loop that drives many
+trajectories. Timeouts are the caller's (EnvManager) job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from concurrent.futures import Executor
+from typing import Any, Callable, Protocol, runtime_checkable
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+ResetResult = tuple[str, dict[str, Any]]
+
+REFERENCE_KEY = "reference"
+FORMAT_ERROR_KEY = "format_error"
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A text environment (GEM's interface). Methods may also be `async def`; `close` is optional."""
+
+    def reset(self, seed: int | None = None) -> ResetResult: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+
+EnvFactory = Callable[[], Any]  # builds a fresh Env
+
+
+class AsyncEnv:
+    """Awaitable reset/step/close over a sync or async env; sync calls run in `executor` (None = the
+    loop's default thread pool). `inner` is the wrapped env (for expert/random actions)."""
+
+    def __init__(self, env: Any, executor: Executor | None = None) -> None:
+        for name in ("reset", "step"):
+            if not callable(getattr(env, name, None)):
+                raise TypeError(
+                    f"{type(env).__name__} is not an environment: it has no {name}() method "
+                    "(an env needs reset(seed) -> (obs, info) and step(action) -> (obs, reward, terminated, "
+                    "truncated, info))"
+                )
+        self.inner = env
+        self._executor = executor
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor, fn, *args)
+        if inspect.isawaitable(result):  # a sync wrapper around an async implementation
+            result = await result
+        return result
+
+    async def reset(self, seed: int | None = None) -> ResetResult:
+        out = await self._call(self.inner.reset, seed)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(
+                f"{type(self.inner).__name__}.reset must return (observation, info); got {type(out).__name__}"
+            )
+        obs, info = out
+        return str(obs), dict(info or {})
+
+    async def step(self, action: str) -> StepResult:
+        out = await self._call(self.inner.step, action)
+        if not (isinstance(out, tuple) and len(out) == 5):
+            raise TypeError(
+                f"{type(self.inner).__name__}.step must return (observation, reward, terminated, truncated, "
+                f"info); got {out!r:.200}"
+            )
+        obs, reward, terminated, truncated, info = out
+        return str(obs), float(reward), bool(terminated), bool(truncated), dict(info or {})
+
+    async def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            await self._call(close)

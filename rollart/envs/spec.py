@@ -1,0 +1,98 @@
+"""Resolve an env spec (the `env` of a domain in config) to a factory of fresh environments.
+
+In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
+- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number);
+- `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
+- `gym:<id>`: a gymnasium env with a discrete action space, e.g. `gym:FrozenLake-v1`;
+- `module.path:Class`: the user's own class (or zero-argument-plus-options factory); the current
+  directory is importable, so `my_envs:MyEnv` finds `./my_envs.py`.
+Out: `EnvFactory`, a zero-argument callable returning a new env. The spec is checked here (module and
+class imported, class found) so a typo fails at start-up with an error listing the accepted forms;
+envs themselves are built lazily, one per trajectory.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from typing import Any, Callable, Mapping
+
+from rollart.envs.domains.code_env import CodeEnv
+from rollart.envs.domains.frozenlake import FrozenLakeEnv
+from rollart.envs.domains.guess_number import GuessNumberEnv
+from rollart.envs.domains.math_env import MathEnv
+from rollart.envs.domains.sokoban import SokobanEnv
+from rollart.envs.gem_adapter import GemEnv
+from rollart.envs.gym_adapter import GymEnv
+from rollart.envs.protocol import EnvFactory
+
+BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
+    "frozenlake": FrozenLakeEnv,
+    "sokoban": SokobanEnv,
+    "math": MathEnv,
+    "code": CodeEnv,
+    "guess_number": GuessNumberEnv,
+}
+
+ACCEPTED_FORMS = (
+    f"a built-in name ({', '.join(BUILTIN_ENVS)}), 'gem:<id>' (e.g. gem:game:Minesweeper-v0-easy), "
+    "'gym:<id>' (e.g. gym:FrozenLake-v1) or 'module.path:Class' (your own class; the current directory "
+    "is importable)"
+)
+
+
+class EnvSpecError(ValueError):
+    """An env spec that names nothing that can be built."""
+
+
+def _import_user_class(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvSpecError(
+            f"env spec {spec!r}: cannot import module {module_name!r} ({exc}). Accepted: {ACCEPTED_FORMS}"
+        ) from exc
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise EnvSpecError(f"env spec {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise EnvSpecError(f"env spec {spec!r}: {attr!r} is not a class or factory")
+    return target
+
+
+def env_constructor(spec: str) -> Callable[..., Any]:
+    """The callable that builds an env of `spec` from keyword options (checked, not yet called)."""
+    spec = spec.strip()
+    if spec in BUILTIN_ENVS:
+        return BUILTIN_ENVS[spec]
+    kind, sep, rest = spec.partition(":")
+    if sep and rest:
+        if kind == "gem":
+            return functools.partial(GemEnv, rest)
+        if kind == "gym":
+            return functools.partial(GymEnv, rest)
+        if kind and all(p.isidentifier() for p in kind.split(".")):
+            return _import_user_class(spec)
+    raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
+
+
+def resolve_env(spec: str, options: Mapping[str, Any] | None = None) -> EnvFactory:
+    """A factory of fresh envs for `spec` built with `options` as keyword arguments."""
+    return functools.partial(env_constructor(spec), **dict(options or {}))
+
+
+def make_env(spec: str, options: Mapping[str, Any] | None = None) -> Any:
+    """One env of `spec`; an error from its constructor names the spec and the options."""
+    try:
+        return resolve_env(spec, options)()
+    except EnvSpecError:
+        raise
+    except TypeError as exc:
+        raise EnvSpecError(f"env spec {spec!r} rejected options {dict(options or {})}: {exc}") from exc

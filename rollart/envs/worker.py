@@ -1,0 +1,155 @@
+"""EnvWorker: an environment worker on the `env` pool, running many trajectories at once.
+
+In: the `RunConfig`, an `LLMClient` (the inference plane's proxy client, or a Ray actor handle with
+async `generate`/`abort`, wrapped here), an optional `TurnGate`, the worker's name and the model
+checkpoint whose tokenizer/chat template prompts are built with. Out: `run(task, start_version)` →
+the finished `Trajectory`; `cancel`, `progress`, `stats`.
+
+Each `run` is one `EnvManager` driven as an asyncio task on the actor's event loop (Ray runs async actor
+methods concurrently), so one worker holds many environment lifecycles; sync env calls go to a thread
+pool of `envs.threads` threads so a CPU-heavy env does not stall the others. The class is plain Python,
+placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see `EnvPool.place`) and
+usable without Ray in tests.
+
+Guarantees: a trajectory id runs at most once per worker at a time; a cancel that arrives before its
+`run` (a race between two actor calls) is remembered, and that `run` returns at once with the cancel's
+status; `run` never raises for env or LLM errors (the trajectory is FAILED with the reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rollart.config import DomainConfig, RunConfig
+from rollart.envs.chat import ChatTokens
+from rollart.envs.manager import EnvManager
+from rollart.envs.protocol import EnvFactory
+from rollart.envs.sampling import domain_sampling
+from rollart.envs.spec import resolve_env
+from rollart.models import load_tokenizer, resolve_model_path
+from rollart.resources.affinity import affinity
+from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
+
+MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
+
+
+class ActorLLMClient:
+    """`LLMClient` over a Ray actor handle whose `generate`/`abort` methods take the same arguments."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        return await self.handle.generate.remote(request)
+
+    async def abort(self, trajectory_id: str) -> None:
+        await self.handle.abort.remote(trajectory_id)
+
+
+def as_llm_client(llm: Any) -> LLMClient:
+    """A wrapper over a Ray actor handle, else `llm` itself when it implements `LLMClient`."""
+    import ray
+
+    if isinstance(llm, ray.actor.ActorHandle):  # checked first: a handle has every method name as attribute
+        return ActorLLMClient(llm)
+    if isinstance(llm, LLMClient):
+        return llm
+    raise TypeError(f"EnvWorker needs an LLMClient (async generate/abort) or a Ray actor handle, got {type(llm).__name__}")
+
+
+@affinity("env", role="env")
+class EnvWorker:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        llm: Any,
+        gate: TurnGate | None = None,
+        name: str = "env/env/0",
+        model_path: str | Path | None = None,
+    ) -> None:
+        self.cfg, self.name, self.gate = cfg, name, gate
+        self.llm = as_llm_client(llm)
+        path = model_path or resolve_model_path(cfg.model, cfg.seed)
+        self.chat = ChatTokens(load_tokenizer(path))
+        self.executor = ThreadPoolExecutor(cfg.envs.threads, thread_name_prefix=name.replace("/", "-"))
+        # checked now, so a bad spec fails at start-up rather than mid-run
+        self._factories: dict[str, EnvFactory] = {d: resolve_env(c.env, c.options) for d, c in cfg.domains.items()}
+        self._managers: dict[str, EnvManager] = {}
+        self._early_cancels: OrderedDict[str, tuple[Status, str]] = OrderedDict()
+        self._counts = {"started": 0, "finished": 0}
+
+    def _domain(self, task: Task) -> tuple[DomainConfig, EnvFactory]:
+        dom = self.cfg.domains.get(task.domain)
+        if dom is None:
+            raise ValueError(f"{self.name}: task {task.task_id} has domain {task.domain!r}, not one of {sorted(self.cfg.domains)}")
+        if task.env == dom.env:
+            return dom, self._factories[task.domain]
+        # a task may name another env than its domain's: the domain's limits, that env without options
+        return dom.model_copy(update={"env": task.env, "options": {}}), resolve_env(task.env)
+
+    def manager(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> EnvManager:
+        """The EnvManager a `run` of `task` uses (exposed for tests and in-process use)."""
+        dom, factory = self._domain(task)
+        if sampling is None:
+            sampling = domain_sampling(self.cfg, task.domain, self.chat.stop_token_ids, task.split)
+        return EnvManager(
+            task,
+            start_version,
+            make_env=factory,
+            domain=dom,
+            envs=self.cfg.envs,
+            llm=self.llm,
+            chat=self.chat,
+            sampling=sampling,
+            executor=self.executor,
+            gate=self.gate,
+            worker=self.name,
+            generate_timeout_s=self.cfg.inference.request_timeout_s,
+        )
+
+    async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
+        """Run one episode to its end; `sampling` overrides the domain's (e.g. a different temperature)."""
+        tid = task.task_id
+        if tid in self._managers:
+            raise ValueError(f"{self.name}: trajectory {tid} is already running here")
+        manager = self.manager(task, start_version, sampling)
+        early = self._early_cancels.pop(tid, None)
+        self._managers[tid] = manager
+        self._counts["started"] += 1
+        try:
+            if early is not None:
+                await manager.cancel(*early)
+            return await manager.run()
+        finally:
+            self._managers.pop(tid, None)
+            self._counts["finished"] += 1
+
+    async def cancel(self, trajectory_id: str, status: Status, reason: str, expected: bool = False) -> None:
+        """Cancel a running trajectory (no-op if unknown or finished). `expected=True` means the caller
+        knows it was sent here: if its `run` has not arrived yet, it is cancelled on arrival."""
+        manager = self._managers.get(trajectory_id)
+        if manager is not None:
+            await manager.cancel(status, reason)
+        elif expected:
+            self._early_cancels[trajectory_id] = (status, reason)
+            while len(self._early_cancels) > MAX_EARLY_CANCELS:
+                self._early_cancels.popitem(last=False)
+
+    async def progress(self) -> dict[str, int | None]:
+        return {tid: m.progress() for tid, m in self._managers.items()}
+
+    async def stats(self) -> dict[str, Any]:
+        return {"worker": self.name, "in_flight": len(self._managers), **self._counts}
+
+    async def ready(self) -> str:
+        return self.name
+
+    async def shutdown(self) -> None:
+        """Cancel every running trajectory (ABORTED) and stop the thread pool."""
+        await asyncio.gather(*(m.cancel(Status.ABORTED, "env worker shutdown") for m in list(self._managers.values())))
+        await asyncio.get_running_loop().run_in_executor(None, functools.partial(self.executor.shutdown, wait=False))
