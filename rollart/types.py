@@ -77,6 +77,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
+    ignore_eos: bool = False  # True: do not stop at the model's EOS ids (stop_token_ids still stop)
 
 
 @dataclass(frozen=True)
