@@ -109,7 +109,8 @@ class EnvWorker:
             executor=self.executor,
             gate=self.gate,
             worker=self.name,
-            generate_timeout_s=self.cfg.inference.request_timeout_s,
+            # the proxy bounds admission and generation itself; this only guards a proxy that never answers
+            generate_timeout_s=self.cfg.inference.admission_timeout_s + self.cfg.inference.request_timeout_s + 60.0,
         )
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
