@@ -17,7 +17,7 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
 - Greedy output equals `model.generate` token for token; logprobs are those of
   `rollart.inference.sampling` (the distribution actually sampled from; greedy: log-softmax at T=1).
 - A request stops at its stop token ids, at the model's EOS ids (`eos_token_ids`, default the model's
-  generation config), at a stop string, at `max_new_tokens`, or when its context reaches the model's
+  generation config; not with `SamplingParams.ignore_eos`), at a stop string, at `max_new_tokens`, or when its context reaches the model's
   `max_position_embeddings`. The stopping token is part of the output (token-in/token-out).
 - `update_weights` copies the tensors in place (bit-identical for equal dtypes), drops the prefix cache
   and re-prefills every running request's prompt + tokens under the new weights on the next step.
@@ -142,7 +142,8 @@ class HFEngine:
             seed = request.sampling.seed
             generator = torch.Generator(device=self.device)
             generator.manual_seed(seed if seed is not None else self._seeds.getrandbits(63))
-        seq = _Seq(request, generator, self.eos_token_ids | set(request.sampling.stop_token_ids), time.time())
+        eos = frozenset() if request.sampling.ignore_eos else self.eos_token_ids
+        seq = _Seq(request, generator, eos | set(request.sampling.stop_token_ids), time.time())
         self._live[request.request_id] = seq
         self._waiting.append(seq)
 

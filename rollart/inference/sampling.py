@@ -58,6 +58,8 @@ def validate_sampling(params: SamplingParams, vocab_size: int, can_decode: bool)
             raise bad("stop_strings", params.stop_strings, "every stop string must be a non-empty str")
     if params.stop_strings and not can_decode:
         raise bad("stop_strings", params.stop_strings, "stop strings need an engine built with a tokenizer")
+    if not isinstance(params.ignore_eos, bool):
+        raise bad("ignore_eos", params.ignore_eos, "it must be True or False")
     seed = params.seed
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not (0 <= seed <= MAX_SEED)):
         raise bad("seed", seed, f"it must be None or an integer in [0, {MAX_SEED}]")
