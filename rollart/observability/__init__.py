@@ -2,7 +2,8 @@
 
 What the driver does with it, once per run and once per step:
 
-    logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=t0, hparams=cfg.model_dump(mode="json"))
+    logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=t0, hparams=cfg.model_dump(mode="json"),
+                           resume_step=first_step if cfg.resume else None)
     timeline = Timeline(start_time=t0, max_trajectories=cfg.observability.timeline_max_trajectories)
     progress = Progress(cfg.observability.progress)
     each step:

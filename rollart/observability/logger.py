@@ -34,6 +34,8 @@ class MetricsLogger:
 
     `start_time` is the unix time the run started (wall_s is measured from it); by default, now.
     `hparams` (e.g. `cfg.model_dump(mode="json")`) is recorded as the W&B config / an MLflow artefact.
+    `resume_step`: a resumed run's first step; what a crashed run logged at that step and later is
+    dropped (from metrics.jsonl, and hidden in TensorBoard by its purge_step).
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class MetricsLogger:
         *,
         start_time: float | None = None,
         hparams: Mapping[str, Any] | None = None,
+        resume_step: int | None = None,
     ) -> None:
         self.paths = RunPaths.of(run_dir)
         self.paths.root.mkdir(parents=True, exist_ok=True)
@@ -50,9 +53,9 @@ class MetricsLogger:
         sinks: list[Sink] = []
         self._sinks: list[Sink] | None = sinks
         try:
-            sinks.append(JsonlSink(self.paths.metrics))
+            sinks.append(JsonlSink(self.paths.metrics, resume_step))
             if cfg.tensorboard:
-                sinks.append(TensorBoardSink(self.paths.tensorboard, cfg.tensorboard_flush_s))
+                sinks.append(TensorBoardSink(self.paths.tensorboard, cfg.tensorboard_flush_s, resume_step))
             if cfg.wandb_project:
                 sinks.append(WandbSink(cfg.wandb_project, cfg.wandb_entity, self.paths.root, hparams or {}))
             if cfg.mlflow_uri:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Mapping, Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from rollart.observability.aggregate import PHASES
 from rollart.observability.records import Record, domains_with, series
@@ -193,27 +194,36 @@ def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float) ->
     ax.set_xlabel("seconds since run start")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="x")
-    handles = [ax.bar(0, 0, color=colour(n), label=n) for n in names]
-    if handles:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    starts = [s.start for _, spans in rows for s in spans]
+    ends = [s.end for _, spans in rows for s in spans]
+    pad = 0.02 * max(max(ends) - min(starts), 1e-3)
+    ax.set_xlim(min(starts) - pad, max(ends) + pad)
+    ax.legend(handles=[Patch(color=colour(n), label=n) for n in names], fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))
     return to_png(fig)
 
 
 def trajectory_gantt_png(trace: Trace, max_rows: int) -> bytes | None:
-    """Rows = trajectories (evenly sampled over the run when there are more than max_rows), bars = phases."""
+    """Rows = the last `max_rows` trajectories to start (a contiguous window, so overlaps between
+    trajectories — the asynchrony — stay visible at a readable scale), bars = their phases."""
     by_traj: dict[str, list[TraceSpan]] = defaultdict(list)
+    ended: dict[str, str] = {}
     for s in trace.spans:
-        if s.view == "trajectory" and s.name != "trajectory":
+        if s.view == "trajectory" and s.name == "trajectory":
+            ended[s.trajectory_id] = s.status
+        elif s.view == "trajectory":
             by_traj[s.trajectory_id].append(s)
     if not by_traj:
         return None
-    ordered = sorted(by_traj.items(), key=lambda kv: min(s.start for s in kv[1]))
-    if len(ordered) > max_rows:
-        stride = len(ordered) / max_rows
-        ordered = [ordered[int(i * stride)] for i in range(max_rows)]
-    rows = [(f"{tid} [{spans[0].domain}]", spans) for tid, spans in ordered]
-    title = f"trajectories ({len(rows)} of {len(by_traj)} shown)"
-    return _gantt(rows, title, alpha=1.0)
+    ordered = sorted(by_traj.items(), key=lambda kv: min(s.start for s in kv[1]))[-max_rows:]
+
+    def label(tid: str, domain: str) -> str:
+        status = ended.get(tid, "")
+        return f"{tid} [{domain}]" + (f" {status.upper()}" if status not in ("", "completed", "truncated") else "")
+
+    rows = [(label(tid, spans[0].domain), spans) for tid, spans in ordered]
+    shown = "all" if len(rows) == len(by_traj) else f"the last {len(rows)} to start, of"
+    return _gantt(rows, f"trajectories ({shown} {len(by_traj)})", alpha=1.0)
 
 
 def worker_gantt_png(trace: Trace) -> bytes | None:

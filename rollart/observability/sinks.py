@@ -5,7 +5,8 @@ MLflow step. Every sink has `write(record)` and `close()`; the `MetricsLogger` o
 
 Guarantees:
 - JSONL lines are strict JSON (NaN and ±inf are written as null) and flushed per line, so a crashed run
-  keeps everything logged before the crash and a live reader sees each step as it lands.
+  keeps everything logged before the crash and a live reader sees each step as it lands. A resumed run
+  (`purge_step`) first drops the records at steps it will log again, as TensorBoard's purge_step does.
 - TensorBoard uses torch's `SummaryWriter` (the writer everyone already has with torch); W&B and MLflow
   are imported only when configured, and a configured but missing package is an error that says what to
   install or which field to clear, raised before the run starts.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
@@ -41,8 +43,10 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, purge_step: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if purge_step is not None and path.exists():
+            _drop_steps_from(path, purge_step)
         # append: a resumed run continues the same file; readers merge records by step, newest last
         self._file = path.open("a", encoding="utf-8")
 
@@ -54,11 +58,26 @@ class JsonlSink:
         self._file.close()
 
 
+def _drop_steps_from(path: Path, first_dropped: int) -> None:
+    """Rewrite a metrics.jsonl without the records at steps ≥ first_dropped (and without a torn line)."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if int(json.loads(line)["step"]) < first_dropped:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            continue  # a line torn by the crash
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class TensorBoardSink:
-    def __init__(self, log_dir: Path, flush_s: float) -> None:
+    def __init__(self, log_dir: Path, flush_s: float, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=max(1, int(flush_s)))
+        # purge_step: TensorBoard hides events of an earlier (crashed) writer at steps ≥ purge_step
+        self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=max(1, int(flush_s)), purge_step=purge_step)
 
     def write(self, record: MetricRecord) -> None:
         for name, value in record.values.items():

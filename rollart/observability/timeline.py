@@ -222,6 +222,7 @@ class TraceSpan:
     worker: str = ""
     trajectory_id: str = ""
     domain: str = ""
+    status: str = ""  # on "trajectory" events: how the trajectory ended
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,6 @@ def load_trace(path: str | Path) -> Trace:
         spans.append(TraceSpan(
             view=ev.get("cat", ""), name=ev["name"], start=start, end=start + ev.get("dur", 0) / 1e6,
             worker=str(args.get("worker", "")), trajectory_id=str(args.get("trajectory_id", "")),
-            domain=str(args.get("domain", "")),
+            domain=str(args.get("domain", "")), status=str(args.get("status", "")),
         ))
     return Trace(tuple(spans), data.get("otherData", {}))

@@ -145,6 +145,21 @@ def test_tensorboard_sink_writes_scalars(tmp_path):
     assert acc.Scalars("pools/env/utilisation")[0].value == 0.5
 
 
+def test_resume_supersedes_what_a_crashed_run_logged(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = MetricsLogger(tmp_path, ObservabilityConfig())
+    for step in (1, 2, 3):
+        log.log(step, {"train/loss": float(step)})
+    log.close()  # "crashed" after step 3; the last checkpoint was step 1
+    with MetricsLogger(tmp_path, ObservabilityConfig(), resume_step=2) as log:
+        log.log(2, {"train/loss": 20.0})
+    assert [(r["step"], r["train/loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")] == [(1, 1.0), (2, 20.0)]
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(1, 1.0), (2, 20.0)]
+
+
 def test_optional_sink_configured_but_missing_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb → ImportError
     with pytest.raises(RuntimeError, match=r"observability.wandb_project='proj' needs the 'wandb' package"):
