@@ -1,1 +1,15 @@
-"""rollart.trainer (see DESIGN.md §4)."""
+"""The training plane: data-parallel trainer actors (torch DDP), micro-batching, checkpoints.
+
+Driver API: `TrainerGroup` (group.py), `latest_checkpoint` (checkpoint.py). The loss is injected (an
+`Objective`, e.g. `rollart.algo.PolicyObjective`) and so is the weight publisher
+(`rollart.types.WeightPublisher`): this package imports neither the algo nor the weights plane.
+`Trainer` (core.py) is the Ray-free rank, usable directly in tests and single-process tools.
+"""
+
+from rollart.trainer.checkpoint import latest_checkpoint, list_checkpoints
+from rollart.trainer.core import Trainer
+from rollart.trainer.group import TrainerGroup
+from rollart.trainer.objective import Objective
+from rollart.trainer.worker import TrainerWorker
+
+__all__ = ["Objective", "Trainer", "TrainerGroup", "TrainerWorker", "latest_checkpoint", "list_checkpoints"]

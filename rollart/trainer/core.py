@@ -1,0 +1,253 @@
+"""`Trainer`: one data-parallel rank's model, optimizer and steps (plain Python; the Ray actor wraps it).
+
+In: the `RunConfig` (model, seed, `train.*`), an `Objective` (the policy loss, injected), this rank and
+the world size (the process group must already be initialised when world_size > 1), a torch device.
+Out: `train_step(batch)` and `sft_step(samples)` return metrics; `state_dict()` gives the weights to
+publish; `save(dir, extra)` / `load(dir)` write and read checkpoints (checkpoint.py).
+
+One step (RL or SFT): the batch is sharded over ranks (packing.shard), each rank runs micro-batches of at
+most `train.micro_batch_tokens` padded tokens, accumulating gradients (DDP `no_sync` on all but the last),
+every micro-batch loss weighted by the *global* token/sequence totals and multiplied by the world size
+(DDP averages gradients), so N ranks compute the gradient of the same loss as one rank would; then
+gradient clipping to `train.grad_clip`, one AdamW step, one LR-scheduler step, version + 1.
+Statistics are summed over micro-batches and all-reduced, so every rank returns the same metrics.
+
+Versions: `version` counts optimizer steps applied to the initial weights (version 0); a `TrainBatch` must
+carry the trainer's current version (it is the policy being trained; the step makes version + 1).
+Determinism: the same seed, config, batches and world size give bit-identical weights (CPU, gloo).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from rollart.config import RunConfig
+from rollart.models import load_model, load_tokenizer, resolve_model_path
+from rollart.trainer import checkpoint as ckpt
+from rollart.trainer.objective import Objective
+from rollart.trainer.packing import MicroBatch, collate, global_totals, micro_batches, shard
+from rollart.trainer.schedule import lr_multiplier
+from rollart.trainer.sft_data import conversation_sample
+from rollart.types import TrainBatch, TrainSample
+
+_SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "ref_kl_sum", "pg_loss",
+             "kl_loss", "entropy_sum", "lag_sum")
+_MAX_KEYS = ("iw_max", "lag_max")
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        objective: Objective,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        device: str = "cpu",
+        model_path: str | Path | None = None,
+    ) -> None:
+        train = cfg.train
+        torch.set_num_threads(train.threads)
+        torch.manual_seed(cfg.seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        self.cfg, self.objective = cfg, objective
+        self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
+        self.model_path = Path(model_path) if model_path else resolve_model_path(cfg.model, cfg.seed)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.model = load_model(self.model_path, cfg.model.dtype, device)
+        self.model.train()
+        self.ref_model = None
+        if objective.uses_reference:  # the KL anchor: the initial weights, frozen
+            self.ref_model = load_model(self.model_path, cfg.model.dtype, device).eval().requires_grad_(False)
+        self.ddp = DistributedDataParallel(self.model) if world_size > 1 else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_multiplier(train.schedule, train.warmup_steps, train.steps)
+        )
+        self.sft_optimizer: torch.optim.Optimizer | None = None
+        self.version = 0
+
+    # --- steps -----------------------------------------------------------------------------------
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One RL optimizer step on `batch` (all ranks get the same batch); returns `train/*` metrics."""
+        if batch.version != self.version:
+            raise ValueError(
+                f"TrainBatch.version={batch.version} but the trainer holds version {self.version}: a batch "
+                "trains the current policy (the driver's version is out of step with the trainer's)"
+            )
+        start = time.perf_counter()
+        samples = batch.samples
+        total_tokens, total_seqs = global_totals(samples)
+        if total_tokens == 0:
+            raise ValueError(f"TrainBatch v{batch.version}: no model tokens to train on in {len(samples)} samples")
+        sums = dict.fromkeys(_SUM_KEYS, 0.0) | dict.fromkeys(_MAX_KEYS, 0.0)
+
+        def loss_fn(mb: MicroBatch) -> torch.Tensor:
+            logprobs, entropy = self._logprobs(self.ddp or self.model, mb)
+            ref = self._logprobs(self.ref_model, mb)[0] if self.ref_model is not None else None
+            weights = self.objective.token_weights(mb.loss_mask, total_tokens, total_seqs)
+            loss, stats = self.objective(logprobs, mb.behaviour_logprobs, mb.advantages, mb.loss_mask, weights, ref)
+            lag = (batch.version - mb.versions).float() * mb.loss_mask
+            for k, v in stats.items():
+                if k in _MAX_KEYS:
+                    sums[k] = max(sums[k], float(v))
+                else:
+                    sums[k] += float(v)
+            sums["loss"] += float(loss.detach())
+            sums["entropy_sum"] += float((entropy * mb.loss_mask).sum())
+            sums["lag_sum"] += float(lag.sum())
+            sums["lag_max"] = max(sums["lag_max"], float(lag.max()))
+            return loss
+
+        grad_norm, lr = self._step(samples, loss_fn, self.optimizer, self.scheduler)
+        s = self._all_reduce(sums)
+        n = max(s["tokens"], 1.0)
+        metrics = {
+            "train/loss": s["loss"],
+            "train/pg_loss": s["pg_loss"],
+            "train/clip_frac": s["clipped"] / n,
+            "train/iw_mean": s["iw_sum"] / n,
+            "train/iw_max": s["iw_max"],
+            "train/iw_truncated_frac": s["iw_truncated"] / n,
+            "train/entropy": s["entropy_sum"] / n,
+            "train/approx_kl": s["approx_kl_sum"] / n,
+            "train/grad_norm": grad_norm,
+            "train/lr": lr,
+            "train/tokens": float(total_tokens),
+            "train/seqs": float(len(samples)),
+            "train/version_lag_mean": s["lag_sum"] / n,
+            "train/version_lag_max": s["lag_max"],
+            "train/version": float(self.version),
+            "time/train": time.perf_counter() - start,
+        }
+        if self.ref_model is not None:
+            metrics["train/ref_kl"] = s["ref_kl_sum"] / n
+            metrics["train/kl_loss"] = s["kl_loss"]
+        return metrics
+
+    def sft_step(self, data: Sequence[TrainSample | Sequence[Mapping[str, str]]]) -> dict[str, float]:
+        """One supervised step: token-mean cross-entropy on loss-masked tokens, AdamW at `warm_start.lr`.
+
+        `data` holds `TrainSample`s or chat conversations (lists of {"role", "content"}; the assistant
+        messages are trained, see sft_data.py). Advances the version like any weight update.
+        """
+        start = time.perf_counter()
+        samples = [d if isinstance(d, TrainSample) else conversation_sample(self.tokenizer, d, f"sft{i}")
+                   for i, d in enumerate(data)]
+        if not samples:
+            raise ValueError("sft_step: no samples")
+        total_tokens, _ = global_totals(samples)
+        if total_tokens == 0:
+            raise ValueError("sft_step: no loss-masked tokens in the batch")
+        if self.sft_optimizer is None:
+            self.sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.train.warm_start.lr,
+                                                   weight_decay=self.cfg.train.weight_decay)
+        sums = {"loss": 0.0}
+
+        def loss_fn(mb: MicroBatch) -> torch.Tensor:
+            logprobs, _ = self._logprobs(self.ddp or self.model, mb)
+            loss = -(logprobs * mb.loss_mask).sum() / total_tokens
+            sums["loss"] += float(loss.detach())
+            return loss
+
+        grad_norm, lr = self._step(samples, loss_fn, self.sft_optimizer, None)
+        return {
+            "sft/loss": self._all_reduce(sums)["loss"],
+            "sft/grad_norm": grad_norm,
+            "sft/lr": lr,
+            "sft/tokens": float(total_tokens),
+            "train/version": float(self.version),
+            "time/sft": time.perf_counter() - start,
+        }
+
+    def _step(self, samples: Sequence[TrainSample], loss_fn, optimizer, scheduler) -> tuple[float, float]:
+        """Accumulate gradients over this rank's micro-batches, then clip, step, advance the version."""
+        mine = shard(samples, self.world_size)[self.rank]
+        groups = micro_batches(samples, mine, self.cfg.train.micro_batch_tokens)
+        for i, group in enumerate(groups):
+            mb = collate([samples[j] for j in group], self.pad_id).to(self.device)
+            sync = self.ddp is None or i == len(groups) - 1
+            with nullcontext() if sync else self.ddp.no_sync():
+                (loss_fn(mb) * self.world_size).backward()  # DDP averages over ranks; the loss is global
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip))
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        return grad_norm, lr
+
+    def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log π(target) [b, L-1] (float32, with grad) and the policy entropy (no grad)."""
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        token_logp = logp.gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            entropy = -(logp.exp() * logp).sum(-1)
+        return token_logp, entropy
+
+    def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        if self.world_size == 1:
+            return sums
+        keys = sorted(sums)
+        add = torch.tensor([sums[k] if k not in _MAX_KEYS else 0.0 for k in keys], dtype=torch.float64)
+        top = torch.tensor([sums[k] if k in _MAX_KEYS else float("-inf") for k in keys], dtype=torch.float64)
+        if self.device.type == "cuda":
+            add, top = add.to(self.device), top.to(self.device)
+        dist.all_reduce(add, op=dist.ReduceOp.SUM)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        return {k: float(top[i]) if k in _MAX_KEYS else float(add[i]) for i, k in enumerate(keys)}
+
+    # --- weights and checkpoints -----------------------------------------------------------------
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The current weights by Hugging Face parameter name (tied names share one tensor)."""
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def save(self, directory: str | Path, extra_state: Mapping[str, Any] | None) -> None:
+        """Write this rank's part of a checkpoint into `directory` (rank 0: everything but other ranks' RNG)."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        ckpt.save_rng(path, self.rank)
+        if self.rank != 0:
+            return
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        ckpt.save_extra(path, dict(extra_state or {}))
+        torch.save(
+            {
+                "version": self.version,
+                "world_size": self.world_size,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "sft_optimizer": self.sft_optimizer.state_dict() if self.sft_optimizer else None,
+            },
+            path / ckpt.STATE_FILE,
+        )
+
+    def load(self, directory: str | Path) -> dict[str, Any]:
+        """Restore weights, optimizer(s), scheduler, version and this rank's RNG; returns `extra_state`."""
+        path = Path(directory)
+        if not (path / ckpt.STATE_FILE).is_file():
+            raise FileNotFoundError(f"{path} is not a complete rollart checkpoint (no {ckpt.STATE_FILE})")
+        loaded = load_model(path, self.cfg.model.dtype, str(self.device))
+        with torch.no_grad():
+            self.model.load_state_dict(loaded.state_dict())
+        del loaded
+        state = torch.load(path / ckpt.STATE_FILE, weights_only=False, map_location=self.device)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state["sft_optimizer"] is not None:
+            self.sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.train.warm_start.lr)
+            self.sft_optimizer.load_state_dict(state["sft_optimizer"])
+        self.version = int(state["version"])
+        ckpt.load_rng(path, self.rank)  # a rank the checkpoint did not have keeps its seeded RNG
+        return ckpt.load_extra(path)
