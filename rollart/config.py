@@ -80,6 +80,9 @@ class RoleConfig(Section):
 
 
 class LatencyConfig(Section):
+    """An injected delay: constant = mean_s; gaussian = N(mean_s, std_s) clipped at 0; lognormal with this
+    mean and std (of the delay itself)."""
+
     dist: Literal["none", "constant", "gaussian", "lognormal"] = "none"
     mean_s: float = Field(0.0, ge=0)
     std_s: float = Field(0.0, ge=0)
@@ -92,8 +95,8 @@ class FaultInjectionConfig(Section):
     step_latency: LatencyConfig = LatencyConfig()
     reset_fail_prob: float = Field(0.0, ge=0, le=1)
     step_fail_prob: float = Field(0.0, ge=0, le=1)
-    hang_prob: float = Field(0.0, ge=0, le=1)
-    seed: int = 0
+    hang_prob: float = Field(0.0, ge=0, le=1, description="chance a reset or step hangs until its timeout")
+    seed: int = Field(0, description="seeds the injected faults (with the task id and seed)")
 
 
 class DomainRewardConfig(Section):

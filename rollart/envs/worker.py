@@ -32,7 +32,7 @@ from rollart.envs.protocol import EnvFactory
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.spec import resolve_env
 from rollart.models import load_tokenizer, resolve_model_path
-from rollart.resources.affinity import affinity
+from rollart.resources import affinity
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
