@@ -20,7 +20,6 @@ from rollart.observability import (
     RunPaths,
     Timeline,
     batch_metrics,
-    dropped_metrics,
     prefixed,
     system_metrics,
     utilisation_metrics,
@@ -75,6 +74,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
     logger = MetricsLogger(run_dir, cfg.observability, start_time=t0)
     timeline = Timeline(start_time=t0)
     clock = t0 + 1.0
+    wasted = 0
     for step in range(1, steps + 1):
         step_start = clock
         version = step - 1
@@ -96,9 +96,12 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
             timeline.add_span(s, step=step)
         clock = train.end
         tokens = sum(t.num_response_tokens for t in trajs)
+        wasted += sum(t.num_response_tokens for t in dropped)
         metrics = {
             **batch_metrics(trajs, version),
-            **dropped_metrics(dropped),
+            # RolloutScheduler.metrics(): counters since the run started
+            "buffer/aborted": float(step), "buffer/stale": float(step), "buffer/failed": 0.0,
+            "buffer/wasted_tokens": float(wasted),
             **utilisation_metrics(timeline.spans(), (step_start, clock), WORKERS),
             **system_metrics(tokens, clock - step_start),
             **prefixed("train", {"loss": 1.0 / step, "grad_norm": 0.5, "lr": 1e-4}),
@@ -109,7 +112,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
             "time/weights.exposed": 0.01,
             "time/train": train.duration,
             "time/step": clock - step_start,
-            "buffer/cancelled": 1.0,
+            "buffer/cancelled": float(step),
             "pools/fallbacks": 0.0,
         }
         logger.log(step, metrics, at=clock)

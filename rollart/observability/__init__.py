@@ -9,7 +9,7 @@ What the driver does with it, once per run and once per step:
     each step:
         for t in batch + dropped: timeline.add_trajectory(t)
         timeline.add_span(Span("train", t_a, t_b, "trainer/train/0"))           # and weights.*, get_batch.wait
-        metrics = {**batch_metrics(batch, version, cfg.rollout.staleness), **dropped_metrics(dropped),
+        metrics = {**batch_metrics(batch, version, cfg.rollout.staleness), **scheduler.metrics(),
                    **utilisation_metrics(timeline.spans(), (step_start, step_end), workers),
                    **system_metrics(tokens, step_s), **prefixed("train", trainer_stats),
                    "time/train": ..., "time/step": ..., ...}
@@ -26,8 +26,10 @@ Metric names (issue 8 ยง1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, โ€
   prefill_tokens, decode_tokens}; reward/{mean, std, min, max, zero_std_groups}.
 - eval/<d>/score and eval/mean (the driver logs them at eval steps).
 - train/* (trainer stats through `prefixed("train", ...)`); weights/* (publisher stats).
-- buffer/staleness_<k>, buffer/staleness_mean, buffer/staleness_max, buffer/{aborted, stale, failed,
-  wasted_tokens} (`dropped_metrics`), buffer/cancelled (the control plane's count).
+- buffer/staleness_<k>, buffer/staleness_mean, buffer/staleness_max (per batch, `batch_metrics`);
+  buffer/{aborted, stale, failed, wasted_tokens, ...} and rollout/{started, completed, running, ...}:
+  the control plane's `RolloutScheduler.metrics()`, counters since the run started (the summary and the
+  report read their last value); buffer/cancelled likewise if a plane counts it.
 - pools/<pool>/utilisation (`utilisation_metrics`), pools/fallbacks (the resource plane's count).
 - system/{tokens_per_s, rss_mb} (`system_metrics`).
 """
@@ -35,7 +37,6 @@ Metric names (issue 8 ยง1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, โ€
 from rollart.observability.aggregate import (
     PHASES,
     batch_metrics,
-    dropped_metrics,
     prefixed,
     rollout_metrics,
     span_time_totals,
@@ -62,7 +63,6 @@ __all__ = [
     "assign_lanes",
     "batch_metrics",
     "build_report",
-    "dropped_metrics",
     "load_trace",
     "pool_utilisation",
     "prefixed",

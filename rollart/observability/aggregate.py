@@ -13,7 +13,6 @@ Names produced (every one listed in `rollart/observability/__init__.py`'s docstr
   the time one trajectory spent in a phase).
 - `staleness_metrics`: buffer/staleness_<k> (trajectories trained k versions after their behaviour
   version), buffer/staleness_mean, buffer/staleness_max.
-- `dropped_metrics`: buffer/{aborted, stale, failed, wasted_tokens}.
 - `utilisation_metrics`: pools/<pool>/utilisation.   `system_metrics`: system/{tokens_per_s, rss_mb}.
 - `prefixed("train", trainer_stats)`: train/<name> (also for reward/ and weights/ stats of other planes).
 
@@ -134,18 +133,6 @@ def staleness_metrics(
     out["buffer/staleness_mean"] = _mean([float(a) for a in ages])
     out["buffer/staleness_max"] = float(max(ages, default=0))
     return out
-
-
-def dropped_metrics(dropped: Iterable[Trajectory]) -> dict[str, float]:
-    """Counts of trajectories that ended without training, and the tokens generated for them."""
-    dropped = list(dropped)
-    counts = Counter(t.status for t in dropped)
-    return {
-        "buffer/aborted": float(counts[Status.ABORTED]),
-        "buffer/stale": float(counts[Status.STALE]),
-        "buffer/failed": float(counts[Status.FAILED]),
-        "buffer/wasted_tokens": float(sum(t.num_response_tokens for t in dropped)),
-    }
 
 
 def batch_metrics(

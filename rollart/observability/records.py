@@ -10,7 +10,8 @@ Guarantees:
   mid-write — is skipped, since everything before it is still good).
 - summary.json holds at least: steps, wall_s, eval_first, eval_last, eval_first_by_domain,
   eval_last_by_domain (None / {} when the run logged no eval), reward_first, reward_last, trajectories,
-  tokens, and the totals of buffer/{aborted, stale, failed, cancelled, wasted_tokens}; the driver's own
+  tokens, and the last value of the counters buffer/{aborted, stale, failed, cancelled, wasted_tokens}
+  (as `<name>_total`, None if never logged); the driver's own
   `extra` keys are merged over them. It is written atomically.
 """
 
@@ -24,6 +25,8 @@ from typing import Any, Mapping
 from rollart.observability.rundir import RunPaths
 
 Record = dict[str, Any]
+# counters since the run started (RolloutScheduler.metrics()): their last value is the run's total
+COUNTERS = ("aborted", "stale", "failed", "cancelled", "wasted_tokens")
 
 
 def read_metrics(path: str | Path) -> list[Record]:
@@ -94,7 +97,7 @@ def summarize(records: list[Record]) -> dict[str, Any]:
         "reward_last": reward_last,
         "trajectories": total("rollout/trajectories"),
         "tokens": total("rollout/tokens"),
-        **{f"{k}_total": total(f"buffer/{k}") for k in ("aborted", "stale", "failed", "cancelled", "wasted_tokens")},
+        **{f"{k}_total": _first_last(records, f"buffer/{k}")[1] for k in COUNTERS},
     }
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from rollart.observability import plots
-from rollart.observability.records import Record, read_metrics
+from rollart.observability.records import COUNTERS, Record, read_metrics, series
 from rollart.observability.rundir import RunPaths
 from rollart.observability.timeline import Trace, load_trace
 from rollart.observability.utilisation import pool_utilisation
@@ -172,9 +172,9 @@ def _staleness(inp: _Inputs) -> str:
     png = plots.staleness_png(plots.staleness_histogram(records))
     out = _plot_or_missing(png, "staleness histogram", "no buffer/staleness_<k> metrics were logged", inp)
     if records:
-        totals = [(k, sum(float(r.get(f"buffer/{k}") or 0.0) for r in records))
-                  for k in ("aborted", "stale", "failed", "cancelled", "wasted_tokens")]
-        out += "<h3>Trajectories not trained</h3>" + _table(totals)
+        totals = [(k, series(records, f"buffer/{k}")[1][-1]) for k in COUNTERS if series(records, f"buffer/{k}")[1]]
+        out += "<h3>Trajectories not trained (run totals)</h3>" + (
+            _table(totals) if totals else _missing("no buffer/{aborted, stale, failed, wasted_tokens} counters"))
     return out
 
 

@@ -64,6 +64,7 @@ def test_summary_holds_the_contract_keys(run):
     assert summary["eval_first_by_domain"] == {"frozenlake": 0.1, "math": 0.05}
     assert summary["eval_last"] == pytest.approx(0.3)
     assert summary["wall_s"] > 0
+    assert summary["aborted_total"] == 4 and summary["cancelled_total"] == 4  # counters: the last value
 
 
 def test_report_has_every_section_and_no_missing_inputs(run):
@@ -72,6 +73,7 @@ def test_report_has_every_section_and_no_missing_inputs(run):
                   "Step-time breakdown", "Utilisation per pool", "Staleness", "Trajectory timeline"):
         assert f"<h2>{title}</h2>" in page
     assert 'class="missing"' not in page
+    assert "<h3>Trajectories not trained (run totals)</h3><table><tr><th>aborted</th><td>4</td>" in page
     assert page.count('src="data:image/png;base64,') == 8
     assert "http://" not in page and "https://" not in page  # self-contained
 

@@ -13,7 +13,6 @@ from rollart.config import ObservabilityConfig
 from rollart.observability import (
     MetricsLogger,
     batch_metrics,
-    dropped_metrics,
     prefixed,
     read_metrics,
     span_time_totals,
@@ -84,12 +83,7 @@ def test_staleness_histogram_both_modes():
         staleness_metrics(batch, train_version=2)
 
 
-def test_dropped_and_prefixed():
-    dropped = [traj("a", "x", None, status=Status.ABORTED, turns=((1, 5),)),
-               traj("b", "x", None, status=Status.STALE, turns=((1, 3),)),
-               traj("c", "x", None, status=Status.STALE, turns=())]
-    assert dropped_metrics(dropped) == {"buffer/aborted": 1, "buffer/stale": 2, "buffer/failed": 0,
-                                        "buffer/wasted_tokens": 8}
+def test_prefixed():
     assert prefixed("train", {"loss": 1, "train/lr": 2}) == {"train/loss": 1.0, "train/lr": 2.0}
 
 
@@ -199,7 +193,7 @@ def test_summary_from_metrics(tmp_path):
     with MetricsLogger(tmp_path, NO_TB, start_time=0.0) as log:
         log.log(1, {"eval/a/score": 0.1, "eval/b/score": 0.3, "rollout/reward_mean": 0.2,
                     "rollout/trajectories": 8, "buffer/stale": 1}, at=10.0)
-        log.log(2, {"rollout/reward_mean": 0.4, "rollout/trajectories": 8, "buffer/stale": 2}, at=20.0)
+        log.log(2, {"rollout/reward_mean": 0.4, "rollout/trajectories": 8, "buffer/stale": 3}, at=20.0)
         log.log(3, {"eval/a/score": 0.5, "eval/b/score": 0.7}, at=30.0)
     path = write_summary(tmp_path, {"completed": True})
     s = json.loads(path.read_text())
@@ -207,6 +201,6 @@ def test_summary_from_metrics(tmp_path):
     assert math.isclose(s["eval_first"], 0.2) and math.isclose(s["eval_last"], 0.6)  # mean of domains
     assert s["eval_first_by_domain"] == {"a": 0.1, "b": 0.3} and s["eval_last_by_domain"] == {"a": 0.5, "b": 0.7}
     assert s["reward_first"] == 0.2 and s["reward_last"] == 0.4
-    assert s["trajectories"] == 16 and s["stale_total"] == 3
+    assert s["trajectories"] == 16 and s["stale_total"] == 3 and s["failed_total"] is None  # counters: last value
     empty = summarize([])
     assert empty["eval_first"] is None and empty["eval_last_by_domain"] == {} and empty["steps"] == 0
