@@ -113,7 +113,8 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
             "time/train": train.duration,
             "time/step": clock - step_start,
             "buffer/cancelled": float(step),
-            "pools/fallbacks": 0.0,
+            # the resource plane's pool_metrics(): counters since the run started
+            "pools/fallbacks": 1.0, "pools/gen_decode/fallbacks_in": 1.0, "pools/gen_prefill/fallbacks_out": 1.0,
         }
         logger.log(step, metrics, at=clock)
         if step == 1 or step % 2 == 0:

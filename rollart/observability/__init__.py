@@ -48,7 +48,6 @@ from rollart.observability.aggregate import (
 from rollart.observability.logger import MetricsLogger
 from rollart.observability.progress import Progress
 from rollart.observability.records import read_metrics, summarize, write_summary
-from rollart.observability.report import build_report
 from rollart.observability.rundir import NAMESPACES, RunPaths
 from rollart.observability.timeline import Timeline, assign_lanes, load_trace
 from rollart.observability.utilisation import pool_utilisation, worker_utilisation
@@ -77,3 +76,12 @@ __all__ = [
     "worker_utilisation",
     "write_summary",
 ]
+
+
+def __getattr__(name: str):
+    # the report pulls in matplotlib (~0.5 s): load it only when `build_report` is asked for (PEP 562)
+    if name == "build_report":
+        from rollart.observability.report import build_report
+
+        return build_report
+    raise AttributeError(f"module 'rollart.observability' has no attribute '{name}'")

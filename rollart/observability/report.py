@@ -3,8 +3,8 @@
 In: RUN_DIR/{config.yaml, metrics.jsonl, timeline.json, summary.json} — any of them may be missing.
 Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data URIs: summary table, validation
 score and training reward per domain over steps and wall time, step-time breakdown as stacked bars,
-utilisation per pool, staleness histogram and rollout losses, and the Gantt charts of trajectories and
-workers.
+utilisation and fallbacks per pool, staleness histogram and rollout losses, and the Gantt charts of
+trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
 data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
@@ -24,7 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from rollart.observability import plots
-from rollart.observability.records import COUNTERS, Record, read_metrics, series
+from rollart.observability.records import COUNTERS, Record, domains_with, read_metrics, series
 from rollart.observability.rundir import RunPaths
 from rollart.observability.timeline import Trace, load_trace
 from rollart.observability.utilisation import pool_utilisation
@@ -164,7 +164,25 @@ def _utilisation(inp: _Inputs) -> str:
     for name in ("metrics", "timeline"):
         if name in inp.problems:
             out += _missing(inp.problems[name])
-    return out
+    return out + _fallbacks(inp.records or [])
+
+
+def _fallbacks(records: list[Record]) -> str:
+    """Pool fallbacks are never silent (DESIGN.md invariant): the resource plane's counters, shown."""
+    _, total = series(records, "pools/fallbacks")
+    if not total:
+        return _missing("no pools/fallbacks counter was logged: fallbacks from preferred pools are unknown")
+    rows: list[tuple[str, Any]] = [("fallbacks taken (run total)", total[-1])]
+    def last(name: str) -> float:
+        values = series(records, name)[1]
+        return values[-1] if values else 0.0
+
+    pools = set(domains_with(records, "pools/", "/fallbacks_in")) | set(domains_with(records, "pools/", "/fallbacks_out"))
+    for pool in sorted(pools):
+        taken_in, taken_out = last(f"pools/{pool}/fallbacks_in"), last(f"pools/{pool}/fallbacks_out")
+        if taken_in or taken_out:
+            rows.append((pool, f"{taken_in:g} in, {taken_out:g} out"))
+    return "<h3>Pool fallbacks</h3>" + _table(rows)
 
 
 def _staleness(inp: _Inputs) -> str:

@@ -74,6 +74,8 @@ def test_report_has_every_section_and_no_missing_inputs(run):
         assert f"<h2>{title}</h2>" in page
     assert 'class="missing"' not in page
     assert "<h3>Trajectories not trained (run totals)</h3><table><tr><th>aborted</th><td>4</td>" in page
+    assert "<th>fallbacks taken (run total)</th><td>1</td>" in page and "<th>gen_decode</th><td>1 in, 0 out" in page
+    assert "<th>gen_prefill</th><td>0 in, 1 out" in page
     assert page.count('src="data:image/png;base64,') == 8
     assert "http://" not in page and "https://" not in page  # self-contained
 
