@@ -1,0 +1,65 @@
+"""Sharding, token-budget micro-batches, the shifted collate, LR schedules, SFT masks, micro-batch invariance."""
+
+import math
+
+import pytest
+import torch
+
+from rollart.trainer.packing import collate, global_totals, micro_batches, shard
+from rollart.trainer.schedule import lr_multiplier
+from rollart.types import TrainSample
+
+
+def sample(i, n, k, adv=0.5):
+    mask = (0,) * (n - k) + (1,) * k
+    return TrainSample(f"s{i}", "g", "d", tuple(range(1, n + 1)), mask, tuple(-0.1 * m for m in mask),
+                       tuple(3 if m else -1 for m in mask), adv, 1.0)
+
+
+def test_collate_shifts_for_next_token_prediction_and_pads():
+    mb = collate([sample(0, 5, 2), sample(1, 3, 1)], pad_id=0)
+    assert mb.input_ids.tolist() == [[1, 2, 3, 4, 5], [1, 2, 3, 0, 0]]
+    assert mb.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert mb.targets.tolist() == [[2, 3, 4, 5], [2, 3, 0, 0]]
+    assert mb.loss_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
+    assert mb.versions.tolist() == [[-1, -1, 3, 3], [-1, 3, -1, -1]]
+    assert mb.behaviour_logprobs[0].tolist() == pytest.approx([0, 0, -0.1, -0.1])
+    assert mb.advantages.tolist() == [0.5, 0.5]
+
+
+def test_shard_balances_tokens_and_covers_every_sample_once():
+    samples = [sample(i, n, 1) for i, n in enumerate([50, 10, 40, 20, 30, 5])]
+    shards = shard(samples, 2)
+    assert sorted(i for s in shards for i in s) == list(range(6))
+    loads = [sum(len(samples[i].token_ids) for i in s) for s in shards]
+    assert abs(loads[0] - loads[1]) <= 10
+    with pytest.raises(ValueError, match="train.workers=7"):
+        shard(samples, 7)
+
+
+def test_micro_batches_respect_the_token_budget():
+    samples = [sample(i, n, 1) for i, n in enumerate([30, 10, 12, 8, 100])]
+    groups = micro_batches(samples, range(5), token_budget=40)
+    assert sorted(i for g in groups for i in g) == list(range(5))
+    for g in groups:
+        longest = max(len(samples[i].token_ids) for i in g)
+        assert len(g) * longest <= 40 or len(g) == 1
+    assert [4] in groups  # longer than the budget: alone
+
+
+def test_global_totals_count_predicted_model_tokens():
+    # a model token at position 0 is never predicted, so it is not counted
+    first = TrainSample("x", "g", "d", (1, 2), (1, 0), (0.0, 0.0), (0, -1), 0.0, 0.0)
+    assert global_totals([sample(0, 5, 2), sample(1, 3, 1), first]) == (3, 2)
+
+
+def test_lr_schedules():
+    f = lr_multiplier("cosine", warmup_steps=2, total_steps=10)
+    assert [f(0), f(1)] == pytest.approx([1 / 3, 2 / 3])
+    assert f(2) == pytest.approx(1.0) and f(10) == pytest.approx(0.0) and f(6) == pytest.approx(0.5)
+    lin = lr_multiplier("linear", 0, 4)
+    assert [lin(s) for s in range(5)] == pytest.approx([1, 0.75, 0.5, 0.25, 0])
+    assert lr_multiplier("constant", 0, 4)(3) == 1.0
+    assert math.isclose(lr_multiplier("cosine", 0, 4)(2), 0.5)
+    with pytest.raises(ValueError, match="train.schedule"):
+        lr_multiplier("step", 0, 1)
