@@ -77,7 +77,7 @@ def _sync(value: Any) -> Any:
 def demonstrate(domain: str, cfg: DomainConfig, seed: int, split: Split = "train") -> Demonstration:
     """Play one episode of `cfg.env` with its expert, up to `cfg.max_turns` turns."""
     env = make_env(cfg.env, cfg.options)
-    task = Task(task_id=f"demo/{domain}/{split}/{seed}", domain=domain, env=cfg.env, seed=seed, group_id="demo", split=split)
+    task = Task(f"demo/{domain}/{split}/{seed}", domain, cfg.env, seed, group_id="demo", split=split)
     try:
         obs, info = _sync(env.reset(seed=episode_seed(task)))
         messages: list[dict[str, str]] = []

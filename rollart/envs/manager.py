@@ -94,7 +94,9 @@ class EnvManager:
         self._cancel: tuple[Status, str] | None = None
         self._phase = "idle"
         self._started = False
-        self._metrics: dict[str, float] = {"reset_attempts": 0.0, "format_errors": 0.0, "env_time_s": 0.0, "generate_time_s": 0.0}
+        self._metrics: dict[str, float] = dict.fromkeys(
+            ("reset_attempts", "format_errors", "env_time_s", "generate_time_s"), 0.0
+        )
 
     @property
     def trajectory_id(self) -> str:

@@ -86,7 +86,9 @@ class EnvWorker:
     def _domain(self, task: Task) -> tuple[DomainConfig, EnvFactory]:
         dom = self.cfg.domains.get(task.domain)
         if dom is None:
-            raise ValueError(f"{self.name}: task {task.task_id} has domain {task.domain!r}, not one of {sorted(self.cfg.domains)}")
+            raise ValueError(
+                f"{self.name}: task {task.task_id} has domain {task.domain!r}, not one of {sorted(self.cfg.domains)}"
+            )
         if task.env == dom.env:
             return dom, self._factories[task.domain]
         # a task may name another env than its domain's: the domain's limits, that env without options

@@ -46,7 +46,9 @@ def _word(rng: random.Random, hi: int) -> tuple[str, int]:
 KINDS: dict[str, Callable[[random.Random, int], tuple[str, int]]] = {"arithmetic": _arithmetic, "word": _word}
 
 
-def make_problem(seed: int | None, kinds: tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99) -> tuple[str, str]:
+def make_problem(
+    seed: int | None, kinds: tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99
+) -> tuple[str, str]:
     """(question, answer) for a seed."""
     rng = random.Random(seed)
     question, value = KINDS[rng.choice(kinds)](rng, max_operand)
