@@ -2,7 +2,8 @@
 `Cluster`s, and the Ray runtime (embedded or joined by address). See DESIGN.md §4 and the README section
 "Pools, affinity and fallback".
 
-Public API (imported lazily: `from rollart.resources import affinity` imports no Ray):
+Public API (`from rollart.resources import affinity` imports no Ray; Runtime/Resources/Cluster load Ray
+when first used):
 - `affinity(pool, fallback=[...], role=...)`, `affinity_of(cls)`, `role_of(cls)` — affinity.py
 - `Runtime(cfg)` — context manager; `rt.resources` is a `Resources` — runtime.py
 - `Resources.place(cls, role=, pool=, fallback=, replicas=, ...) -> Cluster`, `.snapshot()`, `.metrics()`
@@ -22,21 +23,22 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+# Ray-free parts are imported eagerly (this also makes `rollart.resources.affinity` the decorator, not the
+# submodule of the same name); the parts that import Ray load on first use.
+from rollart.resources.affinity import affinity, affinity_of, role_of  # noqa: E402
+from rollart.resources.errors import ClusterError, PlacementError, ResourceError  # noqa: E402
+from rollart.resources.ledger import NodeShare, Placement, PoolStatus  # noqa: E402
+from rollart.resources.names import pool_resource, worker_name  # noqa: E402
+
+__all__ = [
+    "affinity", "affinity_of", "role_of", "ClusterError", "PlacementError", "ResourceError", "NodeShare",
+    "Placement", "PoolStatus", "pool_resource", "worker_name", "Runtime", "Resources", "Cluster",
+]
+
 _LAZY = {
-    "affinity": "rollart.resources.affinity",
-    "affinity_of": "rollart.resources.affinity",
-    "role_of": "rollart.resources.affinity",
     "Runtime": "rollart.resources.runtime",
     "Resources": "rollart.resources.placement",
     "Cluster": "rollart.resources.cluster",
-    "Placement": "rollart.resources.ledger",
-    "PoolStatus": "rollart.resources.ledger",
-    "NodeShare": "rollart.resources.ledger",
-    "PlacementError": "rollart.resources.errors",
-    "ClusterError": "rollart.resources.errors",
-    "ResourceError": "rollart.resources.errors",
-    "pool_resource": "rollart.resources.names",
-    "worker_name": "rollart.resources.names",
 }
 
 

@@ -55,7 +55,7 @@ class Runtime:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Runtime:
-        return self.start()
+        return self if self.mode is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()

@@ -1,0 +1,44 @@
+"""The layout of DESIGN.md §4 stays true: import-linter's contracts (.importlinter) hold for the real
+package, and the same contracts catch a plane that imports another plane (checked on a temp copy)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess:
+    # PYTHONPATH=cwd puts the package under cwd ahead of the installed (editable) one
+    env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(cwd)}
+    return subprocess.run([str(LINT), "--no-cache", "--config", str(cwd / ".importlinter")], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_package_keeps_its_layers():
+    out = _lint(ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+def test_a_plane_importing_another_plane_is_caught(tmp_path):
+    shutil.copytree(ROOT / "rollart", tmp_path / "rollart", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    (tmp_path / "rollart" / "reward" / "_violation.py").write_text("import rollart.inference  # a plane → a plane\n")
+    out = _lint(tmp_path)
+    assert out.returncode != 0
+    assert "BROKEN" in out.stdout
+    assert "rollart.reward._violation -> rollart.inference" in out.stdout
+
+
+def test_a_lower_layer_importing_a_plane_is_caught(tmp_path):
+    shutil.copytree(ROOT / "rollart", tmp_path / "rollart", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    (tmp_path / "rollart" / "resources" / "_violation.py").write_text("from rollart.control import buffer\n")
+    out = _lint(tmp_path)
+    assert out.returncode != 0
+    assert "rollart.resources._violation -> rollart.control" in out.stdout
