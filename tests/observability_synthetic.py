@@ -102,7 +102,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
             # RolloutScheduler.metrics(): counters since the run started
             "buffer/aborted": float(step), "buffer/stale": float(step), "buffer/failed": 0.0,
             "buffer/wasted_tokens": float(wasted),
-            **utilisation_metrics(timeline.spans(), (step_start, clock), WORKERS),
+            **utilisation_metrics(timeline.window_spans(step_start), (step_start, clock), WORKERS),
             **system_metrics(tokens, clock - step_start),
             **prefixed("train", {"loss": 1.0 / step, "grad_norm": 0.5, "lr": 1e-4}),
             **prefixed("weights", {"bytes": 2.4e6, "buckets": 3}),

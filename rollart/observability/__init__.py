@@ -10,7 +10,7 @@ What the driver does with it, once per run and once per step:
         for t in batch + dropped: timeline.add_trajectory(t)
         timeline.add_span(Span("train", t_a, t_b, "trainer/train/0"))           # and weights.*, get_batch.wait
         metrics = {**batch_metrics(batch, version, cfg.rollout.staleness), **scheduler.metrics(),
-                   **utilisation_metrics(timeline.spans(), (step_start, step_end), workers),
+                   **utilisation_metrics(timeline.window_spans(step_start), (step_start, step_end), workers),
                    **system_metrics(tokens, step_s), **prefixed("train", trainer_stats),
                    "time/train": ..., "time/step": ..., ...}
         logger.log(step, metrics); progress.update(step, total_steps, metrics)

@@ -35,7 +35,8 @@ body { font-family: system-ui, -apple-system, 'DejaVu Sans', sans-serif; margin:
        color: #222; padding: 0 1em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
 img { max-width: 100%; display: block; margin: .5em 0; }
-table { border-collapse: collapse; font-size: .9em; } td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
+table { border-collapse: collapse; font-size: .9em; }
+td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 .missing { color: #a15c00; background: #fff6e5; padding: .5em .8em; border-left: 3px solid #f0a030; }
 .note { color: #666; font-size: .85em; }
 """
@@ -177,7 +178,7 @@ def _fallbacks(records: list[Record]) -> str:
         values = series(records, name)[1]
         return values[-1] if values else 0.0
 
-    pools = set(domains_with(records, "pools/", "/fallbacks_in")) | set(domains_with(records, "pools/", "/fallbacks_out"))
+    pools = {*domains_with(records, "pools/", "/fallbacks_in"), *domains_with(records, "pools/", "/fallbacks_out")}
     for pool in sorted(pools):
         taken_in, taken_out = last(f"pools/{pool}/fallbacks_in"), last(f"pools/{pool}/fallbacks_out")
         if taken_in or taken_out:
@@ -204,8 +205,9 @@ def _timeline(inp: _Inputs, gantt_rows: int) -> str:
                      (plots.worker_gantt_png(inp.trace), "worker Gantt chart")):
         out.append(_img(png, alt) if png else _missing(f"the timeline holds no spans for the {alt}"))
     dropped = inp.trace.meta.get("dropped_trajectories", 0)
+    capped = f" {dropped} trajectories beyond observability.timeline_max_trajectories are not in it." if dropped else ""
     out.append(f'<p class="note">Open {html.escape(str(inp.paths.timeline))} in Perfetto (ui.perfetto.dev) '
-               f"or chrome://tracing for every span.{f' {dropped} trajectories beyond the cap are not recorded.' if dropped else ''}</p>")
+               f"or chrome://tracing for every span.{capped}</p>")
     return "".join(out)
 
 

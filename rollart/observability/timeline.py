@@ -84,9 +84,11 @@ class Timeline:
         self.dropped_trajectories = 0
         self._lives: list[_TrajectoryLife] = []
         self._loose: list[_LooseSpan] = []
+        self._recent: list[Span] = []  # for per-step utilisation, past the cap too (see window_spans)
 
     def add_trajectory(self, traj: Trajectory) -> None:
         """Record a finished (or dropped) trajectory's life; only its spans and labels are kept."""
+        self._recent.extend(trajectory_spans(traj))
         if len(self._lives) >= self.max_trajectories:
             self.dropped_trajectories += 1
             return
@@ -106,10 +108,14 @@ class Timeline:
         if not span.worker:
             raise ValueError(f"span '{span.name}' needs a worker (e.g. 'trainer/train/0') to be placed")
         self._loose.append(_LooseSpan(span, args))
+        self._recent.append(span)
 
-    def spans(self) -> list[Span]:
-        """Every recorded span (trajectories' and the driver's), for utilisation."""
-        return [s for life in self._lives for s in life.spans] + [x.span for x in self._loose]
+    def window_spans(self, start: float) -> list[Span]:
+        """The spans added so far that end after `start` (beyond the cap too), for the utilisation of
+        the window beginning at `start`. Spans that ended before `start` are forgotten here, so memory
+        stays bounded: call it with non-decreasing `start` (each step's start)."""
+        self._recent = [s for s in self._recent if s.end > start]
+        return list(self._recent)
 
     def write(self, path: str | Path) -> Path:
         """Write the Chrome trace atomically (a reader never sees half a file)."""

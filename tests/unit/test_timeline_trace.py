@@ -110,8 +110,13 @@ def test_chrome_trace_layout_nesting_and_round_trip(tmp_path):
 def test_timeline_caps_trajectories_and_needs_workers_for_loose_spans(tmp_path):
     tl = Timeline(start_time=0.0, max_trajectories=1)
     tl.add_trajectory(_trajectory("a", 0.0))
-    tl.add_trajectory(_trajectory("b", 0.0))
+    tl.add_trajectory(_trajectory("b", 10.0))
     assert tl.dropped_trajectories == 1 and tl.trace()["otherData"]["dropped_trajectories"] == 1
+    assert tl.trace()["otherData"]["trajectories"] == 1
+    # utilisation still sees the capped trajectory; what ended before the window is forgotten
+    assert len(tl.window_spans(5.0)) == 6  # b (past the cap), not a (ended at 3.0)
+    tl.add_span(Span("train", 20.0, 21.0, "trainer/train/0"))
+    assert [s.name for s in tl.window_spans(19.0)] == ["train"]
     with pytest.raises(ValueError, match="needs a worker"):
         tl.add_span(Span("train", 0, 1))
 
