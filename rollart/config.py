@@ -285,7 +285,7 @@ class ObservabilityConfig(Section):
     timeline_max_trajectories: int = Field(
         5000, ge=0, description="trajectories kept in timeline.json; later ones are counted, not drawn"
     )
-    gantt_rows: int = Field(48, ge=1, description="trajectories drawn in the report's Gantt chart")
+    gantt_rows: int = Field(48, ge=1, description="the report's Gantt chart draws the last N trajectories")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
