@@ -14,8 +14,10 @@ What the driver does with it, once per run and once per step:
                    **system_metrics(tokens, step_s), **prefixed("train", trainer_stats),
                    "time/train": ..., "time/step": ..., ...}
         logger.log(step, metrics); progress.update(step, total_steps, metrics)
-    at the end: timeline.write(RunPaths.of(run_dir).timeline); write_summary(run_dir, extra); logger.close();
-    progress.close(); build_report(run_dir)
+        (eval steps: logger.log(step, {"eval/<d>/score": ..., "eval/mean": ...}) — merged into the step)
+    at the end (and every few steps, so a crashed run keeps its timeline):
+        if cfg.observability.timeline: timeline.write(RunPaths.of(run_dir).timeline)
+        write_summary(run_dir, extra); logger.close(); progress.close(); build_report(run_dir)
 
 Metric names (issue 8 §1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
 - time/{env.reset, generate, env.step, reward, buffer.wait}: trajectory-seconds summed over the batch
