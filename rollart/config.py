@@ -166,37 +166,70 @@ class InferenceConfig(Section):
 
 
 class ServerlessConfig(Section):
+    """The Ray Serve deployment of the reward service (`reward` backend `serverless`)."""
+
+    pool: str = Field("reward", description="the serverless pool whose `pool_<name>` resource hosts replicas")
     min_replicas: int = Field(0, ge=0, description="0 allows scale to zero")
-    max_replicas: int = Field(2, ge=1)
-    target_ongoing_requests: float = Field(4.0, gt=0)
-    downscale_delay_s: float = Field(10.0, ge=0)
+    max_replicas: int = Field(2, ge=1, description="at most the pool's capacity (one slot per replica)")
+    target_ongoing_requests: float = Field(4.0, gt=0, description="autoscaling target per replica")
+    max_ongoing_requests: int = Field(16, ge=1, description="requests one replica runs at once")
+    upscale_delay_s: float = Field(0.0, ge=0)
+    downscale_delay_s: float = Field(10.0, ge=0, description="also the delay before scaling to zero")
+    metrics_interval_s: float = Field(
+        0.5, gt=0, description="how often load is reported to the autoscaler (Serve's default 10 s makes a "
+        "cold start from zero take ~10 s; 0.5 s makes it ~2 s)"
+    )
+    look_back_period_s: float = Field(2.0, gt=0, description="autoscaler averaging window (> metrics_interval_s)")
+    replica_cpus: float = Field(0.0, ge=0, description="CPUs each replica reserves from Ray (0 = shares)")
     host: str = "127.0.0.1"
     port: int = Field(8123, ge=1, le=65535)
-    route: str = "/reward"
+    route: str = Field("/reward", pattern=r"^/[A-Za-z0-9_\-/]*$")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerlessConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) must be ≤ max_replicas ({self.max_replicas})")
+        if self.look_back_period_s <= self.metrics_interval_s:
+            raise ValueError(
+                f"look_back_period_s ({self.look_back_period_s}) must be > metrics_interval_s ({self.metrics_interval_s})"
+            )
+        return self
 
 
 class HttpRewardConfig(Section):
-    url: str = ""
+    url: str = Field("", description="full URL of an external reward endpoint (backend `http`)")
     token_env: str = Field("ROLLART_REWARD_TOKEN", description="env var holding the bearer token")
 
 
 class SandboxConfig(Section):
+    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/reward/sandbox.py)."""
+
     cpu_time_s: float = Field(2.0, gt=0)
-    memory_mb: int = Field(256, ge=16)
+    memory_mb: int = Field(256, ge=64, description="address-space limit (Python itself needs ~40 MB)")
     wall_timeout_s: float = Field(5.0, gt=0)
     max_processes: int = Field(16, ge=1)
+    file_size_mb: int = Field(16, ge=1, description="largest file the program may write")
+    max_concurrent: int = Field(2, ge=1, description="sandboxes run at once per process")
     network: Literal["deny", "allow"] = "deny"
+    python: str = Field(
+        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
+        "else python3 from /usr/bin"
+    )
 
 
 class RewardConfig(Section):
     backend: Literal["local", "serverless", "http"] = "local"
-    timeout_s: float = Field(30.0, gt=0)
-    retries: int = Field(3, ge=0)
-    backoff_s: float = Field(0.2, ge=0)
+    timeout_s: float = Field(30.0, gt=0, description="per request (client) and per scoring (service)")
+    retries: int = Field(3, ge=0, description="tries after the first; then the trajectory ends FAILED")
+    backoff_s: float = Field(0.2, ge=0, description="first retry delay; doubles each try, full jitter")
     backoff_max_s: float = Field(5.0, ge=0)
-    max_in_flight: int = Field(64, ge=1)
-    max_payload_mb: float = Field(4.0, gt=0)
+    max_in_flight: int = Field(64, ge=1, description="requests in flight per backend")
+    max_payload_mb: float = Field(4.0, gt=0, description="largest request the service accepts")
+    dedupe_max_keys: int = Field(100_000, ge=1, description="idempotency keys the service remembers (LRU)")
+    dedupe_ttl_s: float = Field(3600.0, gt=0, description="how long the service remembers a key")
     math_timeout_s: float = Field(5.0, gt=0)
+    math_workers: int = Field(1, ge=1, description="processes of the math reward's pool")
+    judge_model: str = Field("", description="checkpoint of the `judge` reward; empty = the run's model")
     serverless: ServerlessConfig = ServerlessConfig()
     http: HttpRewardConfig = HttpRewardConfig()
     sandbox: SandboxConfig = SandboxConfig()

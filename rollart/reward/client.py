@@ -1,0 +1,201 @@
+"""Reward clients: score one trajectory on one backend, with timeouts, retries and bounded concurrency.
+
+In: a finished `Trajectory` and its reward spec. Out: a `RewardResult` — never an exception. A reward
+that still fails after `reward.retries` further tries comes back as `ok=False` with the last error, so
+the control plane ends that trajectory FAILED with the reason and the batch goes on.
+
+- `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
+  `Idempotency-Key: <trajectory_id>` (the service scores a key once and answers retries from its ledger),
+  `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (cold-start detection). Retried: connection
+  errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429/5xx. Not retried: other
+  4xx (bad token, payload too large, bad payload) — retrying cannot fix them.
+- `LocalRewardClient` (backend `local`): awaits the reward function in this process (sync functions in a
+  worker thread; `math` and `code` use their own process pool / sandbox processes), bounded by
+  `reward.timeout_s` per try; an exception or timeout is retried the same way.
+Both: at most `reward.max_in_flight` tries at once per client (waiting in backoff does not hold a slot);
+backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s · 2^(k-1))] ("full jitter").
+httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import httpx
+
+from rollart.config import RewardConfig
+from rollart.reward.metrics import BusyClock, LatencyWindow
+from rollart.reward.protocol import RewardFn, call_reward, to_payload
+from rollart.types import RewardResult, Trajectory
+
+RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+
+
+def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random) -> float:
+    """Full-jitter exponential backoff before retry number `attempt` (1 = the first retry)."""
+    return rng.uniform(0.0, min(max_s, base_s * 2 ** (attempt - 1)))
+
+
+@dataclass
+class BackendStats:
+    """What one backend's client measured (summed into `RewardRouter.metrics()`)."""
+
+    latency: LatencyWindow = field(default_factory=LatencyWindow)
+    busy: BusyClock = field(default_factory=BusyClock)
+    requests: int = 0
+    failures: int = 0
+    retries: int = 0
+    cold_starts: int = 0
+    replays: int = 0
+
+
+class _Tries:
+    """The retry loop shared by both clients: slots, backoff, bookkeeping."""
+
+    def __init__(self, cfg: RewardConfig, stats: BackendStats, seed: int | None = None) -> None:
+        self.cfg = cfg
+        self.stats = stats
+        self.rng = random.Random(seed)
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+    def slots(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if loop not in self._slots:
+            self._slots[loop] = asyncio.Semaphore(self.cfg.max_in_flight)
+        return self._slots[loop]
+
+    async def run(
+        self, trajectory: Trajectory, backend: str, attempt_fn: Callable[[], Any]
+    ) -> RewardResult:
+        """`attempt_fn()` → (RewardResult | None, retryable, error). Returns the first success or the failure."""
+        t0 = time.monotonic()
+        self.stats.requests += 1
+        error = ""
+        tries = 0
+        for tries in range(1, self.cfg.retries + 2):
+            if tries > 1:
+                self.stats.retries += 1
+                await asyncio.sleep(backoff_delay(tries - 1, self.cfg.backoff_s, self.cfg.backoff_max_s, self.rng))
+            async with self.slots():
+                self.stats.busy.enter()
+                try:
+                    result, retryable, error = await attempt_fn()
+                finally:
+                    self.stats.busy.exit()
+            if result is not None:
+                latency = time.monotonic() - t0
+                self.stats.latency.add(latency)
+                return RewardResult(
+                    trajectory.trajectory_id, result["reward"], attempts=tries, backend=backend,
+                    latency_s=latency, details=result["details"],
+                )
+            if not retryable:
+                break
+        self.stats.failures += 1
+        return RewardResult(
+            trajectory.trajectory_id, 0.0, ok=False, attempts=tries, backend=backend,
+            latency_s=time.monotonic() - t0,
+            error=f"{backend} reward failed after {tries} tr{'y' if tries == 1 else 'ies'}: {error}",
+        )
+
+
+def _details(answer: dict[str, Any]) -> dict[str, Any]:
+    details = dict(answer.get("details") or {})
+    if answer.get("per_turn") is not None:
+        details["per_turn"] = tuple(answer["per_turn"])
+    for key in ("replica", "replayed", "cold_start", "score_s"):
+        if key in answer:
+            details[key] = answer[key]
+    return details
+
+
+class HttpRewardClient:
+    def __init__(
+        self,
+        url: str,
+        cfg: RewardConfig,
+        *,
+        token: str | None = None,
+        backend: str = "http",
+        transport: httpx.AsyncBaseTransport | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.url = url
+        self.cfg = cfg
+        self.token = token
+        self.backend = backend
+        self.transport = transport
+        self.stats = BackendStats()
+        self._tries = _Tries(cfg, self.stats, seed)
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if loop not in self._clients:
+            limits = httpx.Limits(max_connections=self.cfg.max_in_flight, max_keepalive_connections=self.cfg.max_in_flight)
+            self._clients[loop] = httpx.AsyncClient(transport=self.transport, limits=limits, timeout=self.cfg.timeout_s)
+        return self._clients[loop]
+
+    async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
+        body = json.dumps(to_payload(trajectory, fn)).encode()
+        headers = {"content-type": "application/json", "idempotency-key": trajectory.trajectory_id}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str]:
+            headers["x-rollart-sent-at"] = repr(time.time())
+            try:
+                resp = await self._client().post(self.url, content=body, headers=headers)
+            except httpx.TimeoutException as exc:
+                return None, True, f"timeout after {self.cfg.timeout_s}s ({type(exc).__name__})"
+            except httpx.TransportError as exc:
+                return None, True, f"{type(exc).__name__}: {exc}"
+            try:
+                answer = resp.json()
+            except ValueError:
+                answer = {"error": resp.text[:200]}
+            if resp.status_code == 200 and isinstance(answer.get("reward"), (int, float)):
+                self.stats.cold_starts += bool(answer.get("cold_start"))
+                self.stats.replays += bool(answer.get("replayed"))
+                return {"reward": float(answer["reward"]), "details": _details(answer)}, False, ""
+            message = f"HTTP {resp.status_code}: {answer.get('error', answer) if isinstance(answer, dict) else answer}"
+            return None, resp.status_code in RETRYABLE_STATUS or resp.status_code == 200, message
+
+        return await self._tries.run(trajectory, self.backend, attempt)
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+
+class LocalRewardClient:
+    backend = "local"
+
+    def __init__(self, get_fn: Callable[[str], RewardFn], cfg: RewardConfig, seed: int | None = None) -> None:
+        self.get_fn = get_fn
+        self.cfg = cfg
+        self.stats = BackendStats()
+        self._tries = _Tries(cfg, self.stats, seed)
+
+    async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str]:
+            try:
+                out = await asyncio.wait_for(call_reward(self.get_fn(fn), trajectory, fn), self.cfg.timeout_s)
+            except asyncio.TimeoutError:
+                return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s"
+            except Exception as exc:  # noqa: BLE001 — a failing reward becomes a failed result, never a raise
+                return None, True, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}"
+            details = dict(out.details)
+            if out.per_turn is not None:
+                details["per_turn"] = out.per_turn
+            return {"reward": out.reward, "details": details}, False, ""
+
+        return await self._tries.run(trajectory, self.backend, attempt)

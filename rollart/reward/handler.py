@@ -1,0 +1,192 @@
+"""The reward service's request handling, free of Ray and HTTP frameworks (the Serve replica wraps it).
+
+In: one request — its headers (lower-case names) and its body as an async stream of chunks.
+Out: `(HTTP status, JSON-able dict)`; answers and errors are those of protocol.py.
+
+Per request, in order:
+1. auth — when the service has a token, `Authorization: Bearer <token>` must match (constant-time
+   compare), else 401 `unauthorized`;
+2. size — a `Content-Length` over `reward.max_payload_mb`, or a body that grows past it while streaming,
+   is refused with 413 `payload_too_large` before it is parsed;
+3. parse — JSON and the payload schema, else 400 `bad_request` / 422 naming the field;
+4. exactly once — the idempotency key (`Idempotency-Key` header, else the trajectory id) is claimed in the
+   ledger (ledger.py). Done → the stored answer, `replayed: true`. Busy → wait for the owner's answer.
+   Owner → score (bounded by `reward.timeout_s`), record, answer; a scoring error releases the key and
+   answers 500 `reward_failed` (retryable) with the error text.
+5. cold start — a request sent (`X-Rollart-Sent-At`, client wall clock) before this replica existed was
+   waiting for a replica to start: `cold_start: true` in the answer.
+Faults (`ServiceFaults`) can be injected after a score is recorded — a 500 or a delay past the client's
+timeout — which is exactly where a non-idempotent service would score twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping, Protocol
+
+from rollart.config import RunConfig
+from rollart.reward.metrics import BusyClock
+from rollart.reward.protocol import PayloadError, call_reward, trajectory_from_payload
+from rollart.reward.registry import BUILTINS, RewardFns
+
+
+@dataclass(frozen=True)
+class ServiceFaults:
+    """Failures the service injects on purpose (tests, chaos runs), each after the score is recorded."""
+
+    error_prob: float = 0.0  # answer 500 instead of the score
+    delay_prob: float = 0.0  # sleep `delay_s` before answering (past the client's timeout)
+    delay_s: float = 0.0
+    seed: int = 0
+
+
+class Ledger(Protocol):
+    """What the handler needs of the idempotency ledger (in-process, or the shared Ray actor)."""
+
+    async def claim(self, key: str) -> tuple[str, Any]: ...
+
+    async def complete(self, key: str, token: int, answer: dict[str, Any]) -> bool: ...
+
+    async def release(self, key: str, token: int) -> None: ...
+
+    async def wait(self, key: str, timeout_s: float) -> dict[str, Any] | None: ...
+
+    def report(self, replica: str, busy_s: float, alive_s: float) -> None: ...
+
+
+def error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"error": message, "code": code}
+
+
+class RewardHandler:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        ledger: Ledger,
+        *,
+        token: str | None,
+        replica: str,
+        faults: ServiceFaults | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.ledger = ledger
+        self.token = token
+        self.replica = replica
+        self.faults = faults or ServiceFaults()
+        self.fns = RewardFns(cfg)
+        self.busy = BusyClock()
+        self.created_at = time.time()
+        self.max_bytes = int(cfg.reward.max_payload_mb * 2**20)
+        self._rng = random.Random(self.faults.seed)
+
+    def _authorised(self, headers: Mapping[str, str]) -> bool:
+        if not self.token:
+            return True
+        given = headers.get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+
+    async def _read(self, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> bytes | None:
+        """The body, or None when it is over the limit (declared or streamed)."""
+        try:
+            if int(headers.get("content-length", "0")) > self.max_bytes:
+                return None
+        except ValueError:
+            pass
+        chunks, size = [], 0
+        async for chunk in body:
+            size += len(chunk)
+            if size > self.max_bytes:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _fn_spec(self, domain: str, requested: Any) -> str:
+        dom = self.cfg.domains.get(domain)
+        if dom is not None:
+            return dom.reward.fn
+        if isinstance(requested, str) and requested in BUILTINS:
+            return requested  # a domain this service was not configured with: built-ins only, never imports
+        raise PayloadError(
+            f"domain: {domain!r} is not configured on this service (domains: {sorted(self.cfg.domains)}) and "
+            f"fn {requested!r} is not a built-in {list(BUILTINS)}"
+        )
+
+    async def handle(self, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> tuple[int, dict[str, Any]]:
+        if not self._authorised(headers):
+            return error(401, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>)")
+        raw = await self._read(headers, body)
+        if raw is None:
+            return error(413, "payload_too_large", f"request body over reward.max_payload_mb={self.cfg.reward.max_payload_mb}")
+        try:
+            payload = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error(400, "bad_request", f"body is not JSON: {exc}")
+        try:
+            trajectory = trajectory_from_payload(payload)
+            spec = self._fn_spec(trajectory.domain, payload.get("fn"))
+        except PayloadError as exc:
+            return error(422, "bad_request", str(exc))
+        key = headers.get("idempotency-key") or trajectory.trajectory_id
+        cold = self._cold(headers)
+        state, value = await self.ledger.claim(key)
+        if state == "busy":
+            value = await self.ledger.wait(key, self.cfg.reward.timeout_s)
+            if value is None:
+                return error(503, "busy", f"key {key!r} is being scored by another request; retry")
+            state = "done"
+        if state == "done":
+            return 200, {**value, "replayed": True, "cold_start": cold}
+        return await self._score(key, value, trajectory, spec, cold)
+
+    def _cold(self, headers: Mapping[str, str]) -> bool:
+        try:
+            return float(headers.get("x-rollart-sent-at", "inf")) < self.created_at
+        except ValueError:
+            return False
+
+    async def _score(self, key: str, token: int, trajectory: Any, spec: str, cold: bool) -> tuple[int, dict[str, Any]]:
+        t0 = time.monotonic()
+        self.busy.enter()
+        try:
+            out = await asyncio.wait_for(call_reward(self.fns.get(spec), trajectory, spec), self.cfg.reward.timeout_s)
+        except Exception as exc:  # noqa: BLE001 — any reward failure becomes a retryable JSON error
+            await self.ledger.release(key, token)
+            detail = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
+            return error(500, "reward_failed", f"reward fn {spec!r} failed on {trajectory.trajectory_id}: {detail}")
+        finally:
+            self.busy.exit()
+            self.ledger.report(self.replica, self.busy.busy_s, self.busy.alive_s)
+        answer = {
+            "trajectory_id": trajectory.trajectory_id,
+            "reward": out.reward,
+            "per_turn": list(out.per_turn) if out.per_turn is not None else None,
+            "details": _jsonable(out.details),
+            "replica": self.replica,
+            "score_s": time.monotonic() - t0,
+        }
+        await self.ledger.complete(key, token, answer)
+        if self.faults.error_prob and self._rng.random() < self.faults.error_prob:
+            return error(500, "injected", "injected fault after scoring")
+        if self.faults.delay_prob and self._rng.random() < self.faults.delay_prob:
+            await asyncio.sleep(self.faults.delay_s)
+        return 200, {**answer, "replayed": False, "cold_start": cold}
+
+    def close(self) -> None:
+        self.fns.close()
+
+
+def _jsonable(details: Mapping[str, Any]) -> dict[str, Any]:
+    """Details as JSON can carry them (anything else as its repr)."""
+    out = {}
+    for k, v in details.items():
+        try:
+            json.dumps(v)
+            out[str(k)] = v
+        except (TypeError, ValueError):
+            out[str(k)] = repr(v)
+    return out

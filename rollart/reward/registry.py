@@ -1,0 +1,108 @@
+"""Resolve a reward spec from config (`domains.<d>.reward.fn`) into a callable reward function.
+
+In: a spec string and the `RunConfig`. Out: a `RewardFn` (see protocol.py).
+- `env`, `format` — rule rewards (rule_rewards.py);
+- `math` — math-verify in a process pool (math_reward.py);
+- `code` — program + hidden tests in the sandbox (code_reward.py);
+- `judge` — a local checkpoint scores yes/no (judge_reward.py);
+- `module.path:callable` — a user function or class (a class is instantiated once with no arguments).
+Built-ins are made once per `RewardFns` (they hold process pools or a model), lazily on first use.
+
+An unknown built-in or a path that does not import fails with a ValueError that names the spec, the
+domain and what would be valid.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from rollart.config import RunConfig
+from rollart.reward.protocol import RewardFn
+
+log = logging.getLogger("rollart.reward")
+
+BUILTINS = ("env", "format", "math", "code", "judge")
+
+
+def _make_builtin(name: str, cfg: RunConfig) -> RewardFn:
+    if name == "env":
+        from rollart.reward.rule_rewards import env_reward
+
+        return env_reward
+    if name == "format":
+        from rollart.reward.rule_rewards import format_reward
+
+        return format_reward
+    if name == "math":
+        from rollart.reward.math_reward import MathReward
+
+        return MathReward(cfg.reward.math_timeout_s, cfg.reward.math_workers)
+    if name == "code":
+        from rollart.reward.code_reward import CodeReward
+
+        return CodeReward(cfg.reward.sandbox)
+    if name == "judge":
+        from rollart.config import ModelConfig
+        from rollart.models import resolve_model_path
+        from rollart.reward.judge_reward import JudgeReward
+
+        model = ModelConfig(path=cfg.reward.judge_model, tiny=cfg.model.tiny) if cfg.reward.judge_model else cfg.model
+        return JudgeReward(resolve_model_path(model, seed=cfg.seed), model.dtype)
+    raise AssertionError(name)
+
+
+def import_reward(spec: str) -> RewardFn:
+    """`module.path:callable` → the callable (a class is instantiated with no arguments)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"reward fn {spec!r}: expected a built-in {list(BUILTINS)} or 'module.path:callable'")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"reward fn {spec!r} cannot be loaded: {exc}") from exc
+    if inspect.isclass(obj):
+        obj = obj()
+    if not callable(obj):
+        raise ValueError(f"reward fn {spec!r} is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+def check_spec(spec: str, where: str) -> None:
+    """Fail early (before anything starts) on a spec that can never resolve."""
+    if spec not in BUILTINS and ":" not in spec:
+        raise ValueError(f"{where}: {spec!r} is not a built-in reward {list(BUILTINS)} nor 'module.path:callable'")
+
+
+class RewardFns:
+    """The reward functions of one process (the driver's, or one Serve replica's), made on first use."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self._fns: dict[str, RewardFn] = {}
+
+    def get(self, spec: str) -> RewardFn:
+        if spec not in self._fns:
+            if spec in BUILTINS:
+                self._fns[spec] = _make_builtin(spec, self.cfg)
+            else:
+                self._fns[spec] = import_reward(spec)
+        return self._fns[spec]
+
+    def warm(self, specs: list[str]) -> None:
+        """Make these fns now and let each warm up (`warm()`: start pools, load models), so the first
+        request a process serves does not pay for it."""
+        for spec in specs:
+            try:
+                warm = getattr(self.get(spec), "warm", None)
+                if callable(warm):
+                    warm()
+            except Exception as exc:  # noqa: BLE001 — the error is reported by the requests that need it
+                log.warning("reward fn %r failed to warm up: %s", spec, exc)
+
+    def close(self) -> None:
+        for fn in self._fns.values():
+            close = getattr(fn, "close", None)
+            if callable(close):
+                close()
+        self._fns.clear()

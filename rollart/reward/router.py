@@ -1,0 +1,167 @@
+"""`RewardRouter`: the one object the driver uses to score trajectories (implements `types.RewardScorer`).
+
+In: a `RunConfig`; then finished trajectories, one `await score(trajectory)` each, called the moment a
+trajectory ends (scoring overlaps everything else). Out: a `RewardResult` per trajectory — never an
+exception: `ok=False` with `error` when the reward kept failing, so the control plane marks it FAILED.
+
+Dispatch: by `trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_reward_backend(d)`:
+- `local`: `LocalRewardClient` in this process;
+- `serverless`: `HttpRewardClient` to the Ray Serve `RewardService` this router starts (or one given);
+- `http`: `HttpRewardClient` to `reward.http.url`, bearer token from the env var `reward.http.token_env`.
+A callable passed in `fns={domain: callable}` replaces that domain's configured fn and is scored locally
+(a Python callable cannot be sent to a remote service).
+
+Lifecycle (the driver's, from a RunConfig, inside a started `rollart.resources.Runtime`):
+    router = RewardRouter(cfg)      # checks specs and backends; starts nothing
+    router.start()                  # starts the Serve app if a domain uses `serverless`; returns self
+    result = await router.score(t)  # RewardResult, any number concurrently
+    router.metrics()                # {"reward/...": float}
+    router.stop()                   # stops what start() started; idempotent
+(`with RewardRouter(cfg) as router:` does start/stop.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Mapping
+
+from rollart.config import RunConfig
+from rollart.reward.client import BackendStats, HttpRewardClient, LocalRewardClient
+from rollart.reward.protocol import RewardFn
+from rollart.reward.registry import RewardFns, check_spec, import_reward
+from rollart.types import RewardResult, Trajectory
+
+if TYPE_CHECKING:
+    from rollart.reward.service import RewardService
+
+log = logging.getLogger("rollart.reward")
+_CUSTOM = "custom:"  # local fn name of a callable passed to the router for a domain
+
+
+class RewardRouter:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        fns: Mapping[str, RewardFn] | None = None,
+        service: RewardService | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """`service`: an already started `RewardService` to use for `serverless` domains (else start() makes
+        one). `seed`: retry-jitter seed (tests)."""
+        self.cfg = cfg
+        self._custom = dict(fns or {})
+        unknown = sorted(set(self._custom) - set(cfg.domains))
+        if unknown:
+            raise ValueError(f"RewardRouter fns: domains {unknown} are not configured (domains: {sorted(cfg.domains)})")
+        self.backends: dict[str, str] = {}
+        for name, dom in cfg.domains.items():
+            check_spec(dom.reward.fn, f"domains.{name}.reward.fn")
+            self.backends[name] = "local" if name in self._custom else cfg.domain_reward_backend(name)
+            if self.backends[name] == "local" and ":" in dom.reward.fn and name not in self._custom:
+                import_reward(dom.reward.fn)  # fail now, not on the first trajectory
+        http_domains = sorted(d for d, b in self.backends.items() if b == "http")
+        if http_domains and not cfg.reward.http.url:
+            raise ValueError(f"reward.http.url is empty but domains {http_domains} use the http reward backend")
+        self._fns = RewardFns(cfg)
+        self.local = LocalRewardClient(self._get_local_fn, cfg.reward, seed)
+        self.http: HttpRewardClient | None = None
+        if http_domains:
+            token = os.environ.get(cfg.reward.http.token_env)
+            if not token:
+                log.warning("env var %s is not set: requests to %s carry no bearer token",
+                            cfg.reward.http.token_env, cfg.reward.http.url)
+            self.http = HttpRewardClient(cfg.reward.http.url, cfg.reward, token=token, backend="http", seed=seed)
+        self._seed = seed
+        self.service = service
+        self._own_service = False
+        self.serverless: HttpRewardClient | None = None
+        if service is not None:
+            self._connect_serverless()
+        self._started_at = time.monotonic()
+
+    def _get_local_fn(self, spec: str) -> RewardFn:
+        if spec.startswith(_CUSTOM):
+            return self._custom[spec[len(_CUSTOM):]]
+        return self._fns.get(spec)
+
+    def _connect_serverless(self) -> None:
+        assert self.service is not None and self.service.url, "the reward service is not started"
+        self.serverless = HttpRewardClient(self.service.url, self.cfg.reward, token=self.service.token,
+                                           backend="serverless", seed=self._seed)
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> RewardRouter:
+        if self.serverless is None and "serverless" in self.backends.values():
+            from rollart.reward.service import RewardService
+
+            self.service = RewardService(self.cfg)
+            self.service.start()
+            self._own_service = True
+            self._connect_serverless()
+            log.info("reward service at %s", self.service.url)
+        return self
+
+    def stop(self) -> None:
+        if self._own_service and self.service is not None:
+            self.service.stop()
+            self.service, self.serverless, self._own_service = None, None, False
+        self._fns.close()
+
+    def __enter__(self) -> RewardRouter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- scoring ----------------------------------------------------------------------------------
+    async def score(self, trajectory: Trajectory) -> RewardResult:
+        domain = trajectory.domain
+        backend = self.backends.get(domain)
+        if backend is None:
+            return RewardResult(trajectory.trajectory_id, 0.0, ok=False, attempts=0,
+                                error=f"no reward for domain {domain!r} (configured: {sorted(self.backends)})")
+        if domain in self._custom:
+            return await self.local.score(trajectory, _CUSTOM + domain)
+        spec = self.cfg.domains[domain].reward.fn
+        if backend == "local":
+            return await self.local.score(trajectory, spec)
+        client = self.serverless if backend == "serverless" else self.http
+        if client is None:
+            return RewardResult(trajectory.trajectory_id, 0.0, ok=False, attempts=0, backend=backend,
+                                error="the serverless reward service is not started (call RewardRouter.start())")
+        return await client.score(trajectory, spec)
+
+    # --- metrics ----------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """`reward/<backend>/{requests,failures,retries,latency_p50_s,latency_p95_s,...}` per backend used,
+        totals `reward/{retries,failures,cold_starts}`, and for the serverless service
+        `reward/serverless/{replicas,replicas_max,replicas_mean,replica_starts,pool_util,...}`; for local
+        scoring `reward/local/util` (time with a scoring in progress / time since the router was made)."""
+        out: dict[str, float] = {}
+        clients = {"local": self.local, "serverless": self.serverless, "http": self.http}
+        totals = {"retries": 0.0, "failures": 0.0, "cold_starts": 0.0}
+        for name, client in clients.items():
+            if client is None or not client.stats.requests:
+                continue
+            st: BackendStats = client.stats
+            for k, v in st.latency.summary().items():
+                out[f"reward/{name}/{k}"] = v
+            for k in ("requests", "failures", "retries", "cold_starts", "replays"):
+                out[f"reward/{name}/{k}"] = float(getattr(st, k))
+            for k in totals:
+                totals[k] += getattr(st, k)
+        if self.local.stats.requests:
+            alive = time.monotonic() - self._started_at
+            out["reward/local/busy_s"] = self.local.stats.busy.busy_s
+            out["reward/local/util"] = self.local.stats.busy.busy_s / alive if alive > 0 else 0.0
+        if self.service is not None:
+            stats = self.service.stats()
+            for k in ("replicas", "replicas_max", "replicas_mean", "replica_starts", "replica_s", "busy_s",
+                      "pool_util", "completed", "duplicates", "replays", "evicted"):
+                if k in stats:
+                    out[f"reward/serverless/{k}"] = float(stats[k])
+        out.update({f"reward/{k}": v for k, v in totals.items()})
+        return out

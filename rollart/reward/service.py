@@ -1,0 +1,260 @@
+"""The serverless reward service: a Ray Serve deployment (autoscaling, scale to zero, HTTP) and its lifecycle.
+
+In: a `RunConfig` (`reward.*`, `reward.serverless.*`, the domains' reward fns) and a connected Ray.
+Out: `RewardService.start() -> URL` (`http://<host>:<port><route>`), requests answered as in protocol.py,
+`stats()`, `stop()`.
+
+What runs where:
+- one Serve deployment `RewardDeployment`, min..max replicas (`reward.serverless`), autoscaled on ongoing
+  requests, scale to zero allowed; each replica asks for one slot of the pool's Ray resource
+  `pool_<reward.serverless.pool>` (so the pool's capacity caps the replicas; `max_replicas` above it is
+  lowered to it, with a warning) and `replica_cpus` CPUs. Each replica holds a `RewardHandler` and builds
+  the reward functions (process pools, judge model) on first use.
+- one Ray actor `SharedLedger` (ledger.py), named, shared by all replicas: a retried request is answered
+  from it whichever replica it lands on (exactly-once across replicas).
+- a poller thread samples the number of running replicas every `poll_s` (replicas over time, the
+  denominator of the pool's utilisation).
+Serve's HTTP proxy binds `reward.serverless.host` (127.0.0.1 by default). If Serve is already running
+in this Ray (another app), its HTTP options stay and the URL uses its port.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+import warnings
+from typing import Any
+
+import ray
+from ray import serve
+
+from rollart.config import RunConfig
+from rollart.resources.names import pool_resource
+from rollart.reward.handler import RewardHandler, ServiceFaults
+from rollart.reward.ledger import SharedLedger
+from rollart.reward.metrics import Timeline
+
+log = logging.getLogger("rollart.reward")
+
+LEDGER_NAMESPACE = "rollart-reward"
+_CALL_TIMEOUT_S = 30.0
+
+
+class ActorLedger:
+    """The handler's `Ledger`, backed by the shared `SharedLedger` actor."""
+
+    def __init__(self, handle: Any) -> None:
+        self.h = handle
+
+    async def claim(self, key: str) -> tuple[str, Any]:
+        return await self.h.claim.remote(key)
+
+    async def complete(self, key: str, token: int, answer: dict[str, Any]) -> bool:
+        return await self.h.complete.remote(key, token, answer)
+
+    async def release(self, key: str, token: int) -> None:
+        await self.h.release.remote(key, token)
+
+    async def wait(self, key: str, timeout_s: float) -> dict[str, Any] | None:
+        return await self.h.wait.remote(key, timeout_s)
+
+    def report(self, replica: str, busy_s: float, alive_s: float) -> None:
+        self.h.report.remote(replica, busy_s, alive_s)  # fire and forget: stats only
+
+
+class RewardDeployment:
+    """One Serve replica: POST → score (handler.py); GET → health."""
+
+    def __init__(self, cfg_data: dict[str, Any], ledger_name: str, token: str | None, faults: ServiceFaults | None) -> None:
+        from starlette.responses import JSONResponse
+
+        self._json = JSONResponse
+        cfg = RunConfig.model_validate(cfg_data)
+        ledger = ActorLedger(ray.get_actor(ledger_name, namespace=LEDGER_NAMESPACE))
+        tag = serve.get_replica_context().replica_id.unique_id
+        replica = f"reward/{cfg.reward.serverless.pool}/serverless-{tag}"  # worker name, one per replica
+        self.handler = RewardHandler(cfg, ledger, token=token, replica=replica, faults=faults)
+        # warm up (process pools, judge model) before Serve routes requests here: part of the cold start
+        self.handler.fns.warm(sorted({d.reward.fn for d in cfg.domains.values()}))
+        ledger.report(replica, 0.0, 0.0)  # counts the replica start
+
+    async def __call__(self, request: Any) -> Any:
+        if request.method == "GET":
+            return self._json({"status": "ok", "replica": self.handler.replica})
+        if request.method != "POST":
+            return self._json({"error": f"method {request.method} not allowed; POST a payload", "code": "not_found"}, 405)
+        status, body = await self.handler.handle(request.headers, request.stream())
+        return self._json(body, status_code=status)
+
+    def __del__(self) -> None:
+        handler = getattr(self, "handler", None)
+        if handler is not None:
+            handler.close()
+
+
+class RewardService:
+    """Start/stop the Serve app; `url`, `token`; `stats()` and `scorings(key)` for metrics and tests."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        token: str | None = None,
+        port: int | None = None,
+        app_name: str = "rollart-reward",
+        faults: ServiceFaults | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.cfg = cfg
+        sl = cfg.reward.serverless
+        self.token = token if token is not None else (os.environ.get(cfg.reward.http.token_env) or secrets.token_urlsafe(24))
+        self.port = port or sl.port
+        self.app_name = app_name
+        self.faults = faults
+        self.poll_s = poll_s
+        self.url = ""
+        self.replicas = Timeline()
+        self._ledger: Any = None
+        self._started_serve = False
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> str:
+        if not ray.is_initialized():
+            raise RuntimeError(
+                "RewardService.start needs a running Ray (rollart.resources.Runtime, or ray.init) — the "
+                "serverless reward backend runs on Ray Serve"
+            )
+        sl = self.cfg.reward.serverless
+        ledger_name = f"{self.app_name}-ledger"
+        lease = self.cfg.reward.timeout_s + 5.0
+        self._ledger = (
+            ray.remote(SharedLedger)
+            .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000)
+            .remote(self.cfg.reward.dedupe_max_keys, self.cfg.reward.dedupe_ttl_s, lease)
+        )
+        port = self._start_serve()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # metrics_interval_s is "deprecated" but the only way to set it
+            app = serve.deployment(RewardDeployment).options(
+                name="RewardDeployment",
+                autoscaling_config={
+                    "min_replicas": sl.min_replicas,
+                    "initial_replicas": sl.min_replicas,
+                    "max_replicas": self._max_replicas(),
+                    "target_ongoing_requests": sl.target_ongoing_requests,
+                    "upscale_delay_s": sl.upscale_delay_s,
+                    "downscale_delay_s": sl.downscale_delay_s,
+                    "downscale_to_zero_delay_s": sl.downscale_delay_s,
+                    "metrics_interval_s": sl.metrics_interval_s,
+                    "look_back_period_s": sl.look_back_period_s,
+                },
+                max_ongoing_requests=sl.max_ongoing_requests,
+                ray_actor_options=self._actor_options(),
+            ).bind(self.cfg.model_dump(mode="json"), ledger_name, self.token or None, self.faults)
+            serve.run(app, name=self.app_name, route_prefix=sl.route, blocking=False)
+        self.url = f"http://{sl.host}:{port}{sl.route}"
+        self._stop.clear()
+        self._poller = threading.Thread(target=self._poll, name="reward-replica-poller", daemon=True)
+        self._poller.start()
+        return self.url
+
+    def _start_serve(self) -> int:
+        sl = self.cfg.reward.serverless
+        # Serve has no public "is it running, on which port" call; its client exposes both
+        running = serve.context._get_global_client(raise_if_no_controller_running=False)
+        if running is None:
+            serve.start(http_options={"host": sl.host, "port": self.port})
+            self._started_serve = True
+            return self.port
+        http = running.http_config
+        if (http.host, http.port) != (sl.host, self.port):
+            log.warning("Ray Serve already runs here with HTTP on %s:%s; the reward service uses it (asked for %s:%s)",
+                        http.host, http.port, sl.host, self.port)
+        return int(http.port)
+
+    def _max_replicas(self) -> int:
+        sl = self.cfg.reward.serverless
+        capacity = ray.cluster_resources().get(pool_resource(sl.pool), 0.0)
+        if capacity and sl.max_replicas > capacity:
+            log.warning("reward.serverless.max_replicas=%d exceeds pool %s capacity %g: using %d",
+                        sl.max_replicas, sl.pool, capacity, int(capacity))
+            return max(1, int(capacity))
+        return sl.max_replicas
+
+    def _actor_options(self) -> dict[str, Any]:
+        sl = self.cfg.reward.serverless
+        options: dict[str, Any] = {"num_cpus": sl.replica_cpus}
+        if ray.cluster_resources().get(pool_resource(sl.pool), 0.0) >= 1:
+            options["resources"] = {pool_resource(sl.pool): 1.0}
+        else:
+            log.warning("pool %s has no Ray resource %s on this cluster: reward replicas run unconstrained by it",
+                        sl.pool, pool_resource(sl.pool))
+        return options
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                app = serve.status().applications.get(self.app_name)
+                running = app.deployments["RewardDeployment"].replica_states.get("RUNNING", 0) if app else 0
+                self.replicas.record(float(running))
+            except Exception as exc:  # noqa: BLE001 — a missed sample is not worth stopping for
+                log.debug("replica poll failed: %s", exc)
+            self._stop.wait(self.poll_s)
+
+    def stop(self) -> None:
+        """Delete the app (and Serve itself if this service started it) and the ledger actor. Idempotent."""
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=5)
+            self._poller = None
+        if not ray.is_initialized():
+            return
+        if self.url:
+            try:
+                serve.delete(self.app_name)
+                if self._started_serve:
+                    serve.shutdown()
+            except Exception as exc:  # noqa: BLE001 — stopping must not raise
+                log.warning("stopping the reward service: %s", exc)
+            self.url = ""
+            self._started_serve = False
+        if self._ledger is not None:
+            ray.kill(self._ledger)
+            self._ledger = None
+
+    def __enter__(self) -> RewardService:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- observation ------------------------------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        """Ledger counters, replica starts, replicas now/max/mean, busy seconds and pool utilisation."""
+        out: dict[str, float] = {}
+        if self._ledger is not None:
+            out.update(ray.get(self._ledger.stats.remote(), timeout=_CALL_TIMEOUT_S))
+        # replica-seconds: the poller's integral lags a replica's start by up to poll_s; each replica's own
+        # alive time (as of its last report) lags its end — take the larger of two underestimates
+        replica_s = max(self.replicas.integral(), out.get("alive_s", 0.0))
+        out.update({
+            "replicas": self.replicas.current,
+            "replicas_max": self.replicas.max,
+            "replicas_mean": self.replicas.mean(),
+            "replica_s": replica_s,
+            "pool_util": out.get("busy_s", 0.0) / replica_s if replica_s > 0 else 0.0,
+        })
+        return out
+
+    def scorings(self, key: str) -> int:
+        """How many times the service scored `key` (while it remembers it)."""
+        return int(ray.get(self._ledger.scorings.remote(key), timeout=_CALL_TIMEOUT_S))
+
+    def replica_timeline(self) -> list[tuple[float, float]]:
+        return list(self.replicas.points)
