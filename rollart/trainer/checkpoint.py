@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def temporary_path(final: Path) -> Path:
-    return final.with_name(f".{final.name}.tmp")
+    """A fresh hidden sibling to write into (unique, so a save that crashed half-way never mixes in)."""
+    return final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
 
 
 def finalize(tmp: Path, final: Path, keep: int) -> Path:

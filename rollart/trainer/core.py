@@ -19,6 +19,7 @@ Determinism: the same seed, config, batches and world size give bit-identical we
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -54,6 +55,7 @@ class Trainer:
         model_path: str | Path | None = None,
     ) -> None:
         train = cfg.train
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (read at CUDA init)
         torch.set_num_threads(train.threads)
         torch.manual_seed(cfg.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)

@@ -6,7 +6,7 @@ tensors are shifted for next-token prediction: position t of `targets`, `loss_ma
 and `versions` describes token t + 1, predicted from tokens ≤ t (so a model token in position 0 —
 which nothing predicts — is never trained on).
 
-Guarantees: `shard` gives every rank at least one sample and balances padded-free token counts
+Guarantees: `shard` gives every rank at least one sample and balances their token counts
 (longest first to the least-loaded rank — deterministic); `micro_batches` keeps each micro-batch's padded
 size (rows × longest row) within the budget unless a single sample is longer; `global_totals` are the
 batch-wide model-token and sequence counts every rank must normalise by, so the sum over ranks and

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rollart.config import WeightsConfig
+from rollart.types import WeightPublisher, WeightSubscriber
 from rollart.weights import PUBLISH, PULL, WeightStore
 
 pytestmark = pytest.mark.ray
@@ -34,6 +35,7 @@ def store(ray_local):
 
 def test_pulled_weights_are_bit_identical_and_store_keeps_k_versions(store):
     pub, sub = store.publisher(), store.subscriber()
+    assert isinstance(pub, WeightPublisher) and isinstance(sub, WeightSubscriber)
     assert sub.latest_version() == -1
     for v in range(4):
         m = pub.publish(v, weights(v))
