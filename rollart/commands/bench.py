@@ -7,7 +7,9 @@ import importlib
 import sys
 
 # CLI name → module under rollart.bench exposing run(quick: bool) -> BenchResult
-BENCHES: dict[str, str] = {}
+BENCHES: dict[str, str] = {
+    "weights": "rollart.bench.weights",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
