@@ -8,6 +8,7 @@ import sys
 
 # CLI name → module under rollart.bench exposing run(quick: bool) -> BenchResult
 BENCHES: dict[str, str] = {
+    "engine": "rollart.bench.engine",
     "weights": "rollart.bench.weights",
 }
 

@@ -105,6 +105,8 @@ class HFEngine:
         self._recompute: list[_Seq] = []  # running requests whose KV was dropped by a weight swap
         self._cache: DynamicCache | None = None
         self._mask: torch.Tensor | None = None  # (rows, columns); 0 marks left padding
+        self._padded = False  # whether any row of the batch has left padding
+        self._sdpa = getattr(model.config, "_attn_implementation", "") == "sdpa"
         self._live: dict[str, _Seq] = {}
         self._aborts: list[str] = []
         self._suspended = False
@@ -223,7 +225,8 @@ class HFEngine:
         positions = torch.tensor([[s.cached] for s in rows], device=self.device)
         self._mask = torch.cat([self._mask, self._mask.new_ones(n, 1)], dim=1)
         out = self.model(
-            input_ids=inputs, attention_mask=self._mask, position_ids=positions, cache=self._cache, use_cache=True
+            input_ids=inputs, attention_mask=self._decode_mask(), position_ids=positions, cache=self._cache,
+            use_cache=True,
         )
         for s in rows:
             s.cached += 1
@@ -231,6 +234,14 @@ class HFEngine:
         self._counters["decode_rows"] += n
         finished = self._sample(rows, out.logits[:, -1, :])
         return self._finish_rows(finished)
+
+    def _decode_mask(self) -> torch.Tensor | None:
+        # Without padding a one-token query attends to every cached column: no mask at all (as `generate`
+        # ends up with). With padding, SDPA gets the 4-D boolean mask directly: transformers returns a
+        # prepared 4-D mask as is, which skips rebuilding it from the 2-D one at every step.
+        if not self._padded:
+            return None
+        return self._mask[:, None, None, :].bool() if self._sdpa else self._mask
 
     def _prefill(self, seqs: list[_Seq]) -> list[GenerationResult]:
         """Compute the KV of each joining request's context, sample its next token, add it to the batch."""
@@ -240,11 +251,9 @@ class HFEngine:
                 reused[id(s)] = self._prefix.take(s.request.trajectory_id, s.prompt, self._version)
         plain = [s for s in seqs if reused.get(id(s), (0, None))[1] is None]
         hits = [s for s in seqs if reused.get(id(s), (0, None))[1] is not None]
-        groups: list[tuple[list[_Seq], DynamicCache, torch.Tensor, torch.Tensor]] = []
-        if plain:
-            groups.append((plain, *self._forward_padded(plain)))
-        for s in hits:
-            groups.append(([s], *self._forward_with_prefix(s, *reused[id(s)])))
+        # Two forwards at most: whole contexts, and contexts continuing a cached prefix (kept apart so a long
+        # new prompt does not make the hits recompute their prefixes; see _forward_joining).
+        groups = [(g, *self._forward_joining(g, [reused.get(id(s), (0, None)) for s in g])) for g in (plain, hits) if g]
         results: list[GenerationResult] = []
         for group, cache, mask, logits in groups:
             for s in group:
@@ -267,34 +276,36 @@ class HFEngine:
                 self._join(cache, mask, [group[i] for i in keep])
         return results
 
-    def _forward_padded(self, seqs: list[_Seq]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-        """One left-padded forward over whole contexts (as `generate` prefills a batch)."""
-        contexts = [s.context() for s in seqs]
-        width = max(len(c) for c in contexts)
-        pad = self.model.generation_config.pad_token_id or 0
-        ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts], device=self.device)
-        mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
-        )
-        return cache, mask, out.logits[:, -1, :]
-
-    def _forward_with_prefix(
-        self, s: _Seq, reuse: int, prefix_kv: kv.RowKV
+    def _forward_joining(
+        self, seqs: list[_Seq], prefixes: list[tuple[int, kv.RowKV | None]]
     ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-        """Prefill only the context tokens past a reused prefix of `reuse` tokens."""
-        context = s.context()
-        s.cached = reuse
-        cache = kv.row_cache(prefix_kv, reuse, self.model.config)
-        ids = torch.tensor([context[reuse:]], device=self.device)
-        mask = torch.ones(1, len(context), dtype=torch.long, device=self.device)
-        positions = torch.arange(reuse, len(context), device=self.device)[None]
+        """One left-padded forward computing each row's context past its reused prefix.
+
+        Every row feeds the same number of new tokens, W = the largest count past a prefix; a row with
+        fewer reuses only its first `len − W` cached tokens (recomputing the rest), and a row shorter than
+        W is left-padded. So each row is [padding][cached KV][new tokens] with no hole, as the batch cache
+        needs. With no prefixes this is how `generate` prefills a batch.
+        """
+        contexts = [s.context() for s in seqs]
+        new = max(len(c) - reuse for c, (reuse, _) in zip(contexts, prefixes))
+        reuse = [max(0, len(c) - new) for c in contexts]  # ≤ each row's reusable length
+        width = max(reuse)
+        cache = kv.stack_prefixes([p for _, p in prefixes], reuse, width, self.model.config)
+        pad = self.model.generation_config.pad_token_id or 0
+        ids, mask = [], []
+        for c, r in zip(contexts, reuse):
+            fresh = len(c) - r
+            ids.append([pad] * (new - fresh) + c[r:])
+            mask.append([0] * (width - r) + [1] * r + [0] * (new - fresh) + [1] * fresh)
+        mask_t = torch.tensor(mask, device=self.device)
+        positions = (mask_t.cumsum(-1) - 1).clamp(min=0)[:, width:]
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=torch.tensor(ids, device=self.device), attention_mask=mask_t, position_ids=positions,
+            cache=cache, use_cache=True, logits_to_keep=1,
         )
-        return cache, mask, out.logits[:, -1, :]
+        for s, r in zip(seqs, reuse):
+            s.cached = r
+        return cache, mask_t, out.logits[:, -1, :]
 
     def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> list[int]:
         """Append one sampled token to each row; return the indices of rows that finished."""
@@ -330,9 +341,11 @@ class HFEngine:
     def _join(self, cache: DynamicCache, mask: torch.Tensor, seqs: list[_Seq]) -> None:
         if self._cache is None:
             self._cache, self._mask, self._running = cache, mask, list(seqs)
+            self._padded = bool((mask == 0).any())
             return
         width = max(self._mask.shape[1], mask.shape[1])
         self._mask = torch.cat([_pad_mask(self._mask, width), _pad_mask(mask, width)], dim=0)
+        self._padded = bool((self._mask == 0).any())
         self._cache = kv.append_rows(self._cache, [cache])
         self._running += seqs
 
@@ -364,6 +377,7 @@ class HFEngine:
         if trim > 0:
             kv.drop_left(self._cache, trim)
             self._mask = self._mask[:, trim:]
+        self._padded = bool((self._mask == 0).any())
 
     def _result(self, s: _Seq, reason: FinishReason) -> GenerationResult:
         self._live.pop(s.request.request_id, None)

@@ -93,9 +93,25 @@ def copy_row(cache: DynamicCache, row: int, length: int) -> RowKV:
     ]
 
 
-def row_cache(kv: RowKV, length: int, model_config) -> DynamicCache:
-    """A one-row `DynamicCache` holding the first `length` columns of `kv`."""
-    return DynamicCache(ddp_cache_data=[(k[:, :, :length, :], v[:, :, :length, :]) for k, v in kv], config=model_config)
+def stack_prefixes(prefixes: Sequence[RowKV | None], lengths: Sequence[int], width: int, model_config) -> DynamicCache:
+    """A cache of one row per prefix: its first `lengths[i]` columns, left-padded to `width` (zeros for None)."""
+    cache = DynamicCache(config=model_config)
+    if width == 0:
+        return cache
+    sample = next(p for p, n in zip(prefixes, lengths) if p is not None and n > 0)
+    layers = []
+    for layer, (k0, v0) in enumerate(sample):
+        ks, vs = [], []
+        for p, n in zip(prefixes, lengths):
+            k = k0.new_zeros(1, k0.shape[1], width, k0.shape[3])
+            v = v0.new_zeros(1, v0.shape[1], width, v0.shape[3])
+            if n > 0:
+                k[:, :, width - n :] = p[layer][0][:, :, :n]
+                v[:, :, width - n :] = p[layer][1][:, :, :n]
+            ks.append(k)
+            vs.append(v)
+        layers.append((torch.cat(ks), torch.cat(vs)))
+    return DynamicCache(ddp_cache_data=layers, config=model_config)
 
 
 def nbytes(kv: RowKV) -> int:

@@ -131,6 +131,7 @@ class InferenceWorker:
             "worker": self.name,
             **engine,
             "in_flight": float(self._loop.in_flight),
+            "peak_rss_mb": _peak_rss_mb(),
             "weight_swaps": float(self._swaps),
             "exposed_update_s_total": self._exposed_s,
             **(self._prefetch.stats() if self._prefetch else {}),
@@ -142,3 +143,17 @@ class InferenceWorker:
         if self._prefetch is not None:
             self._prefetch.close()
         self._loop.close()
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set size (Linux VmHWM; ru_maxrss elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -215,3 +215,27 @@ def test_stop_token_ids_and_stop_strings(model, tokenizer):
     assert by_string.finish_reason == "stop" and by_string.token_ids == free.token_ids[:n]
     assert stop in tokenizer.decode(by_string.token_ids) and stop not in tokenizer.decode(by_string.token_ids[:-1])
     assert free.finish_reason == "length" and len(free.token_ids) == 40
+
+
+def test_concurrent_prefix_hits_share_one_forward_and_match_no_reuse(model, tokenizer):
+    """Three trajectories continue at once with 3, 6 and 9 new tokens: one forward of width 10 serves them
+    (rows with fewer new tokens recompute the difference), outputs equal a run without reuse."""
+
+    def run(prefix_cache_mb):
+        engine = HFEngine(model, tokenizer, prefix_cache_mb=prefix_cache_mb)
+        firsts = _prompts([12, 5, 20], seed=7)
+        for i, p in enumerate(firsts):
+            engine.add(GenerationRequest(f"a{i}", f"traj{i}", "math", p, SamplingParams(temperature=0.0, max_new_tokens=6)))
+        first = _drain(engine)
+        for i, (p, extra) in enumerate(zip(firsts, _prompts([3, 6, 9], seed=8))):
+            prompt = p + first[f"a{i}"].token_ids + extra
+            engine.add(GenerationRequest(f"b{i}", f"traj{i}", "math", prompt, SamplingParams(temperature=0.0, max_new_tokens=6)))
+        return _drain(engine), engine.stats()
+
+    reused, stats = run(16)
+    plain, _ = run(0)
+    for i in range(3):
+        assert reused[f"b{i}"].token_ids == plain[f"b{i}"].token_ids
+        assert torch.allclose(torch.tensor(reused[f"b{i}"].logprobs), torch.tensor(plain[f"b{i}"].logprobs), atol=1e-4)
+        assert reused[f"b{i}"].prefill_tokens == 10 and plain[f"b{i}"].prefill_tokens == plain[f"b{i}"].prompt_tokens
+    assert stats["prefix_hits"] == 3
