@@ -19,8 +19,8 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
 - A request stops at its stop token ids, at the model's EOS ids (`eos_token_ids`, default the model's
   generation config; not with `SamplingParams.ignore_eos`), at a stop string, at `max_new_tokens`, or when its context reaches the model's
   `max_position_embeddings`. The stopping token is part of the output (token-in/token-out).
-- `update_weights` copies the tensors in place (bit-identical for equal dtypes), drops the prefix cache
-  and re-prefills every running request's prompt + tokens under the new weights on the next step.
+- `update_weights` swaps in the tensors (adopted without a copy when dtype and device match, else copied;
+  bit-identical for equal dtypes), drops the prefix cache and re-prefills every running request's prompt + tokens under the new weights on the next step.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
   from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
@@ -396,24 +396,36 @@ class HFEngine:
         )
 
     def _load(self, tensors: Mapping[str, Any]) -> None:
-        """Copy `tensors` into the model in place after checking every name and shape."""
-        state = self.model.state_dict()
-        unknown = sorted(set(tensors) - set(state))
+        """Put `tensors` into the model after checking every name and shape (nothing changes on an error).
+
+        A torch tensor already of the parameter's dtype and device is adopted as the parameter's storage (a
+        pointer swap, no copy: the weight store hands out fresh tensors, and the caller must not modify
+        them afterwards); anything else (numpy arrays, other dtypes) is copied into the existing storage.
+        """
+        slots = dict(self.model.named_parameters(remove_duplicate=False))
+        slots.update(self.model.named_buffers(remove_duplicate=False))
+        unknown = sorted(set(tensors) - set(slots))
         if unknown:
             raise ValueError(f"update_weights: {len(unknown)} tensor names are not in the model, e.g. {unknown[:5]}")
         missing = sorted(n for n, _ in self.model.named_parameters() if n not in tensors)
         if missing:
             raise ValueError(f"update_weights: {len(missing)} parameters are missing, e.g. {missing[:5]}")
-        converted = {name: torch.as_tensor(value) for name, value in tensors.items()}
-        for name, value in converted.items():
-            if tuple(value.shape) != tuple(state[name].shape):
+        for name, value in tensors.items():
+            if tuple(value.shape) != tuple(slots[name].shape):
                 raise ValueError(
                     f"update_weights: tensor {name!r} has shape {tuple(value.shape)}, the model's is "
-                    f"{tuple(state[name].shape)}"
+                    f"{tuple(slots[name].shape)}"
                 )
         with torch.no_grad():
-            for name, value in converted.items():
-                state[name].copy_(value)
+            for name, value in tensors.items():
+                slot = slots[name]
+                if (
+                    isinstance(value, torch.Tensor) and value.dtype == slot.dtype and value.device == slot.device
+                    and value.is_contiguous()
+                ):
+                    slot.data = value
+                else:
+                    slot.data.copy_(torch.as_tensor(value))
 
 
 def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
