@@ -7,20 +7,22 @@ Out: `GenerationResult`s with one token, behaviour logprob and weight version pe
 How a step works (the scheme NOTES.md verified exact against `generate`): the running requests share one
 left-aligned `DynamicCache` (see `rollart.inference.kv`). A step first drops aborted rows, then decodes
 one token for every running row in one forward pass, then prefills the requests that join — newcomers
-and rows whose KV must be recomputed after a weight swap — in one left-padded forward pass (a newcomer
-with a reusable cached prefix is prefilled alone, over its new tokens only), samples their first token
-and appends their cache rows to the batch. Finished rows leave at once; columns that became padding in
-every row are trimmed. Each row's cache always covers its context except its newest token, which is
-fed by the next decode.
+and rows whose KV must be recomputed after a weight swap — samples their first token and appends their
+cache rows to the batch. Joining requests take at most two left-padded forward passes: one over whole
+contexts, one over the new tokens of trajectories continuing a cached prefix. Finished rows leave at
+once; columns that became padding in every row are trimmed. Each row's cache always covers its context
+except its newest token, which is fed by the next decode.
 
 Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
 - Greedy output equals `model.generate` token for token; logprobs are those of
   `rollart.inference.sampling` (the distribution actually sampled from; greedy: log-softmax at T=1).
 - A request stops at its stop token ids, at the model's EOS ids (`eos_token_ids`, default the model's
-  generation config; not with `SamplingParams.ignore_eos`), at a stop string, at `max_new_tokens`, or when its context reaches the model's
-  `max_position_embeddings`. The stopping token is part of the output (token-in/token-out).
-- `update_weights` swaps in the tensors (adopted without a copy when dtype and device match, else copied;
-  bit-identical for equal dtypes), drops the prefix cache and re-prefills every running request's prompt + tokens under the new weights on the next step.
+  generation config; not with `SamplingParams.ignore_eos`), at a stop string, at `max_new_tokens`, or
+  when its context reaches the model's `max_position_embeddings`. The stopping token is part of the
+  output (token-in/token-out).
+- `update_weights` swaps in the tensors (adopted without a copy when dtype and device match, else
+  copied; bit-identical for equal dtypes), drops the prefix cache and re-prefills every running
+  request's prompt + tokens under the new weights on the next step.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
   from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """

@@ -3,7 +3,7 @@
 In: a `DynamicCache` whose every layer holds keys/values shaped `(rows, kv_heads, columns, head_dim)`.
 Row i's tokens sit in its last `length_i` columns; the columns before them are padding that the
 attention mask hides. Out: the same cache with rows appended, selected or copied out, or with
-all-padding columns dropped.
+all-padding columns dropped; or a new cache stacked from kept row prefixes (for prefix reuse).
 
 Why this and not transformers' own continuous batching: NOTES.md measured it ~3x slower than `generate`
 on CPU, while one left-aligned `DynamicCache` (newcomers left-padded and concatenated, finished rows
