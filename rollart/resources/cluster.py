@@ -74,6 +74,8 @@ class Cluster:
         """
         timeout = self.call_timeout_s if timeout_s is None else timeout_s
         refs = list(refs)
+        if not refs:
+            return []
         _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if pending:
             waiting = {r.hex() for r in pending}

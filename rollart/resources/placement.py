@@ -47,6 +47,8 @@ from rollart.resources.nodes import cluster_capacity, declare_hint, pool_nodes
 log = logging.getLogger("rollart.resources")
 
 _MANAGER_TIMEOUT_S = 30.0  # a ResourceManager call is a dict update; this only guards a dead actor
+# Ray options that must match the worker's placement-group bundle, so only place() sets them
+_PLACEMENT_OPTIONS = frozenset({"num_cpus", "num_gpus", "resources", "scheduling_strategy", "placement_group"})
 
 
 def ray_request(pool: PoolConfig, pool_name: str, slots: float, num_cpus: float,
@@ -126,6 +128,10 @@ class Resources:
         """
         if isinstance(cls, ray.actor.ActorClass):
             raise TypeError("pass the plain class to place(), not a @ray.remote class; rollart makes the actor")
+        clash = sorted(_PLACEMENT_OPTIONS & set(actor_options or {}))
+        if clash:
+            raise ValueError(f"actor_options may not set {clash}: placement decides them (use slots=, "
+                             f"num_cpus=, num_gpus=)")
         req = resolve_request(cls, self.pools, self.roles, role=role, pool=pool, fallback=fallback,
                               replicas=replicas)
         remote_cls = ray.remote(cls)
@@ -145,7 +151,7 @@ class Resources:
                 if got.fell_back:
                     log.warning(
                         "fallback: worker %s (role '%s') preferred pool '%s', which is full; placed on '%s' "
-                        "(shown by `rollart pools`, counted in pools/%s/fallbacks_in)",
+                        "(counted in pools/%s/fallbacks_in)",
                         got.worker, got.role, got.preferred, got.pool, got.pool,
                     )
                 request = ray_request(self.pools[got.pool], got.pool, slots, num_cpus, num_gpus)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from types import FrameType
 from typing import Any, Literal
@@ -42,6 +43,7 @@ log = logging.getLogger("rollart.resources")
 
 Mode = Literal["embedded", "joined", "attached"]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_CONNECT_TIMEOUT_S = 5.0
 
 
 class Runtime:
@@ -111,6 +113,7 @@ class Runtime:
         if ray.is_initialized():
             return "attached"
         if cl.address:
+            _check_reachable(cl.address)
             try:
                 ray.init(address=cl.address, namespace=cl.namespace)
             except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -148,6 +151,20 @@ class Runtime:
                 f"resource named pool_<name>, declared on the nodes that should host it; start such a node "
                 f"with:\n  {declare_hint(pools, hard, self.cfg.cluster.address)}"
             )
+
+
+def _check_reachable(address: str, timeout_s: float = _CONNECT_TIMEOUT_S) -> None:
+    """Fail fast when nothing listens at a `host:port` address: Ray's own join retries for many minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto" or a ray:// client address: Ray resolves those itself, and fails fast
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(
+            f"nothing answers at {address} (cluster.address) within {timeout_s:g} s ({exc}); start the head "
+            f"with `ray start --head --port={port}` there, or leave cluster.address empty for an embedded Ray"
+        ) from None
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

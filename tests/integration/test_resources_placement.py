@@ -191,3 +191,9 @@ def test_runtime_attaches_to_a_running_ray_and_checks_its_pools(ray_local):
     msg = str(info.value)
     assert "holds no resource for pools ['h800']" in msg
     assert "--resources='{\"pool_h800\": 8}'" in msg
+
+
+def test_actor_options_cannot_override_what_placement_decides(resources):
+    with pytest.raises(ValueError, match=r"may not set \['num_cpus', 'resources'\]"):
+        resources.place(Probe, actor_options={"num_cpus": 1, "resources": {"x": 1}, "max_concurrency": 4})
+    assert _status(resources, "test_a").free == 2

@@ -155,12 +155,15 @@ DRIVER = textwrap.dedent("""\
             time.sleep(1)
     with rt:
         cluster = rt.resources.place(Probe)
+        spill = rt.resources.place(Probe, fallback=["n1"])  # n2 is full: falls back to n1's node
         snapshot = {s.name: [n.node_id for n in s.nodes] for s in rt.resources.snapshot()}
         print(json.dumps({
             "mode": rt.mode, "session_dir": rt.session_dir, "nodes": len(ray.nodes()),
             "worker": cluster.names[0], "placed_on": cluster.gather(cluster.call_all("node"))[0],
             "recorded_node": cluster.placements[0].node_id, "pool_nodes": snapshot,
+            "spill": spill.names[0], "spill_on": spill.gather(spill.call_all("node"))[0],
         }), flush=True)
+        sys.stdin.readline()  # stay alive (holding the workers) until the test has looked
 """)
 
 
@@ -233,24 +236,36 @@ def test_two_node_cluster_places_the_worker_on_the_node_holding_its_pool(two_nod
     run = _run_file(tmp, address)
     script = tmp / "driver.py"
     script.write_text(DRIVER)
-    out = subprocess.run([sys.executable, str(script), str(run)], env={**BASE_ENV, "RAY_TMPDIR": str(tmp)},
-                         capture_output=True, text=True, timeout=150)
-    assert out.returncode == 0, out.stderr[-3000:]
-    info = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
-    assert info["mode"] == "joined" and info["session_dir"] is None
-    assert info["nodes"] == 2  # joining started no node of its own
-    (n1,), (n2,) = info["pool_nodes"]["n1"], info["pool_nodes"]["n2"]
-    assert n1 != n2
-    assert info["worker"] == "probe/n2/0"
-    assert info["placed_on"] == n2 == info["recorded_node"]
+    driver = subprocess.Popen([sys.executable, str(script), str(run)], env={**BASE_ENV, "RAY_TMPDIR": str(tmp)},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(tmp / "driver.log", "w"),
+                              text=True)
+    try:
+        info = json.loads(_read_line(driver, timeout=150))
+        assert info["mode"] == "joined" and info["session_dir"] is None
+        assert info["nodes"] == 2  # joining started no node of its own
+        (n1,), (n2,) = info["pool_nodes"]["n1"], info["pool_nodes"]["n2"]
+        assert n1 != n2
+        assert info["worker"] == "probe/n2/0"
+        assert info["placed_on"] == n2 == info["recorded_node"]
+        assert info["spill"] == "probe/n1/0" and info["spill_on"] == n1
 
-    # `rollart pools` joins the same cluster and lists each pool with the node holding it
-    shown = subprocess.run([str(BIN / "rollart"), "pools", str(run)], env=BASE_ENV, capture_output=True,
-                           text=True, timeout=120)
-    assert shown.returncode == 0, shown.stderr[-3000:]
-    assert f"joined the Ray cluster at {address}" in shown.stdout
-    rows = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines() if line.count("│") > 5}
-    assert f"({n1[:8]}) ×1" in rows["n1"] and f"({n2[:8]}) ×1" in rows["n2"]
+        # `rollart pools` joins the same cluster and namespace while the run is live: each pool with the
+        # node holding it, the run's holders (free 0) and its fallback (n2 → n1)
+        shown = subprocess.run([str(BIN / "rollart"), "pools", str(run)], env=BASE_ENV, capture_output=True,
+                               text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        assert f"joined the Ray cluster at {address}" in shown.stdout
+        rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]]
+                for ln in shown.stdout.splitlines() if ln.count("│") > 5}
+        assert rows["n1"][3:] == ["1", "0", "-", "1/0", f"127.0.0.1 ({n1[:8]}) ×1"]
+        assert rows["n2"][3:] == ["1", "0", "-", "0/1", f"127.0.0.1 ({n2[:8]}) ×1"]
+    finally:
+        driver.stdin.close()
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+    assert driver.returncode == 0, (tmp / "driver.log").read_text()[-3000:]
 
     # a pool the cluster lacks: exit 1, naming it and the `ray start` line that declares it
     missing = subprocess.run([str(BIN / "rollart"), "pools", str(run), "pools.n3.kind=cpu"], env=BASE_ENV,
