@@ -235,6 +235,8 @@ def _call(ref: ray.ObjectRef, what: str) -> Any:
 def _release(manager: ray.actor.ActorHandle, placements: list[Placement], groups: list[Any],
              actors: list[ray.actor.ActorHandle]) -> None:
     """Kill actors, remove their placement groups, give the slots back; each step tolerates a dead peer."""
+    if not ray.is_initialized():
+        return  # Ray is already shut down: the actors, groups and ledger went with it
     for actor in actors:
         try:
             ray.kill(actor, no_restart=True)

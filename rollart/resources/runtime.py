@@ -8,7 +8,8 @@ Modes:
   is set before Ray is imported, see `rollart/resources/__init__.py`), no dashboard, `cluster.num_cpus`,
   `cluster.object_store_mb`, and one custom resource `pool_<name>` per pool with `pools.<name>.capacity`
   — serverless pools included: their resource caps how many Ray-hosted replicas (Ray Serve) run at once.
-- joined (`cluster.address` set): connects to that cluster and starts no Ray process; every declared
+- joined (`cluster.address` set): connects to that cluster and starts no Ray process (a `host:port` where
+  nothing listens fails within 5 s; Ray's own join would retry for minutes); every declared
   gpu/cpu pool must exist there as a resource, else `ClusterError` names the missing pools and the
   `ray start --resources` line that declares them. A serverless pool may be missing (its reward may be an
   external HTTP endpoint): a WARNING says so and the pool has no capacity.
