@@ -14,12 +14,12 @@ Statistics are summed over micro-batches and all-reduced, so every rank returns 
 
 Versions: `version` counts optimizer steps applied to the initial weights (version 0); a `TrainBatch` must
 carry the trainer's current version (it is the policy being trained; the step makes version + 1).
-Determinism: the same seed, config, batches and world size give bit-identical weights (CPU, gloo).
+Determinism: the same seed, config, batches and world size give bit-identical weights (CPU, gloo). The
+process-wide switches (thread count, deterministic algorithms) are the actor's to set (worker.py).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -55,10 +55,7 @@ class Trainer:
         model_path: str | Path | None = None,
     ) -> None:
         train = cfg.train
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (read at CUDA init)
-        torch.set_num_threads(train.threads)
         torch.manual_seed(cfg.seed)
-        torch.use_deterministic_algorithms(True, warn_only=True)
         self.cfg, self.objective = cfg, objective
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
         self.model_path = Path(model_path) if model_path else resolve_model_path(cfg.model, cfg.seed)

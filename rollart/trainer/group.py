@@ -50,10 +50,10 @@ class TrainerGroup:
             call_timeout_s=cfg.train.timeout_s,
         )
         try:
-            host, port, node = self.cluster.gather([self.cluster.call_one(0, "rendezvous")])[0]
-            if all(other == node for other in self.cluster.gather(self.cluster.call_all("node_id"))):
-                host = "127.0.0.1"  # one machine: rendezvous on loopback only
-            ready = self.cluster.gather(self.cluster.call_all("setup", host, port,
+            meet = self.cluster.gather([self.cluster.call_one(0, "rendezvous")])[0]
+            one_node = all(other == meet["node"] for other in self.cluster.gather(self.cluster.call_all("node_id")))
+            init_method = meet["file"] if one_node else meet["tcp"]
+            ready = self.cluster.gather(self.cluster.call_all("setup", init_method,
                                                               str(checkpoint) if checkpoint else None))
         except BaseException:
             self.cluster.shutdown()

@@ -5,18 +5,23 @@ weights planes), this rank, the world size, its worker name and torch device (fr
 Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights after every
 update (and at setup: version 0, or the version a checkpoint restored), other ranks hold the same weights.
 
-Life: constructed cheaply by the resource plane, then `rendezvous` (rank 0 names a TCP port),
-`setup(host, port, checkpoint)` (process group — gloo on CPU, NCCL on CUDA — the model, the optional
-checkpoint), then steps. Every collective has the `train.timeout_s` bound.
+Life: constructed cheaply by the resource plane, then `rendezvous` (rank 0 offers a file store on its node
+and a TCP address), `setup(init_method, checkpoint)` (process group — gloo on CPU, NCCL on CUDA — the
+model, the optional checkpoint), then steps. With every rank on one node the rendezvous is the file store
+and the collectives use the loopback interface: nothing listens beyond 127.0.0.1. Every collective has the
+`train.timeout_s` bound.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import ray
 import torch
 import torch.distributed as dist
 
@@ -41,37 +46,49 @@ class TrainerWorker:
         name: str = "",
         device: str = "cpu",
     ) -> None:
+        # process-wide settings belong to the process that owns the rank
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (read at CUDA init)
+        torch.set_num_threads(cfg.train.threads)
+        torch.use_deterministic_algorithms(True, warn_only=True)
         self.cfg, self.objective, self.publisher = cfg, objective, publisher
         self.rank, self.world_size, self.name = rank, world_size, name or f"trainer/train/{rank}"
         self.device = device or "cpu"
         self.trainer: Trainer | None = None
 
-    def rendezvous(self) -> tuple[str, int, str]:
-        """(this node's IP, a free TCP port, Ray node id): where the other ranks meet rank 0."""
-        import ray
-
+    def rendezvous(self) -> dict[str, str]:
+        """Where the other ranks meet rank 0: a file store on this node (used when every rank runs here:
+        no TCP server at all) and a TCP address (used across nodes); plus this node's Ray id."""
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
+            s.bind((ray.util.get_node_ip_address(), 0))
             port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port, ray.get_runtime_context().get_node_id()
+        return {
+            "file": f"file://{tempfile.mkdtemp(prefix='rollart-ddp-')}/store",
+            "tcp": f"tcp://{ray.util.get_node_ip_address()}:{port}",
+            "node": self.node_id(),
+        }
 
     def node_id(self) -> str:
-        import ray
-
         return ray.get_runtime_context().get_node_id()
 
-    def setup(self, host: str, port: int, checkpoint: str | None = None) -> dict[str, Any]:
-        """Join the process group, build the model, load `checkpoint` if given, rank 0 publishes."""
+    def setup(self, init_method: str, checkpoint: str | None = None) -> dict[str, Any]:
+        """Join the process group at `init_method`, build the model, load `checkpoint` if given; rank 0
+        publishes the weights of the resulting version."""
+        if self.device.startswith("cuda"):
+            if ray.get_gpu_ids():  # Ray made only this worker's GPU visible: it is device 0 here
+                self.device = "cuda:0"
+            torch.cuda.set_device(torch.device(self.device))
         if self.world_size > 1:
+            if init_method.startswith("file://") and (lo := _loopback_interface()):
+                # one node: keep the collectives' sockets on loopback too
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
+                os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
             dist.init_process_group(
                 backend="nccl" if self.device.startswith("cuda") else "gloo",
-                init_method=f"tcp://{host}:{port}",
+                init_method=init_method,
                 rank=self.rank,
                 world_size=self.world_size,
                 timeout=datetime.timedelta(seconds=self.cfg.train.timeout_s),
             )
-        if self.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(self.device))
         self.trainer = Trainer(self.cfg, self.objective, rank=self.rank, world_size=self.world_size,
                                device=self.device)
         extra = self.trainer.load(checkpoint) if checkpoint else {}
@@ -104,3 +121,13 @@ class TrainerWorker:
         if self.trainer is None:
             raise RuntimeError(f"{self.name}: setup() was not called")
         return self.trainer
+
+
+def _loopback_interface() -> str | None:
+    """The name of the network interface holding 127.0.0.1 (`lo` on Linux, `lo0` on macOS)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None
