@@ -66,7 +66,11 @@ class Trainer:
         self.ref_model = None
         if objective.uses_reference:  # the KL anchor: the initial weights, frozen
             self.ref_model = load_model(self.model_path, cfg.model.dtype, device).eval().requires_grad_(False)
-        self.ddp = DistributedDataParallel(self.model) if world_size > 1 else None
+        self.ddp = None
+        if world_size > 1:
+            self.ddp = DistributedDataParallel(
+                self.model, device_ids=[self.device.index or 0] if self.device.type == "cuda" else None
+            )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_multiplier(train.schedule, train.warmup_steps, train.steps)

@@ -63,3 +63,12 @@ def test_sft_trains_assistant_tokens_and_lowers_their_loss(tiny_model_path):
     assert trained == r"\boxed{Left}<|im_end|>"
     losses = [trainer.sft_step([conv] * 4)["sft/loss"] for _ in range(5)]
     assert losses[-1] < losses[0] * 0.7 and trainer.version == 5
+
+
+def test_kl_to_the_initial_weights_is_zero_then_grows(tiny_model_path):
+    cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"kl_coef": 0.1, "lr": 1e-3})
+    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    first = trainer.train_step(batch(version=0))
+    second = trainer.train_step(batch(version=1))
+    assert first["train/ref_kl"] == 0.0 and first["train/kl_loss"] == 0.0  # the reference is version 0
+    assert second["train/ref_kl"] > 0.0 and second["train/kl_loss"] > 0.0
