@@ -6,7 +6,7 @@ the control plane ends that trajectory FAILED with the reason and the batch goes
 
 - `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
   `Idempotency-Key: <trajectory_id>` (the service scores a key once and answers retries from its ledger),
-  `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (cold-start detection). Retried: connection
+  `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (when the first try left: cold-start detection). Retried: connection
   errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429/5xx. Not retried: other
   4xx (bad token, payload too large, bad payload) — retrying cannot fix them.
 - `LocalRewardClient` (backend `local`): awaits the reward function in this process (sync functions in a
@@ -147,9 +147,10 @@ class HttpRewardClient:
         headers = {"content-type": "application/json", "idempotency-key": trajectory.trajectory_id}
         if self.token:
             headers["authorization"] = f"Bearer {self.token}"
+        # when the first try left: a replica created after it means this scoring waited for a cold start
+        headers["x-rollart-sent-at"] = repr(time.time())
 
         async def attempt() -> tuple[dict[str, Any] | None, bool, str]:
-            headers["x-rollart-sent-at"] = repr(time.time())
             try:
                 resp = await self._client().post(self.url, content=body, headers=headers)
             except httpx.TimeoutException as exc:
