@@ -27,7 +27,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 TEST_POOLS = [
     "pools.test_a.kind=cpu", "pools.test_a.capacity=2",
     "pools.test_b.kind=cpu", "pools.test_b.capacity=1",
-    "cluster.placement_timeout_s=2",
+    "cluster.placement_timeout_s=3",
 ]
 
 

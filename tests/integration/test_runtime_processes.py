@@ -90,6 +90,25 @@ def _kill_all(procs: dict[int, psutil.Process]) -> None:
             pass
 
 
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:  # an idle worker may exit while we look
+        return ""
+
+
+def _listening(procs: dict[int, psutil.Process]) -> set[tuple[str, str]]:
+    """(process name, address) of every listening TCP socket of `procs`."""
+    out = set()
+    for proc in procs.values():
+        try:
+            out |= {(proc.name(), c.laddr.ip) for c in proc.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN}
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def _loopback(ip: str) -> bool:
     addr = ipaddress.ip_address(ip)
     return (getattr(addr, "ipv4_mapped", None) or addr).is_loopback
@@ -315,17 +334,11 @@ def test_a_signal_shuts_down_and_leaves_no_ray_process(tmp_path_factory, sig, ex
         info = json.loads(_read_line(driver, timeout=120))
         assert info["session_dir"].startswith(str(tmp))
         ours = _ours(tmp, [driver.pid])
-        names = {p.name() for p in ours.values()}
+        names = {_name(p) for p in ours.values()}
         assert {"gcs_server", "raylet"} <= names, names
         assert set(info["pids"]) <= set(ours)  # the placed workers are among them
-
-        listening = {
-            (c.laddr.ip, proc.name())
-            for proc in ours.values()
-            for c in proc.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN
-        }
-        assert listening and all(_loopback(ip) for ip, _ in listening), listening
+        listening = _listening(ours)
+        assert listening and all(_loopback(ip) for _, ip in listening), listening
 
         driver.send_signal(sig)
         assert driver.wait(timeout=60) == exit_code, (tmp / "driver.log").read_text()[-3000:]
