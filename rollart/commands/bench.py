@@ -10,6 +10,7 @@ import sys
 BENCHES: dict[str, str] = {
     "engine": "rollart.bench.engine",
     "weights": "rollart.bench.weights",
+    "reward": "rollart.bench.reward",
 }
 
 
