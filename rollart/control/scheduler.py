@@ -75,6 +75,7 @@ class RolloutScheduler:
         buffer: SampleBuffer,
         policy: StalenessPolicy,
         total_batches: int,
+        first_version: int = 0,
         seed: int = 0,
         gate: CohortGate | None = None,
         trajectory_timeout_s: float = 3600.0,
@@ -84,15 +85,15 @@ class RolloutScheduler:
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
         self.weights = {d: c.weight for d, c in self.domains.items()}
         self.runner, self.scorer, self.buffer, self.policy = runner, scorer, buffer, policy
-        self.total_batches = total_batches
+        self.end_version = first_version + total_batches  # the last batch trains at end_version - 1
         self.gate = gate
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
         self.seed = seed
         self.rng = random.Random(seed)
         self.groups_per_batch = rollout.batch_size // rollout.group_size + rollout.redundancy.extra_groups
-        self.inference_version = 0
-        self.next_batch = 0
+        self.inference_version = first_version
+        self.next_batch = first_version  # batches are named by the version they train at
         self.paused = False
         self.next_seq = 0
         self._groups: dict[str, _Group] = {}
@@ -164,7 +165,7 @@ class RolloutScheduler:
 
     def allowed_groups(self) -> int:
         window = self.policy.admission_window(
-            self.inference_version, self.next_batch, self.total_batches - self.next_batch
+            self.inference_version, self.next_batch, self.end_version - self.next_batch
         )
         return window * self.groups_per_batch
 

@@ -176,6 +176,19 @@ class Resources:
             raise
         return Cluster(req.role, placements, actors, release, call_timeout_s)
 
+    def spawn(self, cls: type, *args: Any, name: str, **kwargs: Any) -> ray.actor.ActorHandle:
+        """A control-plane actor (LLM proxy, turn barrier) that holds no pool slot and no CPU: it only
+        routes and waits. Started and checked ready within `cluster.start_timeout_s`."""
+        actor = ray.remote(cls).options(num_cpus=0, max_restarts=0).remote(*args, **kwargs)
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=self.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(actor)
+            raise PlacementError(
+                f"control actor {name} did not start within {self.start_timeout_s:g} s (cluster.start_timeout_s)"
+            ) from None
+        return actor
+
     def _reserve_on_ray(self, placed: Placement, request: dict[str, float]) -> tuple[Any, str]:
         group = placement_group([request], strategy="STRICT_PACK", name=f"rollart:{placed.worker}")
         if not group.wait(timeout_seconds=self.placement_timeout_s):

@@ -1,0 +1,132 @@
+"""RunRecorder: what a training run leaves behind and shows while it runs.
+
+In: from the driver, per step the trained batch, the driver's phase spans and plane metrics; evaluation
+scores; warm-start progress. Out (the run directory contract of `rollart.observability.RunPaths`):
+config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured), timeline.json (Chrome trace),
+summary.json, report/index.html; and live progress on the terminal (rich, plain or quiet).
+
+Guarantees: the timeline and the summary are rewritten at every evaluation, so a run that dies keeps what
+it did; `close()` is idempotent and flushes every sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+from rollart.config import RunConfig
+from rollart.config_loader import write_resolved
+from rollart.observability import (
+    MetricsLogger,
+    Progress,
+    RunPaths,
+    Timeline,
+    batch_metrics,
+    prefixed,
+    system_metrics,
+    utilisation_metrics,
+    write_summary,
+)
+from rollart.types import Span, Trajectory
+
+log = logging.getLogger("rollart")
+
+
+class RunRecorder:
+    def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = ()) -> None:
+        self.cfg = cfg
+        self.t0 = time.time()
+        self.paths = RunPaths.of(cfg.run_dir)
+        write_resolved(cfg, cfg.run_dir)
+        self.logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=self.t0,
+                                    hparams=cfg.model_dump(mode="json"), resume_step=resume_step)
+        self.timeline = Timeline(start_time=self.t0, max_trajectories=cfg.observability.timeline_max_trajectories)
+        self.progress = Progress(cfg.observability.progress)
+        self.workers = list(workers)
+        self.evals: dict[int, dict[str, float]] = {}
+        self.steps_done = 0
+        self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record
+        self._step_start = self.t0
+        self._closed = False
+
+    def add(self, metrics: Mapping[str, Any], span: str = "") -> None:
+        """Phase metrics for the next step record; a `_span` (start, end) entry becomes a driver span."""
+        start, end = metrics.get("_span", (0.0, 0.0))
+        if span and end > start:
+            self.timeline.add_span(Span(span, start, end, "control/driver/0"))
+        for key, value in metrics.items():
+            if not key.startswith("_"):
+                self._pending[key] = self._pending.get(key, 0.0) + float(value)
+
+    def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
+        if step == 0 or (step + 1) % 10 == 0 or step + 1 == total:
+            log.info("warm start %d/%d: sft loss %.3f", step + 1, total, metrics.get("sft/loss", float("nan")))
+
+    def trained(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Metrics of the train step that consumed batch `step` (it finishes while later batches roll out)."""
+        start, end = metrics.get("_span", (0.0, 0.0))
+        if end > start:
+            self.timeline.add_span(Span("train", start, end, "trainer/train/0"))
+        numbers = {k: float(v) for k, v in metrics.items() if not k.startswith("_")}
+        self.logger.log(step, prefixed("train", {k: v for k, v in numbers.items() if "/" not in k})
+                        | {k: v for k, v in numbers.items() if "/" in k})
+
+    def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
+        now = time.time()
+        for t in batch:
+            self.timeline.add_trajectory(t)
+        step_s = now - self._step_start
+        tokens = sum(t.num_response_tokens for t in batch)
+        record = {
+            **batch_metrics(batch, version, self.cfg.rollout.staleness),
+            **utilisation_metrics(self.timeline.window_spans(self._step_start), (self._step_start, now),
+                                  self.workers),
+            **system_metrics(tokens, step_s),
+            **metrics,
+            **self._pending,
+            "time/step": step_s,
+        }
+        self._pending = {}
+        self.logger.log(step, record)
+        self.progress.update(step + 1, self.cfg.train.steps, record)
+        self.steps_done = step + 1
+        self._step_start = now
+
+    def evaluation(self, step: int, scores: Mapping[str, float]) -> None:
+        self.evals[step] = dict(scores)
+        mean = sum(scores.values()) / max(len(scores), 1)
+        self.logger.log(step, {f"eval/{d}/score": s for d, s in scores.items()} | {"eval/mean": mean})
+        log.info("eval after %d steps: mean %.3f %s", step, mean,
+                 " ".join(f"{d}={s:.3f}" for d, s in sorted(scores.items())))
+        self.flush()
+
+    def summary(self, prior: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The summary of the run so far; `prior` carries eval_first from before a resume."""
+        first = dict(prior or {})
+        if not first and self.evals:
+            first = self.evals[min(self.evals)]
+        last = self.evals[max(self.evals)] if self.evals else {}
+
+        def mean(d: Mapping[str, float]) -> float | None:
+            return sum(d.values()) / len(d) if d else None
+
+        return {
+            "eval_first": mean(first), "eval_last": mean(last),
+            "eval_first_by_domain": first, "eval_last_by_domain": last,
+            "eval_gain": (mean(last) - mean(first)) if first and last else None,
+            "steps": self.steps_done, "wall_s": time.time() - self.t0,
+        }
+
+    def flush(self, prior: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        if self.cfg.observability.timeline:
+            self.timeline.write(self.paths.timeline)
+        extra = self.summary(prior)
+        write_summary(self.cfg.run_dir, extra)
+        return extra
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.logger.close()
+            self.progress.close()
