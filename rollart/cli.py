@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # module names under rollart.commands, in the order `--help` lists them
-COMMANDS = ["config", "pools", "bench", "report", "env", "serve_reward", "train"]
+COMMANDS = ["config", "pools", "bench", "report", "env", "serve_reward", "train", "eval", "model"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,6 +21,20 @@ from rollart.resources import Runtime
 from rollart.system import System, build_system
 
 
+def evaluate(cfg: RunConfig) -> dict[str, float]:
+    """Score `cfg.model.path` on every domain's validation split (blocking)."""
+
+    async def run() -> dict[str, float]:
+        with Runtime(cfg) as runtime:
+            system = build_system(cfg, runtime, train=False)
+            try:
+                return await system.evaluate("eval")
+            finally:
+                await system.close()
+
+    return asyncio.run(run())
+
+
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Run a whole training job (blocking); returns the run summary (also in RUN_DIR/summary.json)."""
     return asyncio.run(_train(cfg))
@@ -81,4 +95,5 @@ async def _loop(cfg: RunConfig, system: System, rec: RunRecorder) -> dict[str, A
         rec.step(step, batch, version, {**sched.metrics(), **system.reward.metrics(), **system.resources.metrics()})
     await finish()
     rec.evaluation(cfg.train.steps, await system.evaluate("last"))
+    system.trainer.save_checkpoint({"step": cfg.train.steps, "scheduler": sched.state_dict(), "eval_first": prior})
     return rec.flush(prior)

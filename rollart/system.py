@@ -51,8 +51,8 @@ class System:
     cfg: RunConfig
     resources: Resources
     model_path: Path
-    store: WeightStore
-    trainer: TrainerGroup
+    store: WeightStore | None  # None when built for evaluation only
+    trainer: TrainerGroup | None
     inference: dict[str, Cluster]
     proxy: Any  # LLMProxy actor handle
     envs: EnvPool
@@ -64,7 +64,7 @@ class System:
 
     @property
     def resume_step(self) -> int:
-        return int(self.trainer.extra_state.get("step", 0))
+        return int(self.trainer.extra_state.get("step", 0)) if self.trainer else 0
 
     def start_rollout(self, steps_left: int) -> RolloutScheduler:
         """Create and start the control plane: batches from the trainer's current version on."""
@@ -128,7 +128,10 @@ class System:
 
     # --- validation -----------------------------------------------------------------------------------
     async def evaluate(self, tag: str) -> dict[str, float]:
-        """Mean score per domain on its validation split (failed episodes score 0) at the served weights."""
+        """Mean score per domain on its validation split, at the served weights.
+
+        An episode's score is its reward clipped to [0, 1]: format penalties shape training but are not a
+        negative score, and a failed episode scores 0. Greedy unless `eval.temperature` > 0."""
         n = self.cfg.eval.episodes_per_domain
         tasks = [
             Task(f"eval/{tag}/{d}/{i}", d, dc.env, seed=i, group_id=f"eval/{tag}/{d}", split="val")
@@ -141,7 +144,7 @@ class System:
             if traj.status is None or not traj.status.trainable:
                 return task.domain, 0.0
             result = await self.reward.score(traj)
-            return task.domain, result.reward if result.ok else 0.0
+            return task.domain, min(max(result.reward, 0.0), 1.0) if result.ok else 0.0
 
         timeout = self.cfg.inference.request_timeout_s * max(dc.max_turns for dc in self.cfg.domains.values())
         results = await _bounded(asyncio.gather(*(one(t) for t in tasks)), timeout, "evaluation")
@@ -159,25 +162,28 @@ class System:
         self._stack.close()
 
 
-def build_system(cfg: RunConfig, runtime: Runtime) -> System:
-    """Place and connect every plane. On any failure, what was started is stopped before re-raising."""
+def build_system(cfg: RunConfig, runtime: Runtime, *, train: bool = True) -> System:
+    """Place and connect every plane (`train=False`: no trainer or weight store — for evaluating
+    `model.path`). On any failure, what was started is stopped before re-raising."""
     res = runtime.resources
     stack = ExitStack()
     try:
         model_path = resolve_model_path(cfg.model, cfg.seed)
-        store = WeightStore(cfg.weights)
-        stack.callback(store.close)
-        checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
-        if cfg.resume and checkpoint is None:
-            log.warning("resume=true but %s/checkpoints holds no checkpoint: starting fresh", cfg.run_dir)
-        trainer = TrainerGroup(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
-                               checkpoint=checkpoint)
-        stack.callback(trainer.close)
+        store = trainer = None
+        if train:
+            store = WeightStore(cfg.weights)
+            stack.callback(store.close)
+            checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
+            if cfg.resume and checkpoint is None:
+                log.warning("resume=true but %s/checkpoints holds no checkpoint: starting fresh", cfg.run_dir)
+            trainer = TrainerGroup(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
+                                   checkpoint=checkpoint)
+            stack.callback(trainer.close)
         inference = {}
         for pool in sorted({d.pool for d in cfg.domains.values() if d.weight > 0}):
             inference[pool] = res.place(
                 InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
-                kwargs={"subscriber": store.subscriber()},
+                kwargs={"subscriber": store.subscriber() if store else None},
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
             )
             stack.callback(inference[pool].shutdown)

@@ -1,0 +1,51 @@
+"""`rollart eval RUN_DIR|CHECKPOINT [overrides]`: score a checkpoint on every domain's validation split.
+
+RUN_DIR: the run's resolved config.yaml and its newest checkpoint. CHECKPOINT: a checkpoint directory
+(RUN_DIR/checkpoints/step_N, or any Hugging Face checkpoint — then the default config, or overrides,
+say which domains to score).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from rollart.config_loader import ConfigError, load_config
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("eval", help="score a run's latest checkpoint (or a checkpoint) on validation")
+    parser.add_argument("target", help="a run directory or a checkpoint directory")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="e.g. eval.episodes_per_domain=64")
+    parser.set_defaults(func=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    target = Path(args.target)
+    run_config = target / "config.yaml"
+    if run_config.is_file():  # a run directory
+        from rollart.trainer.checkpoint import latest_checkpoint
+
+        checkpoint = latest_checkpoint(target)
+        if checkpoint is None:
+            raise ConfigError(f"{target} is a run directory without checkpoints (checkpoints/step_*)")
+        config_file: Path | None = run_config
+    elif (target / "config.json").is_file():  # a checkpoint
+        checkpoint = target
+        parent_run = target.parent.parent / "config.yaml"
+        config_file = parent_run if parent_run.is_file() else None
+    else:
+        raise ConfigError(f"{target} is neither a run directory (config.yaml) nor a checkpoint (config.json)")
+    cfg = load_config(config_file, [f"model.path={checkpoint}", "resume=false", *args.overrides])
+    logging.basicConfig(level=cfg.observability.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rollart.driver import evaluate
+
+    scores = evaluate(cfg)
+    mean = sum(scores.values()) / len(scores)
+    for domain, score in sorted(scores.items()):
+        print(f"{domain:<14}{score:.3f}")
+    print(f"{'mean':<14}{mean:.3f}")
+    print(json.dumps({"checkpoint": str(checkpoint), "scores": scores, "mean": mean}))
+    return 0
