@@ -17,8 +17,10 @@ What a reward function may read (the same on every backend):
 - `trajectory.reference` — from the environment's reset info. Keys the built-ins read (agreed with the env
   plane): `answer` (math: the gold answer, a string or number), `tests` (code: a test program as one string,
   or a list of test snippets, each run on its own), `entry_point` (code: the function name a HumanEval-style
-  `check(candidate)` in the tests is called with), `question` (judge: the question; else the first
-  observation is used).
+  `check(candidate)` in the tests is called with), `language` (code: only "python"), `question` (judge:
+  the question; else the first observation is used). The env plane's built-in `math` and `code` domains
+  write exactly these (`{"answer": "42"}`; `{"entry_point": "f", "tests": ["assert f(1) == 3", ...],
+  "language": "python"}`).
 - `trajectory.task`, `.status`, `.env_return`, `.start_version`, `.trajectory_id`.
 Token ids, logprobs and versions are NOT sent to remote backends: there a reward function sees the same
 trajectory with empty token tuples.

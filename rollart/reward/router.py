@@ -15,7 +15,7 @@ Lifecycle (the driver's, from a RunConfig, inside a started `rollart.resources.R
     router = RewardRouter(cfg)      # checks specs and backends; starts nothing
     router.start()                  # starts the Serve app if a domain uses `serverless`; returns self
     result = await router.score(t)  # RewardResult, any number concurrently
-    router.metrics()                # {"reward/...": float}
+    router.metrics()                # {"reward/...": float}; router.replica_timeline() → [(t, replicas)]
     router.stop()                   # stops what start() started; idempotent
 (`with RewardRouter(cfg) as router:` does start/stop.)
 """
@@ -62,6 +62,12 @@ class RewardRouter:
             self.backends[name] = "local" if name in self._custom else cfg.domain_reward_backend(name)
             if self.backends[name] == "local" and ":" in dom.reward.fn and name not in self._custom:
                 import_reward(dom.reward.fn)  # fail now, not on the first trajectory
+        sl_pool = cfg.reward.serverless.pool
+        if "serverless" in self.backends.values() and (sl_pool not in cfg.pools or cfg.pools[sl_pool].kind != "serverless"):
+            raise ValueError(
+                f"reward.serverless.pool: {sl_pool!r} is not a declared serverless pool "
+                f"(serverless pools: {sorted(n for n, p in cfg.pools.items() if p.kind == 'serverless')})"
+            )
         http_domains = sorted(d for d, b in self.backends.items() if b == "http")
         if http_domains and not cfg.reward.http.url:
             raise ValueError(f"reward.http.url is empty but domains {http_domains} use the http reward backend")
@@ -135,6 +141,10 @@ class RewardRouter:
         return await client.score(trajectory, spec)
 
     # --- metrics ----------------------------------------------------------------------------------
+    def replica_timeline(self) -> list[tuple[float, float]]:
+        """(wall time, running replicas) at each change of the serverless service ([] without one)."""
+        return self.service.replica_timeline() if self.service is not None else []
+
     def metrics(self) -> dict[str, float]:
         """`reward/<backend>/{requests,failures,retries,latency_p50_s,latency_p95_s,...}` per backend used,
         totals `reward/{retries,failures,cold_starts}`, and for the serverless service

@@ -1,8 +1,9 @@
-"""`rollart serve-reward` standalone: prints its URL, scores an authenticated request, refuses an
-anonymous one, and stops cleanly (exit 0, no Ray left) on Ctrl-C."""
+"""`rollart serve-reward` standalone: prints its URL, scores an authenticated request (raw, and through
+`RewardRouter` on the `http` backend), refuses an anonymous one, and stops cleanly (exit 0) on Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollart.config import DomainConfig, RunConfig
+from rollart.reward import RewardRouter
+from rollart.types import Task, Trajectory, Turn
+
 pytestmark = pytest.mark.slow
 
 
@@ -24,7 +29,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_serve_reward_standalone(tmp_path):
+def test_serve_reward_standalone(tmp_path, monkeypatch):
     port = free_port()
     env = {**os.environ, "ROLLART_REWARD_TOKEN": "cli-token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -52,6 +57,17 @@ def test_serve_reward_standalone(tmp_path):
         assert ok.status_code == 200 and ok.json()["reward"] == 1.0, ok.text
         assert anon.status_code == 401 and anon.json()["code"] == "unauthorized"
         assert "auth: Bearer token from $ROLLART_REWARD_TOKEN" in log.read_text()
+        # a training job elsewhere: backend `http` to that URL, token from the same env var
+        monkeypatch.setenv("ROLLART_REWARD_TOKEN", "cli-token")
+        cfg = RunConfig(domains={"math": DomainConfig(env="math", reward={"fn": "math", "backend": "http"})})
+        cfg.reward.http.url = url
+        router = RewardRouter(cfg).start()
+        traj = Trajectory("cli-2", Task("k", "math", "math", 0, "g"), 0, (Turn((), (), (), (), action="\\boxed{7}"),),
+                          reference={"answer": "7"})
+        result = asyncio.run(router.score(traj))
+        router.stop()
+        assert result.ok and result.reward == 1.0 and result.backend == "http", result
+        assert router.metrics()["reward/http/requests"] == 1.0
     finally:
         proc.send_signal(signal.SIGINT)
         try:

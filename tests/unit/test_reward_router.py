@@ -127,3 +127,11 @@ def test_metrics_are_namespaced_with_latency_percentiles():
     assert all(k.startswith("reward/") for k in m)
     assert m["reward/local/requests"] == 5.0 and 0 < m["reward/local/latency_p50_s"] <= m["reward/local/latency_p95_s"]
     assert 0 <= m["reward/local/util"] <= 1
+
+
+def test_serverless_pool_must_be_a_declared_serverless_pool():
+    cfg = config(m="math")
+    cfg.domains["m"].reward.backend = "serverless"
+    cfg.reward.serverless.pool = "env"
+    with pytest.raises(ValueError, match="reward.serverless.pool"):
+        RewardRouter(cfg)
