@@ -237,3 +237,12 @@ def test_val_split_uses_a_disjoint_seed_range():
     q_train = {make_problem(episode_seed(Task("t", "math", "math", s, "g", "train")))[0] for s in range(50)}
     q_val = {make_problem(episode_seed(Task("t", "math", "math", s, "g", "val")))[0] for s in range(50)}
     assert q_train != q_val
+
+
+def test_math_ops_option_restricts_arithmetic_and_is_validated():
+    env = MathEnv(kinds=["arithmetic"], max_operand=3, ops="+")
+    questions = {env.reset(seed)[0] for seed in range(40)}
+    assert all(" + " in q and " - " not in q and " * " not in q for q in questions)
+    assert len(questions) <= 16  # (0..3) × (0..3)
+    with pytest.raises(ValueError, match="ops"):
+        MathEnv(ops="/")

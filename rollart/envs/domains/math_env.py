@@ -19,14 +19,14 @@ NAMES = ("Ana", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana")
 ITEMS = ("apples", "pens", "coins", "books", "cards", "shells")
 
 
-def _arithmetic(rng: random.Random, hi: int) -> tuple[str, int]:
-    op = rng.choice("+-*")
+def _arithmetic(rng: random.Random, hi: int, ops: str) -> tuple[str, int]:
+    op = rng.choice(ops)
     a, b = rng.randint(0, hi), rng.randint(0, hi if op != "*" else min(hi, 12))
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     return f"What is {a} {op} {b}?", value
 
 
-def _word(rng: random.Random, hi: int) -> tuple[str, int]:
+def _word(rng: random.Random, hi: int, ops: str) -> tuple[str, int]:  # noqa: ARG001 - its own operations
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     kind = rng.randrange(4)
     if kind == 0:
@@ -43,33 +43,39 @@ def _word(rng: random.Random, hi: int) -> tuple[str, int]:
     return f"{name} shares {b * q} {item} equally among {b} friends. How many each?", q
 
 
-KINDS: dict[str, Callable[[random.Random, int], tuple[str, int]]] = {"arithmetic": _arithmetic, "word": _word}
+KINDS: dict[str, Callable[[random.Random, int, str], tuple[str, int]]] = {"arithmetic": _arithmetic, "word": _word}
+OPS = "+-*"
 
 
 def make_problem(
-    seed: int | None, kinds: tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99
+    seed: int | None, kinds: tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99, ops: str = OPS
 ) -> tuple[str, str]:
-    """(question, answer) for a seed."""
+    """(question, answer) for a seed; `ops` are the operations arithmetic problems draw from."""
     rng = random.Random(seed)
-    question, value = KINDS[rng.choice(kinds)](rng, max_operand)
+    question, value = KINDS[rng.choice(kinds)](rng, max_operand, ops)
     return question, str(value)
 
 
 class MathEnv:
-    """One generated problem per episode; `kinds` ⊆ {arithmetic, word}; operands up to `max_operand`."""
+    """One generated problem per episode; `kinds` ⊆ {arithmetic, word}; operands up to `max_operand`;
+    arithmetic draws its operation from `ops` (a string over "+-*")."""
 
-    def __init__(self, kinds: list[str] | tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99) -> None:
+    def __init__(
+        self, kinds: list[str] | tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99, ops: str = OPS
+    ) -> None:
         unknown = [k for k in kinds if k not in KINDS]
         if unknown or not kinds:
             raise ValueError(f"math: kinds must be a non-empty subset of {sorted(KINDS)}, got {list(kinds)}")
         if max_operand < 2:
             raise ValueError(f"math: max_operand must be ≥ 2, got {max_operand}")
-        self.kinds, self.max_operand = tuple(kinds), max_operand
+        if not ops or set(ops) - set(OPS):
+            raise ValueError(f"math: ops must be a non-empty string over {OPS!r}, got {ops!r}")
+        self.kinds, self.max_operand, self.ops = tuple(kinds), max_operand, ops
         self.question = self.answer = ""
         self._rng = random.Random(0)
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        self.question, self.answer = make_problem(seed, self.kinds, self.max_operand)
+        self.question, self.answer = make_problem(seed, self.kinds, self.max_operand, self.ops)
         self._rng = random.Random(seed)
         return f"{self.question} Answer in \\boxed{{}}.", {"reference": {"answer": self.answer}}
 
