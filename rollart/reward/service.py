@@ -129,6 +129,13 @@ class RewardService:
                 "RewardService.start needs a running Ray (rollart.resources.Runtime, or ray.init) — the "
                 "serverless reward backend runs on Ray Serve"
             )
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing half-started is left behind (ledger actor, app, Serve)
+            raise
+
+    def _start(self) -> str:
         sl = self.cfg.reward.serverless
         ledger_name = f"{self.app_name}-ledger"
         lease = self.cfg.reward.timeout_s + 5.0
@@ -138,6 +145,7 @@ class RewardService:
             .remote(self.cfg.reward.dedupe_max_keys, self.cfg.reward.dedupe_ttl_s, lease)
         )
         port = self._start_serve()
+        self.url = f"http://{sl.host}:{port}{sl.route}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # metrics_interval_s is "deprecated" but the only way to set it
             app = serve.deployment(RewardDeployment).options(
@@ -157,7 +165,6 @@ class RewardService:
                 ray_actor_options=self._actor_options(),
             ).bind(self.cfg.model_dump(mode="json"), ledger_name, self.token or None, self.faults)
             serve.run(app, name=self.app_name, route_prefix=sl.route, blocking=False)
-        self.url = f"http://{sl.host}:{port}{sl.route}"
         self._stop.clear()
         self._poller = threading.Thread(target=self._poll, name="reward-replica-poller", daemon=True)
         self._poller.start()
@@ -215,12 +222,12 @@ class RewardService:
         if not ray.is_initialized():
             return
         if self.url:
-            try:
-                serve.delete(self.app_name)
-                if self._started_serve:
-                    serve.shutdown()
-            except Exception as exc:  # noqa: BLE001 — stopping must not raise
-                log.warning("stopping the reward service: %s", exc)
+            steps = [lambda: serve.delete(self.app_name)] + ([serve.shutdown] if self._started_serve else [])
+            for step in steps:
+                try:
+                    step()
+                except Exception as exc:  # noqa: BLE001 — stopping must not raise, and goes on
+                    log.warning("stopping the reward service: %s", exc)
             self.url = ""
             self._started_serve = False
         if self._ledger is not None:
