@@ -11,6 +11,7 @@ BENCHES: dict[str, str] = {
     "engine": "rollart.bench.engine",
     "weights": "rollart.bench.weights",
     "reward": "rollart.bench.reward",
+    "rollout": "rollart.bench.rollout",
 }
 
 

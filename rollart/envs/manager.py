@@ -239,7 +239,7 @@ class EnvManager:
             self._phase = "env"
         end = time.time()
         self._metrics["generate_time_s"] += end - start
-        return result, Span("generate", start, end, result.worker or self.worker)
+        return result, Span("generate.wait", start, end, self.worker)
 
     async def _episode(self) -> Trajectory:
         try:
