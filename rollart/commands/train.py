@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config stops here, before anything starts
     logging.basicConfig(level=cfg.observability.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per reward request otherwise
     from rollart.driver import train
     from rollart.observability.report import build_report
 

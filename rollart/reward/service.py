@@ -38,6 +38,8 @@ from rollart.reward.ledger import SharedLedger
 from rollart.reward.metrics import Timeline
 
 log = logging.getLogger("rollart.reward")
+# One access-log line per scored trajectory drowns a training run's output; warnings and errors still show.
+_QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
 
 LEDGER_NAMESPACE = "rollart-reward"
 _CALL_TIMEOUT_S = 30.0
@@ -163,6 +165,7 @@ class RewardService:
                 },
                 max_ongoing_requests=sl.max_ongoing_requests,
                 ray_actor_options=self._actor_options(),
+                logging_config=_QUIET_LOGS,
             ).bind(self.cfg.model_dump(mode="json"), ledger_name, self.token or None, self.faults)
             serve.run(app, name=self.app_name, route_prefix=sl.route, blocking=False)
         self._stop.clear()
@@ -175,7 +178,7 @@ class RewardService:
         # Serve has no public "is it running, on which port" call; its client exposes both
         running = serve.context._get_global_client(raise_if_no_controller_running=False)
         if running is None:
-            serve.start(http_options={"host": sl.host, "port": self.port})
+            serve.start(http_options={"host": sl.host, "port": self.port}, logging_config=_QUIET_LOGS)
             self._started_serve = True
             return self.port
         http = running.http_config
