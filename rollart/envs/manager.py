@@ -34,7 +34,7 @@ from rollart.config import DomainConfig, EnvsConfig
 from rollart.envs.chat import ChatTokens
 from rollart.envs.injection import FaultInjectingEnv
 from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv, EnvFactory
-from rollart.envs.seeds import episode_seed
+from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import (
     GenerationRequest,
     GenerationResult,
@@ -223,7 +223,13 @@ class EnvManager:
         raise EnvFailure(f"env.reset failed {tries} time(s): " + "; ".join(errors))
 
     async def _generate(self, turn_index: int, context: list[int], budget: int) -> tuple[GenerationResult, Span]:
-        sampling = replace(self.sampling, max_new_tokens=min(self.sampling.max_new_tokens, budget))
+        sampling = replace(
+            self.sampling,
+            max_new_tokens=min(self.sampling.max_new_tokens, budget),
+            # a seed per (episode, turn), unless the caller fixed one: the same task samples the same
+            # tokens whatever else runs beside it — what makes runs reproducible and α = 0 equal to sync
+            seed=self.sampling.seed if self.sampling.seed is not None else request_seed(self.task, turn_index),
+        )
         request = GenerationRequest(
             request_id=f"{self.trajectory_id}/{turn_index}",
             trajectory_id=self.trajectory_id,

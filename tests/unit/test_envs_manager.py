@@ -310,3 +310,14 @@ def test_domain_sampling_follows_the_config(chat):
     assert train.stop_token_ids == chat.stop_token_ids and chat.end_token_id in train.stop_token_ids
     with pytest.raises(KeyError, match="not configured"):
         domain_sampling(cfg, "chess", chat.stop_token_ids)
+
+
+def test_each_turn_samples_with_a_seed_stable_across_runs(tok, chat):
+    from rollart.envs.seeds import request_seed
+
+    llm = ScriptedLLM(tok, ["\\boxed{Left}"], version=0)
+    mgr = make_manager(chat, llm, max_turns=2)
+    asyncio.run(mgr.run())
+    seeds = [r.sampling.seed for r in llm.requests]
+    assert seeds == [request_seed(mgr.task, 0), request_seed(mgr.task, 1)]
+    assert seeds[0] != seeds[1] and all(isinstance(s, int) for s in seeds)
