@@ -379,6 +379,7 @@ class RolloutScheduler:
             "buffer/stale": c["stale"],
             "buffer/failed": c["failed"],
             "buffer/duplicates_refused": self.buffer.duplicates_refused,
+            "buffer/ledger_violations": len(self.violations),  # 'ends exactly once' broken: must stay 0
             "buffer/wasted_tokens": self.wasted_tokens,
             "buffer/wasted_env_s": self.wasted_env_s,
         }

@@ -61,3 +61,18 @@ def test_alpha0_without_barrier_equals_the_synchronous_loop(tmp_path):
         for key in keys:
             assert a[step][key] == s[step][key], f"step {step} {key}: async {a[step][key]} != sync {s[step][key]}"
     assert a[0]["buffer/staleness_max"] == s[0]["buffer/staleness_max"] == 0
+
+
+def test_injected_env_faults_and_redundancy_lose_and_duplicate_nothing(tmp_path):
+    run = tmp_path / "faulty"
+    rollart_train(
+        run, "train.steps=3", "rollout.batch_size=8", "train.warm_start.steps=2", "eval.episodes_per_domain=2",
+        "domains.frozenlake.max_turns=3", "rollout.redundancy.extra_per_group=1",
+        "domains.frozenlake.inject.reset_fail_prob=0.2", "domains.frozenlake.inject.step_fail_prob=0.15",
+        "domains.math.inject.step_fail_prob=0.2", "envs.reset_retries=1", "envs.retry_backoff_s=0.01",
+    )
+    last = metrics_by_step(run)[2]
+    assert last["buffer/ledger_violations"] == 0
+    assert last["buffer/failed"] > 0 and last["rollout/replacements"] > 0  # faults happened and were replaced
+    assert last["buffer/aborted"] > 0  # redundant stragglers were cancelled
+    assert last["buffer/duplicates_refused"] == 0
