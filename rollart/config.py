@@ -267,6 +267,9 @@ class WarmStartConfig(Section):
     steps: int = Field(0, ge=0)
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(16, ge=1)
+    expert_prob: float = Field(
+        1.0, ge=0, le=1, description="chance each demonstrated action is the expert's (else a random valid one)"
+    )
 
 
 class TrainConfig(Section):

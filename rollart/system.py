@@ -119,7 +119,7 @@ class System:
         history = []
         for step in range(ws.steps):
             picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
-            demos = [demonstrate(d, self.cfg.domains[d], rng.randrange(10**9), "train") for d in picks]
+            demos = [demonstrate(d, self.cfg.domains[d], rng.randrange(10**9), "train", ws.expert_prob) for d in picks]
             metrics = self.trainer.sft_step([list(d.messages) for d in demos])
             history.append(metrics)
             if on_step:

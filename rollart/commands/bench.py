@@ -12,6 +12,7 @@ BENCHES: dict[str, str] = {
     "weights": "rollart.bench.weights",
     "reward": "rollart.bench.reward",
     "rollout": "rollart.bench.rollout",
+    "async": "rollart.bench.async_training",
 }
 
 

@@ -16,6 +16,7 @@ made from train seeds.
 from __future__ import annotations
 
 import inspect
+import random
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -74,8 +75,15 @@ def _sync(value: Any) -> Any:
     return value
 
 
-def demonstrate(domain: str, cfg: DomainConfig, seed: int, split: Split = "train") -> Demonstration:
-    """Play one episode of `cfg.env` with its expert, up to `cfg.max_turns` turns."""
+def demonstrate(
+    domain: str, cfg: DomainConfig, seed: int, split: Split = "train", expert_prob: float = 1.0
+) -> Demonstration:
+    """Play one episode of `cfg.env` up to `cfg.max_turns` turns: each action is the expert's with
+    probability `expert_prob`, else a random well-formed one (seeded by `seed`) — below 1 the episode
+    teaches the action format more than the task, leaving the task to RL."""
+    if not 0.0 <= expert_prob <= 1.0:
+        raise ValueError(f"expert_prob must be in [0, 1], got {expert_prob}")
+    chooser = random.Random(f"demo:{seed}")
     env = make_env(cfg.env, cfg.options)
     task = Task(f"demo/{domain}/{split}/{seed}", domain, cfg.env, seed, group_id="demo", split=split)
     try:
@@ -83,7 +91,7 @@ def demonstrate(domain: str, cfg: DomainConfig, seed: int, split: Split = "train
         messages: list[dict[str, str]] = []
         total, terminated = 0.0, False
         for _ in range(cfg.max_turns):
-            action = expert_action(env)
+            action = expert_action(env) if chooser.random() < expert_prob else random_action(env)
             messages += [{"role": "user", "content": str(obs)}, {"role": "assistant", "content": action}]
             obs, reward, terminated, truncated, step_info = _sync(env.step(action))
             total += cfg.format_penalty if step_info.get(FORMAT_ERROR_KEY) else float(reward)
@@ -97,6 +105,8 @@ def demonstrate(domain: str, cfg: DomainConfig, seed: int, split: Split = "train
             close()
 
 
-def demonstrations(domain: str, cfg: DomainConfig, seeds: Iterable[int], split: Split = "train") -> list[Demonstration]:
-    """Expert episodes of one domain for each seed (see `demonstrate`)."""
-    return [demonstrate(domain, cfg, s, split) for s in seeds]
+def demonstrations(
+    domain: str, cfg: DomainConfig, seeds: Iterable[int], split: Split = "train", expert_prob: float = 1.0
+) -> list[Demonstration]:
+    """Demonstration episodes of one domain for each seed (see `demonstrate`)."""
+    return [demonstrate(domain, cfg, s, split, expert_prob) for s in seeds]

@@ -246,3 +246,15 @@ def test_math_ops_option_restricts_arithmetic_and_is_validated():
     assert len(questions) <= 16  # (0..3) × (0..3)
     with pytest.raises(ValueError, match="ops"):
         MathEnv(ops="/")
+
+
+def test_demonstrations_mix_expert_and_random_actions_by_expert_prob():
+    cfg = DomainConfig(env="math", max_turns=1, options={"kinds": ["arithmetic"], "max_operand": 3, "ops": "+"})
+    expert = demonstrations("math", cfg, range(40), expert_prob=1.0)
+    assert all(d.messages[-1]["content"] == f"\\boxed{{{d.reference['answer']}}}" for d in expert)
+    mixed = demonstrations("math", cfg, range(40), expert_prob=0.0)
+    wrong = sum(d.messages[-1]["content"] != f"\\boxed{{{d.reference['answer']}}}" for d in mixed)
+    assert wrong >= 20  # random guesses over 0..6 are mostly wrong
+    assert all(d.messages[-1]["content"].startswith("\\boxed{") for d in mixed)  # but always well-formed
+    with pytest.raises(ValueError, match="expert_prob"):
+        demonstrations("math", cfg, [0], expert_prob=1.5)

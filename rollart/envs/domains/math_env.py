@@ -91,4 +91,8 @@ class MathEnv:
         return boxed(self.answer)
 
     def random_action(self) -> str:
-        return boxed(str(self._rng.randint(-self.max_operand, self.max_operand)))
+        """A well-formed guess anywhere in the range the configured operations can produce."""
+        hi = self.max_operand
+        low = -hi if "-" in self.ops else 0
+        high = max(2 * hi if "+" in self.ops else 0, hi * min(hi, 12) if "*" in self.ops else 0, hi)
+        return boxed(str(self._rng.randint(low, high)))
