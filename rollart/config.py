@@ -241,11 +241,13 @@ class RewardConfig(Section):
 class RedundancyConfig(Section):
     extra_per_group: int = Field(0, ge=0, description="extra trajectories started per group")
     extra_groups: int = Field(0, ge=0, description="extra groups started per batch")
-    selection: Literal["first", "stratified"] = "first"
+    selection: Literal["first", "stratified"] = Field(
+        "stratified", description="first: batches fill in completion order; stratified: keep the domain mix"
+    )
 
 
 class RolloutConfig(Section):
-    batch_size: int = Field(16, ge=1, description="trajectories per train batch (whole groups)")
+    batch_size: int = Field(36, ge=1, description="trajectories per train batch (whole groups)")
     group_size: int = Field(4, ge=1, description="trajectories sharing a seed (GRPO group)")
     alpha: int = Field(1, ge=0, description="staleness bound: train version − behaviour version ≤ α")
     staleness: Literal["trajectory", "token"] = "trajectory"
@@ -264,7 +266,7 @@ class WarmStartConfig(Section):
     """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
     follows each domain's action format."""
 
-    steps: int = Field(0, ge=0)
+    steps: int = Field(150, ge=0)
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(16, ge=1)
     expert_prob: float = Field(
@@ -273,8 +275,8 @@ class WarmStartConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(40, ge=1)
-    lr: float = Field(1e-4, gt=0)
+    steps: int = Field(150, ge=1)
+    lr: float = Field(3e-4, gt=0)
     workers: int = Field(1, ge=1, description="data-parallel trainer actors (DDP)")
     micro_batch_tokens: int = Field(4096, ge=16)
     grad_clip: float = Field(1.0, gt=0)
@@ -287,7 +289,8 @@ class TrainConfig(Section):
     clip_high: float = Field(0.28, ge=0)
     tis_cap: float = Field(2.0, gt=0, description="truncated importance-weight cap (behaviour correction)")
     kl_coef: float = Field(0.0, ge=0)
-    aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    # seq_mean: each trajectory weighs the same, so a long multi-turn domain does not drown a short one
+    aggregation: Literal["token_mean", "seq_mean"] = "seq_mean"
     checkpoint_every: int = Field(10, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
     threads: int = Field(1, ge=1, description="torch threads per trainer worker")
@@ -302,8 +305,8 @@ class WeightsConfig(Section):
 
 
 class EvalConfig(Section):
-    every: int = Field(5, ge=1, description="evaluate every N train steps (and at the first and last)")
-    episodes_per_domain: int = Field(16, ge=1)
+    every: int = Field(50, ge=1, description="evaluate every N train steps (and at the first and last)")
+    episodes_per_domain: int = Field(64, ge=1)
     temperature: float = Field(0.0, ge=0, description="0 = greedy")
 
 
@@ -344,13 +347,18 @@ def default_pools() -> dict[str, PoolConfig]:
 
 def default_domains() -> dict[str, DomainConfig]:
     return {
-        "frozenlake": DomainConfig(env="frozenlake", pool="gen_prefill", max_turns=8, max_new_tokens=16),
+        # multi-turn, prefill-heavy (the map every turn) → the compute-rich pool
+        "frozenlake": DomainConfig(env="frozenlake", pool="gen_prefill", max_turns=6, max_new_tokens=12),
+        # single-turn, decode-heavy → the bandwidth-rich pool; scored by the serverless reward service.
+        # Small operands: a 0.5 M-parameter model learns them by RL within the CPU demo's minutes.
         "math": DomainConfig(
             env="math",
+            weight=2.0,
             pool="gen_decode",
             reward=DomainRewardConfig(fn="math", backend="serverless"),
             max_turns=1,
-            max_new_tokens=24,
+            max_new_tokens=12,
+            options={"kinds": ["arithmetic"], "ops": "+", "max_operand": 3},
         ),
     }
 

@@ -69,7 +69,8 @@ class Harness:
 
 
 def rollout_cfg(**kw) -> RolloutConfig:
-    base = dict(batch_size=8, group_size=4, alpha=1, get_batch_timeout_s=20)
+    base = dict(batch_size=8, group_size=4, alpha=1, get_batch_timeout_s=20,
+                redundancy=RedundancyConfig(selection="first"))
     base.update(kw)
     return RolloutConfig(**base)
 
@@ -112,7 +113,7 @@ def test_alpha0_never_admits_while_the_batch_trains():
 
 def test_redundant_stragglers_are_cancelled_and_counted():
     slow = lambda t: 0.3 if t.task_id.endswith("/4") else 0.004  # noqa: E731 - the 5th member of each group
-    h = Harness(rollout_cfg(redundancy=RedundancyConfig(extra_per_group=1)), steps=3, latency=slow)
+    h = Harness(rollout_cfg(redundancy=RedundancyConfig(extra_per_group=1, selection="first")), steps=3, latency=slow)
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
     # every trained group's slow 5th member was cancelled while it ran, not left to finish
@@ -139,7 +140,7 @@ def test_failures_are_replaced_with_the_same_seed():
 def test_stale_running_work_is_cancelled_when_the_batch_moves_on():
     # members of some groups are far slower than the rest: by the time they finish they are stale
     slow = lambda t: 0.5 if t.seed % 3 == 0 else 0.003  # noqa: E731
-    h = Harness(rollout_cfg(alpha=0, redundancy=RedundancyConfig(extra_groups=2)), steps=4, latency=slow)
+    h = Harness(rollout_cfg(alpha=0, redundancy=RedundancyConfig(extra_groups=2, selection="first")), steps=4, latency=slow)
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
     assert h.sched.counts["stale"] > 0
@@ -201,9 +202,10 @@ def test_turn_barrier_run_with_the_scheduler():
     extra_groups=st.integers(0, 1),
     fail_p=st.sampled_from([0.0, 0.15]),
     score_fail=st.sampled_from([0.0, 0.1]),
+    selection=st.sampled_from(["first", "stratified"]),
 )
 def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
-    seed, alpha, mode, extra_per_group, extra_groups, fail_p, score_fail
+    seed, alpha, mode, extra_per_group, extra_groups, fail_p, score_fail, selection
 ):
     rng = random.Random(seed)
     lat = {}
@@ -215,7 +217,8 @@ def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
         return random.Random(hash((seed, task.task_id))).random() < fail_p
 
     cfg = rollout_cfg(alpha=alpha, staleness=mode,
-                      redundancy=RedundancyConfig(extra_per_group=extra_per_group, extra_groups=extra_groups))
+                      redundancy=RedundancyConfig(extra_per_group=extra_per_group, extra_groups=extra_groups,
+                                                 selection=selection))
     h = Harness(cfg, steps=4, seed=seed, latency=latency, fail=fail, score_fail=score_fail)
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
