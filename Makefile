@@ -23,8 +23,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The default job: a tiny Qwen3-architecture model built locally, warm-started on expert demonstrations,
+# then RL on frozenlake (gen_prefill pool) and math (gen_decode pool, scored by the serverless reward
+# service) with α = 1. A few minutes on a 2-core CPU; the run directory is printed at the end.
 demo: install
-	$(BIN)/rollart config show
+	$(BIN)/rollart train run_dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: install
 	$(BIN)/lint-imports --no-cache

@@ -266,7 +266,7 @@ class WarmStartConfig(Section):
     """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
     follows each domain's action format."""
 
-    steps: int = Field(150, ge=0)
+    steps: int = Field(100, ge=0)
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(16, ge=1)
     expert_prob: float = Field(
@@ -275,7 +275,7 @@ class WarmStartConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(150, ge=1)
+    steps: int = Field(300, ge=1)
     lr: float = Field(3e-4, gt=0)
     workers: int = Field(1, ge=1, description="data-parallel trainer actors (DDP)")
     micro_batch_tokens: int = Field(4096, ge=16)

@@ -92,13 +92,17 @@ class RolloutScheduler:
         self.seed = seed
         self.rng = random.Random(seed)
         self.groups_per_batch = rollout.batch_size // rollout.group_size + rollout.redundancy.extra_groups
+        # per-domain groups per batch (stratified admission): the batch's quota plus a share of the extras
+        batch_q = domain_quotas(self.weights, rollout.batch_size // rollout.group_size)
+        extra_q = domain_quotas(self.weights, rollout.redundancy.extra_groups)
+        self.admission_quotas = {d: batch_q.get(d, 0) + extra_q.get(d, 0) for d in self.weights}
         self.inference_version = first_version
         self.next_batch = first_version  # batches are named by the version they train at
         self.paused = False
         self.next_seq = 0
         self._groups: dict[str, _Group] = {}
         self._tasks: dict[str, asyncio.Task] = {}
-        self._task_group: dict[str, str] = {}  # running trajectory id → its group id
+        self._task_group: dict[str, tuple[str, str]] = {}  # running trajectory id → (group id, domain)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._cohort = 0
@@ -157,41 +161,55 @@ class RolloutScheduler:
         return [t for g in groups for t in g.trajectories]
 
     # --- admission -----------------------------------------------------------------------------------
-    def pending_groups(self) -> int:
+    def pending_by_domain(self) -> Counter[str]:
         """Groups open or still winding down (a cancelled straggler holds its slot until it has ended),
-        plus groups ready in the buffer."""
-        active = {g.group_id for g in self._groups.values()} | set(self._task_group.values())
-        return len(active) + len(self.buffer.ready_groups)
+        plus groups ready in the buffer, per domain."""
+        active = {g.group_id: g.domain for g in self._groups.values()}
+        active.update(self._task_group.values())
+        pending = Counter(active.values())
+        pending.update(g.domain for g in self.buffer.ready_groups)
+        return pending
 
-    def allowed_groups(self) -> int:
-        window = self.policy.admission_window(
+    def pending_groups(self) -> int:
+        return sum(self.pending_by_domain().values())
+
+    def window(self) -> int:
+        return self.policy.admission_window(
             self.inference_version, self.next_batch, self.end_version - self.next_batch
         )
-        return window * self.groups_per_batch
+
+    def allowed_groups(self) -> int:
+        return self.window() * self.groups_per_batch
 
     async def _admission_loop(self) -> None:
         while True:
             self._wake.clear()
-            if not self.paused:
-                admitted = 0
-                while self.pending_groups() < self.allowed_groups():
-                    await self._launch_group(self._next_domain())
-                    admitted += 1
-                if admitted:
-                    self._cohort += 1
+            admitted = 0
+            while not self.paused and (domain := self._next_domain()) is not None:
+                await self._launch_group(domain)
+                admitted += 1
+            if admitted:
+                self._cohort += 1
             await self._wake.wait()
 
-    def _next_domain(self) -> str:
+    def _next_domain(self) -> str | None:
+        """The domain of the next group to admit, or None when admission must wait.
+
+        `first`: any domain, drawn by weight, while the total bound holds. `stratified`: each domain has
+        its own allowance, window × its share of a batch (redundancy included) — so ready groups of one
+        domain, over its quota, can never use up the room another domain's quota needs.
+        """
+        pending = self.pending_by_domain()
+        if sum(pending.values()) >= self.allowed_groups():
+            return None
         if self._replay:
             return self._replay[0][0]
         domains = sorted(self.weights)
         if self.cfg.redundancy.selection == "first":
             return self.rng.choices(domains, weights=[self.weights[d] for d in domains])[0]
-        pending = Counter(g.domain for g in self._groups.values() if not g.closed)
-        pending.update(g.domain for g in self.buffer.ready_groups)
-        total = sum(pending.values()) + 1
-        share = sum(self.weights.values())
-        return max(domains, key=lambda d: (self.weights[d] / share * total - pending[d], -domains.index(d)))
+        room = {d: self.window() * q - pending[d] for d, q in self.admission_quotas.items()}
+        best = max(domains, key=lambda d: (room[d], -domains.index(d)))
+        return best if room[best] > 0 else None
 
     async def _launch_group(self, domain: str) -> None:
         if self._replay:
@@ -227,7 +245,7 @@ class RolloutScheduler:
         self.counts["started"] += 1
         if self.gate:
             await self.gate.join(task.task_id, group.cohort)
-        self._task_group[task.task_id] = group.group_id
+        self._task_group[task.task_id] = (group.group_id, group.domain)
         self._tasks[task.task_id] = asyncio.create_task(
             self._run_one(group, task, self.inference_version), name=task.task_id
         )

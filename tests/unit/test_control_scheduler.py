@@ -22,7 +22,7 @@ class Harness:
     """A miniature driver: get_batch(k) → weights k served → (training is instant here)."""
 
     def __init__(self, rollout: RolloutConfig, steps: int, *, seed=0, latency=None, fail=None,
-                 score_fail=0.0, gate=None):
+                 score_fail=0.0, gate=None, domains=DOMAINS):
         self.version = 0
         self.rollout = rollout
         self.policy = StalenessPolicy(rollout.alpha, rollout.staleness)
@@ -33,8 +33,8 @@ class Harness:
             self.runner.fail = fail
         self.scorer = FakeScorer(fail_prob=score_fail, seed=seed)
         self.buffer = SampleBuffer(self.policy, rollout.redundancy.selection,
-                                   {d: c.weight for d, c in DOMAINS.items()})
-        self.sched = RolloutScheduler(rollout, DOMAINS, self.runner, self.scorer, self.buffer, self.policy,
+                                   {d: c.weight for d, c in domains.items()})
+        self.sched = RolloutScheduler(rollout, domains, self.runner, self.scorer, self.buffer, self.policy,
                                       total_batches=steps, seed=seed, gate=gate)
         self.steps = steps
         self.max_pending = 0
@@ -155,6 +155,19 @@ def test_stratified_selection_keeps_the_target_mix():
     for _, batch in batches:
         domains = [t.domain for t in batch]
         assert domains.count("fast") == domains.count("slow") == 8
+
+
+def test_stratified_admission_never_starves_a_domain_behind_over_quota_ready_groups():
+    # 2:1 weights and two groups per batch: a batch needs one group of each domain, while more of the
+    # heavier domain get admitted. Ready groups of one domain must not use up the room the other needs.
+    domains = {"fast": DomainConfig(env="fast", weight=2.0), "slow": DomainConfig(env="slow", weight=1.0)}
+    slow_domain = lambda t: 0.03 if t.domain == "slow" else 0.002  # noqa: E731
+    cfg = rollout_cfg(get_batch_timeout_s=5, redundancy=RedundancyConfig(selection="stratified"))
+    h = Harness(cfg, steps=6, latency=slow_domain, domains=domains)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    for _, batch in batches:
+        assert sorted({t.domain for t in batch}) == ["fast", "slow"]
 
 
 def test_get_batch_timeout_says_what_it_waits_for():
