@@ -200,13 +200,16 @@ class RolloutScheduler:
         domain, over its quota, can never use up the room another domain's quota needs.
         """
         pending = self.pending_by_domain()
-        if sum(pending.values()) >= self.allowed_groups():
-            return None
-        if self._replay:
-            return self._replay[0][0]
-        domains = sorted(self.weights)
-        if self.cfg.redundancy.selection == "first":
+        if self._replay or self.cfg.redundancy.selection == "first":
+            if sum(pending.values()) >= self.allowed_groups():
+                return None
+            if self._replay:
+                return self._replay[0][0]
+            domains = sorted(self.weights)
             return self.rng.choices(domains, weights=[self.weights[d] for d in domains])[0]
+        # No total check here: a domain still over its allowance (admitted under a wider window) must not
+        # block the others; each allowance is ≤ (α + 1) × its quota, so the sum keeps the total bound.
+        domains = sorted(self.weights)
         room = {d: self.window() * q - pending[d] for d, q in self.admission_quotas.items()}
         best = max(domains, key=lambda d: (room[d], -domains.index(d)))
         return best if room[best] > 0 else None

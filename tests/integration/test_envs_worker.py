@@ -132,7 +132,9 @@ def test_env_pool_with_the_real_inference_plane(ray_local, resources, tiny_model
         assert traj.status in (Status.COMPLETED, Status.TRUNCATED), traj.status_reason
         assert traj.turns and all(0 < len(t.response_token_ids) <= 8 for t in traj.turns)
         assert all(set(t.versions) == {0} for t in traj.turns)
-        assert traj.turns[0].spans[0].worker == "inference/gen_decode/0"
+        # the env manager's wait, then the engine's own span from the inference worker that generated
+        spans = {sp.name: sp.worker for sp in traj.turns[0].spans}
+        assert spans["generate.wait"] == "env/env/0" and spans["generate"] == "inference/gen_decode/0"
         assert sum(traj.loss_mask()) == traj.num_response_tokens
         # token-in/token-out: a later turn's new ids close the model's message (the part of "<|im_end|>\n"
         # it did not write) and add the next observation as a user message
