@@ -24,7 +24,6 @@ import logging
 import os
 import secrets
 import threading
-import time
 import warnings
 from typing import Any
 

@@ -16,8 +16,6 @@ import threading
 import time
 from typing import Any
 
-import ray
-
 from rollart.weights.buckets import Bucket, unpack
 from rollart.weights.store import wait
 from rollart.weights.timing import PULL

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +18,10 @@ import pytest
 from rollart.config import DomainConfig, RunConfig
 from rollart.reward import RewardRouter
 from rollart.types import Task, Trajectory, Turn
+from testutil import free_port
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_reward_standalone(tmp_path, monkeypatch):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 import torch
 
 from rollart.config import InferenceConfig, ModelConfig, RunConfig
 from rollart.types import GenerationRequest, SamplingParams
+from testutil import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -45,14 +45,6 @@ def worker_config(model_path, **inference) -> RunConfig:
 def long_request(rid, traj, n=3000, prompt=(11, 12, 13, 14, 15)):
     return GenerationRequest(rid, traj, "math", prompt, SamplingParams(temperature=0.0, max_new_tokens=n, ignore_eos=True))
 
-
-def wait_until(predicate, what, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

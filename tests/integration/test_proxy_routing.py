@@ -11,6 +11,7 @@ import pytest
 
 from rollart.config import InferenceConfig, ModelConfig, RunConfig
 from rollart.types import GenerationRequest, SamplingParams
+from testutil import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -33,14 +34,6 @@ def req(rid, traj, domain, n=4, **kw):
 def long_req(rid, traj, domain="math", n=3000):
     return req(rid, traj, domain, n=n, ignore_eos=True)
 
-
-def wait_until(predicate, what, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

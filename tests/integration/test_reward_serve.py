@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import socket
 import time
 
 import httpx
@@ -18,14 +17,10 @@ from rollart.reward.client import HttpRewardClient
 from rollart.reward.handler import ServiceFaults
 from rollart.reward.protocol import to_payload
 from rollart.types import Task, Trajectory, Turn
+from testutil import free_port
 
 pytestmark = pytest.mark.ray
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DroppingTransport(httpx.AsyncBaseTransport):

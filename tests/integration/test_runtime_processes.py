@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from testutil import free_port as _free_port
 
 BIN = Path(sys.executable).parent
 BASE_ENV = {
@@ -45,11 +46,6 @@ BASE_ENV = {
 
 # --- helpers -------------------------------------------------------------------------------------
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ours(tmp: Path, roots: list[int] = ()) -> dict[int, psutil.Process]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 
 from rollart.inference.prefetch import WeightPrefetcher
+from testutil import wait_until
 
 
 class SlowSubscriber:
@@ -30,12 +30,6 @@ class SlowSubscriber:
         time.sleep(self.delay_s)
         return {"w": version}
 
-
-def wait_until(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
 
 
 def test_prefetched_version_is_taken_without_an_exposed_pull():

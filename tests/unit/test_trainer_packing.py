@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 
 from rollart.trainer.packing import collate, global_totals, micro_batches, shard
 from rollart.trainer.schedule import lr_multiplier
