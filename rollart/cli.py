@@ -1,8 +1,9 @@
 """The `rollart` command line: a thin argparse shell over `rollart/commands/*`.
 
 Each subcommand lives in its own module under `rollart/commands/` with a `register(subparsers)` that
-adds its parser and sets `func(args) -> int`. Errors meant for the user (a bad config, a missing file)
-exit with code 2 and one readable message, never a traceback.
+adds its parser and sets `func(args) -> int`. Errors meant for the user exit with one readable message,
+never a traceback: a bad config or a missing file with code 2, a resource problem (a pool missing, full or
+unreachable) with code 1.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rollart: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from rollart.resources.errors import ResourceError  # no Ray import: errors.py is plain Python
+
+        if not isinstance(exc, ResourceError):
+            raise
+        print(f"rollart: {exc}", file=sys.stderr)  # a pool missing, full or unreachable: said in one message
+        return 1
     except KeyboardInterrupt:
         print("rollart: interrupted", file=sys.stderr)
         return 130

@@ -6,8 +6,10 @@ roll out on the real system — env workers, LLM proxy, inference engine, reward
 `rollout.barrier=none` (each trajectory advances on its own) and once with `barrier=turn`, with env step
 latency gaussian(μ = 1 s, σ) injected by the env plane, σ/μ ∈ {0.1, 0.5, 1.0}. Reported per σ:
 `traj_vs_turn_barrier_sigma_<σ/μ>` = rollout time per batch with the barrier ÷ without it (the paper:
-1.23× at σ/μ = 0.1, 2.27× at 1.0). Both modes run in one process on one warm system, alternating, so
-machine noise hits them alike. `--quick`: μ = 0.1 s, 4 turns, one batch per arm.
+1.23× at σ/μ = 0.1, 2.27× at 1.0), at two scales — 16 trajectories × 8 turns and 64 × 16 — since the
+barrier's cost is the slowest of B trajectories at each of T turns: ≈ T(μ + c_B·σ) against
+≈ T·μ + c_B·σ·√T without it (c_B ≈ 1.8 for B = 16, 2.4 for B = 64). Both modes run in one process on one
+warm system, alternating, so machine noise hits them alike. `--quick`: μ = 0.1 s, 16 × 4, one batch.
 """
 
 from __future__ import annotations
@@ -71,21 +73,30 @@ async def rollout_seconds(system: System, domain: str, barrier: bool, batches: i
 
 
 def run(quick: bool) -> BenchResult:
-    mean_s, turns, batches = (0.1, 4, 1) if quick else (1.0, 8, 2)
-    with tempfile.TemporaryDirectory(prefix="rollart-bench-rollout-") as run_dir:
-        cfg = bench_config(mean_s, turns, 16, run_dir)
-        with Runtime(cfg) as runtime:
-            system = build_system(cfg, runtime, train=False)
-            try:
-                rows = asyncio.run(_measure(system, batches))
-            finally:
-                asyncio.run(system.close())
+    # (batch, turns): the barrier's cost grows with both (the slowest of B at each of T turns), so the full
+    # run measures two scales; the required ratio names report the larger, `_b<B>_t<T>` names each.
+    mean_s, batches, scales = (0.1, 1, [(16, 4)]) if quick else (1.0, 2, [(16, 8), (64, 16)])
+    rows: list[dict] = []
+    for batch, turns in scales:
+        with tempfile.TemporaryDirectory(prefix="rollart-bench-rollout-") as run_dir:
+            cfg = bench_config(mean_s, turns, batch, run_dir)
+            with Runtime(cfg) as runtime:
+                system = build_system(cfg, runtime, train=False)
+                try:
+                    rows += [{"batch": batch, "turns": turns, **r} for r in asyncio.run(_measure(system, batches))]
+                finally:
+                    asyncio.run(system.close())
     ratios = {}
+    for batch, turns in scales:
+        for rel in SIGMAS:
+            by = {r["barrier"]: r["s_per_batch"] for r in rows
+                  if r["sigma_over_mu"] == rel and (r["batch"], r["turns"]) == (batch, turns)}
+            ratios[f"traj_vs_turn_barrier_sigma_{rel}_b{batch}_t{turns}"] = by["turn"] / by["none"]
+    big = scales[-1]
     for rel in SIGMAS:
-        by = {r["barrier"]: r["s_per_batch"] for r in rows if r["sigma_over_mu"] == rel}
-        ratios[f"traj_vs_turn_barrier_sigma_{rel}"] = by["turn"] / by["none"]
-    notes = [f"env step latency gaussian(mean {mean_s}s, std sigma*mean), {turns} turns, batch 16 "
-             f"(4 groups of 4), {batches} batch(es) per arm; generation by the tiny model on the real engine"]
+        ratios[f"traj_vs_turn_barrier_sigma_{rel}"] = ratios[f"traj_vs_turn_barrier_sigma_{rel}_b{big[0]}_t{big[1]}"]
+    notes = [f"env step latency gaussian(mean {mean_s}s, std sigma*mean) clipped at 0; groups of 4; {batches} "
+             f"batch(es) per arm; generation by the tiny model on the real engine; scales (batch, turns) {scales}"]
     return BenchResult("rollout", ratios, rows, notes)
 
 

@@ -61,6 +61,11 @@ def test_alpha0_without_barrier_equals_the_synchronous_loop(tmp_path):
         for key in keys:
             assert a[step][key] == s[step][key], f"step {step} {key}: async {a[step][key]} != sync {s[step][key]}"
     assert a[0]["buffer/staleness_max"] == s[0]["buffer/staleness_max"] == 0
+    # a real run writes every metric namespace of the observability plane
+    from rollart.observability import NAMESPACES
+
+    written = {key.split("/")[0] for rec in a.values() for key in rec if "/" in key}
+    assert set(NAMESPACES) <= written, f"namespaces never written: {set(NAMESPACES) - written}"
 
 
 def test_injected_env_faults_and_redundancy_lose_and_duplicate_nothing(tmp_path):
