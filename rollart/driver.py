@@ -77,8 +77,9 @@ async def _loop(cfg: RunConfig, system: System, rec: RunRecorder) -> dict[str, A
         checkpoint_due = step > start and step % cfg.train.checkpoint_every == 0
         if checkpoint_due or system.served_version < version - alpha:
             await finish()
-        if checkpoint_due:
-            system.trainer.save_checkpoint({"step": step, "scheduler": sched.state_dict(), "eval_first": prior})
+        if checkpoint_due:  # in a thread: rollout callbacks keep running while it writes
+            state = {"step": step, "scheduler": sched.state_dict(), "eval_first": prior}
+            await asyncio.to_thread(system.trainer.save_checkpoint, state)
         waited = time.time()
         batch = await sched.get_batch(version)                                    # 1
         rec.add({"time/get_batch_wait": time.time() - waited, "_span": (waited, time.time())},
@@ -95,5 +96,6 @@ async def _loop(cfg: RunConfig, system: System, rec: RunRecorder) -> dict[str, A
         rec.step(step, batch, version, {**sched.metrics(), **system.reward.metrics(), **system.resources.metrics()})
     await finish()
     rec.evaluation(cfg.train.steps, await system.evaluate("last"))
-    system.trainer.save_checkpoint({"step": cfg.train.steps, "scheduler": sched.state_dict(), "eval_first": prior})
+    state = {"step": cfg.train.steps, "scheduler": sched.state_dict(), "eval_first": prior}
+    await asyncio.to_thread(system.trainer.save_checkpoint, state)
     return rec.flush(prior)
