@@ -22,6 +22,10 @@ from typing import Any
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Serve's proxy asks each replica for its queue length within 0.1 s by default; on a busy 2-core machine
+# replicas often answer later, which floods the log with warnings (routing still works). Workers inherit
+# this from the environment Ray starts with.
+os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")
 
 # Ray-free parts are imported eagerly (this also makes `rollart.resources.affinity` the decorator, not the
 # submodule of the same name); the parts that import Ray load on first use.
