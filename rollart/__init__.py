@@ -14,7 +14,15 @@ _LAZY = {
     "RunConfig": "rollart.config",
     "load_config": "rollart.config_loader",
     "ConfigError": "rollart.config_loader",
+    "train": "rollart.driver",  # train(cfg) -> summary dict (blocking)
+    "evaluate": "rollart.driver",  # evaluate(cfg) -> {domain: score} for cfg.model.path
+    "affinity": "rollart.resources.affinity",  # @affinity(pool, fallback=[...], role=...)
+    "Runtime": "rollart.resources.runtime",
 }
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
 
 
 def __getattr__(name: str) -> Any:
