@@ -308,7 +308,9 @@ class RolloutScheduler:
         group.closed, group.close_reason = True, "redundant: group full"
         for t in group.done:
             self._set_fate(t.trajectory_id, "ready", expect="running")
-        self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, tuple(group.done)))
+        # in admission order, not completion order: equal inputs give bit-equal batches (float sums included)
+        members = tuple(sorted(group.done, key=lambda t: int(t.trajectory_id.rsplit("/", 1)[1])))
+        self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, members))
         del self._groups[group.group_id]
         self.counts["groups_completed"] += 1
         for tid in list(group.running):
