@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from rollart.config import RunConfig
+from rollart.config_loader import ConfigError
 from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
 from rollart.system import System, build_system
@@ -40,11 +42,23 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     return asyncio.run(_train(cfg))
 
 
+def check_run_dir(cfg: RunConfig) -> None:
+    """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir."""
+    used = [p for p in ("metrics.jsonl", "checkpoints") if (Path(cfg.run_dir) / p).exists()]
+    if used and not cfg.resume:
+        raise ConfigError(
+            f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
+            "it, or give another run_dir"
+        )
+
+
 async def _train(cfg: RunConfig) -> dict[str, Any]:
+    check_run_dir(cfg)  # before anything starts
+    started_at = time.time()
     with Runtime(cfg) as runtime:
         system = build_system(cfg, runtime)
         workers = [n for c in system.inference.values() for n in c.names] + system.trainer.names
-        rec = RunRecorder(cfg, resume_step=system.resume_step or None, workers=workers)
+        rec = RunRecorder(cfg, resume_step=system.resume_step or None, workers=workers, started_at=started_at)
         try:
             return await _loop(cfg, system, rec)
         finally:
@@ -58,10 +72,11 @@ async def _loop(cfg: RunConfig, system: System, rec: RunRecorder) -> dict[str, A
         system.warm_start(rec.warm_start)
     await system.sync_weights(system.trainer.version)
     base = system.trainer.version - start  # RL step k trains at version base + k
-    prior = system.trainer.extra_state.get("eval_first")
-    if prior is None:
+    rec.eval_first = system.trainer.extra_state.get("eval_first")
+    if rec.eval_first is None:
         rec.evaluation(start, await system.evaluate("first"))
-        prior = rec.evals[start]
+        rec.eval_first = rec.evals[start]
+    prior = rec.eval_first
     sched = system.start_rollout(cfg.train.steps - start)
     training: tuple[int, asyncio.Task] | None = None
 
@@ -98,4 +113,4 @@ async def _loop(cfg: RunConfig, system: System, rec: RunRecorder) -> dict[str, A
     rec.evaluation(cfg.train.steps, await system.evaluate("last"))
     state = {"step": cfg.train.steps, "scheduler": sched.state_dict(), "eval_first": prior}
     await asyncio.to_thread(system.trainer.save_checkpoint, state)
-    return rec.flush(prior)
+    return rec.flush()

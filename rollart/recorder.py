@@ -23,7 +23,6 @@ from rollart.observability import (
     RunPaths,
     Timeline,
     batch_metrics,
-    prefixed,
     system_metrics,
     utilisation_metrics,
     write_summary,
@@ -34,9 +33,10 @@ log = logging.getLogger("rollart")
 
 
 class RunRecorder:
-    def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = ()) -> None:
+    def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = (),
+                 started_at: float | None = None) -> None:
         self.cfg = cfg
-        self.t0 = time.time()
+        self.t0 = started_at or time.time()  # wall_s counts from the start of the run (start-up included)
         self.paths = RunPaths.of(cfg.run_dir)
         write_resolved(cfg, cfg.run_dir)
         self.logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=self.t0,
@@ -45,16 +45,21 @@ class RunRecorder:
         self.progress = Progress(cfg.observability.progress)
         self.workers = list(workers)
         self.evals: dict[int, dict[str, float]] = {}
+        self.eval_first: dict[str, float] | None = None  # before a resume: from the checkpoint
         self.steps_done = 0
         self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record
         self._step_start = self.t0
         self._closed = False
 
-    def add(self, metrics: Mapping[str, Any], span: str = "") -> None:
-        """Phase metrics for the next step record; a `_span` (start, end) entry becomes a driver span."""
+    def _span(self, metrics: Mapping[str, Any], name: str, worker: str) -> None:
+        """A `_span` (start, end) entry of `metrics` becomes a timeline span."""
         start, end = metrics.get("_span", (0.0, 0.0))
-        if span and end > start:
-            self.timeline.add_span(Span(span, start, end, "control/driver/0"))
+        if end > start:
+            self.timeline.add_span(Span(name, start, end, worker))
+
+    def add(self, metrics: Mapping[str, Any], span: str) -> None:
+        """Phase metrics for the next step record; their `_span` becomes a driver span named `span`."""
+        self._span(metrics, span, "control/driver/0")
         for key, value in metrics.items():
             if not key.startswith("_"):
                 self._pending[key] = self._pending.get(key, 0.0) + float(value)
@@ -65,12 +70,10 @@ class RunRecorder:
 
     def trained(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Metrics of the train step that consumed batch `step` (it finishes while later batches roll out)."""
-        start, end = metrics.get("_span", (0.0, 0.0))
-        if end > start:
-            self.timeline.add_span(Span("train", start, end, "trainer/train/0"))
-        numbers = {k: float(v) for k, v in metrics.items() if not k.startswith("_")}
-        self.logger.log(step, prefixed("train", {k: v for k, v in numbers.items() if "/" not in k})
-                        | {k: v for k, v in numbers.items() if "/" in k})
+        self._span(metrics, "train", "trainer/train/0")
+        # trainer stats come namespaced (train/, time/, weights/); a bare name belongs under train/
+        self.logger.log(step, {(k if "/" in k else f"train/{k}"): float(v) for k, v in metrics.items()
+                               if not k.startswith("_")})
 
     def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
         now = time.time()
@@ -101,11 +104,9 @@ class RunRecorder:
                  " ".join(f"{d}={s:.3f}" for d, s in sorted(scores.items())))
         self.flush()
 
-    def summary(self, prior: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The summary of the run so far; `prior` carries eval_first from before a resume."""
-        first = dict(prior or {})
-        if not first and self.evals:
-            first = self.evals[min(self.evals)]
+    def summary(self) -> dict[str, Any]:
+        """The summary of the run so far (`eval_first` survives a resume: the driver sets it)."""
+        first = dict(self.eval_first or (self.evals[min(self.evals)] if self.evals else {}))
         last = self.evals[max(self.evals)] if self.evals else {}
 
         def mean(d: Mapping[str, float]) -> float | None:
@@ -118,10 +119,10 @@ class RunRecorder:
             "steps": self.steps_done, "wall_s": time.time() - self.t0,
         }
 
-    def flush(self, prior: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def flush(self) -> dict[str, Any]:
         if self.cfg.observability.timeline:
             self.timeline.write(self.paths.timeline)
-        extra = self.summary(prior)
+        extra = self.summary()
         write_summary(self.cfg.run_dir, extra)
         return extra
 

@@ -19,11 +19,17 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from rollart.algo import PolicyObjective, build_train_batch
 from rollart.config import RunConfig
-from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier, TurnGateClient
+from rollart.control import (
+    RolloutScheduler,
+    SampleBuffer,
+    StalenessPolicy,
+    TurnBarrier,
+    TurnGateClient,
+)
 from rollart.envs.expert import demonstrate
 from rollart.envs.pool import EnvPool
 from rollart.inference.proxy import LLMProxy, LLMProxyClient
@@ -112,19 +118,15 @@ class System:
         return {**metrics, "_span": (start, time.time())}
 
     # --- supervised warm start on expert demonstrations ----------------------------------------------
-    def warm_start(self, on_step: Any = None) -> list[dict[str, float]]:
+    def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
+        """`train.warm_start.steps` supervised steps on demonstrations, the trained domains in turn."""
         ws = self.cfg.train.warm_start
         domains = sorted(d for d, c in self.cfg.domains.items() if c.weight > 0)
+        picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
         rng = random.Random(self.cfg.seed)
-        history = []
         for step in range(ws.steps):
-            picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
             demos = [demonstrate(d, self.cfg.domains[d], rng.randrange(10**9), "train", ws.expert_prob) for d in picks]
-            metrics = self.trainer.sft_step([list(d.messages) for d in demos])
-            history.append(metrics)
-            if on_step:
-                on_step(step, ws.steps, metrics)
-        return history
+            on_step(step, ws.steps, self.trainer.sft_step([list(d.messages) for d in demos]))
 
     # --- validation -----------------------------------------------------------------------------------
     async def evaluate(self, tag: str) -> dict[str, float]:
@@ -180,19 +182,21 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, train: bool = True) -> Sys
                                    checkpoint=checkpoint)
             stack.callback(trainer.close)
         inference = {}
-        for pool in sorted({d.pool for d in cfg.domains.values() if d.weight > 0}):
+        # every domain's pool, weight 0 included: such a domain is still evaluated
+        for pool in sorted({d.pool for d in cfg.domains.values()}):
             inference[pool] = res.place(
                 InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
                 kwargs={"subscriber": store.subscriber() if store else None},
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
             )
             stack.callback(inference[pool].shutdown)
-        domain_pools = {d: dc.pool for d, dc in cfg.domains.items() if dc.pool in inference}
+        domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
         proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
                           cfg.inference, name="llm_proxy")
         gate = None
         if cfg.rollout.barrier == "turn":
-            gate = TurnGateClient(res.spawn(TurnBarrier, cfg.rollout.get_batch_timeout_s, name="turn_barrier"))
+            timeout = cfg.rollout.get_batch_timeout_s
+            gate = TurnGateClient(res.spawn(TurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
         envs = EnvPool.place(res, cfg, LLMProxyClient(proxy), gate=gate, model_path=model_path)
         stack.callback(envs.shutdown)
         reward = RewardRouter(cfg).start()

@@ -209,6 +209,11 @@ def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[
     trainer = _TrainerSide.remote(spec, store.publisher())
     infer = _InferenceSide.remote(spec, store.subscriber(), copy_swap)
     get = lambda ref: ray.get(ref, timeout=TIMEOUT_S)  # noqa: E731
+
+    def check_same_weights(version: int) -> None:
+        if get(infer.digest.remote()) != get(trainer.digest.remote()):
+            raise AssertionError(f"v{version}: inference weights differ from the trainer's")
+
     try:
         params, mb = get(trainer.params.remote())
         version = 0
@@ -223,8 +228,7 @@ def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[
             publish_naive.append(pub["time/weights.publish"])
             pull_naive.append(got["pull"])
             swap_naive.append(got["swap"])
-            if get(infer.digest.remote()) != get(trainer.digest.remote()):
-                raise AssertionError(f"v{version}: inference weights differ from the trainer's")
+            check_same_weights(version)
             version += 1
         get(infer.set_background_pull.remote(True))
         exposed, waited, swap, pull, publish, rollout = [], [], [], [], [], []
@@ -236,8 +240,7 @@ def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[
             waited.append(got["waited"])
             swap.append(got["swap"])
             pull.append(got["pull"])
-            if get(infer.digest.remote()) != get(trainer.digest.remote()):
-                raise AssertionError(f"v{version}: inference weights differ from the trainer's")
+            check_same_weights(version)
             version += 1
         med = statistics.median
         return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from rollart.config import RunConfig
 
@@ -22,3 +23,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     items = list(args.items)
     path = items.pop(0) if items and "=" not in items[0] else None
     return load_config(path, items)
+
+
+def setup_logging(cfg: RunConfig) -> None:
+    """Readable run logs at `observability.log_level`, without a line per reward HTTP request."""
+    logging.basicConfig(level=cfg.observability.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from pathlib import Path
 
+from rollart.commands.common import setup_logging
 from rollart.config_loader import ConfigError, load_config
 
 
@@ -39,7 +39,7 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"{target} is neither a run directory (config.yaml) nor a checkpoint (config.json)")
     cfg = load_config(config_file, [f"model.path={checkpoint}", "resume=false", *args.overrides])
-    logging.basicConfig(level=cfg.observability.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(cfg)
     from rollart.driver import evaluate
 
     scores = evaluate(cfg)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 
-from rollart.commands.common import add_run_args, config_from_args
-from rollart.config_loader import ConfigError
+from rollart.commands.common import add_run_args, config_from_args, setup_logging
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,9 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config stops here, before anything starts
-    _check_run_dir(cfg.run_dir, cfg.resume)
-    logging.basicConfig(level=cfg.observability.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per reward request otherwise
+    setup_logging(cfg)
     from rollart.driver import train
     from rollart.observability.report import build_report
 
@@ -30,18 +26,6 @@ def _train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary[k] for k in ("eval_first", "eval_last", "steps", "wall_s")}, default=str))
     print(f"run directory: {cfg.run_dir}  (report: {report})")
     return 0
-
-
-def _check_run_dir(run_dir: str, resume: bool) -> None:
-    """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir."""
-    from pathlib import Path
-
-    used = [p for p in ("metrics.jsonl", "checkpoints") if (Path(run_dir) / p).exists()]
-    if used and not resume:
-        raise ConfigError(
-            f"run_dir={run_dir} already holds a run ({', '.join(used)}); add resume=true to continue it, "
-            "or give another run_dir"
-        )
 
 
 def _table(summary: dict) -> str:

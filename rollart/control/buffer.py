@@ -71,7 +71,6 @@ class SampleBuffer:
         self._seen: set[str] = set()
         self._changed = asyncio.Event()
         self.duplicates_refused = 0
-        self.stale_dropped = 0  # trajectories
 
     # --- in ------------------------------------------------------------------------------------------
     def put(self, group: ReadyGroup) -> bool:
@@ -101,13 +100,13 @@ class SampleBuffer:
             (keep if fresh else dropped).append(g)
         self._ready = keep
         for g in dropped:
-            self.stale_dropped += len(g.trajectories)
             if self.on_drop:
                 self.on_drop(g, f"stale: trained at version {next_batch} > behaviour version + α")
         return dropped
 
     def try_take(self, num_groups: int, train_version: int) -> list[ReadyGroup] | None:
-        """The batch for `train_version` if the buffer holds it now, else None (nothing is removed)."""
+        """The batch for `train_version` if the buffer holds it now, else None (then only stale groups
+        have been removed)."""
         self.drop_stale(train_version)
         if self.selection == "first":
             chosen = self._ready[:num_groups] if len(self._ready) >= num_groups else None

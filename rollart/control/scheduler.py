@@ -105,6 +105,7 @@ class RolloutScheduler:
         self._task_group: dict[str, tuple[str, str]] = {}  # running trajectory id → (group id, domain)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
         # ledger and counters
@@ -119,15 +120,22 @@ class RolloutScheduler:
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._admission_loop(), name="rollart-admission")
 
-    async def stop(self, reason: str = "shutdown") -> None:
-        """Cancel everything running (ABORTED) and wait until each trajectory has ended."""
+    async def stop(self, reason: str = "shutdown", timeout_s: float = 60.0) -> None:
+        """Cancel everything running (ABORTED) and wait, at most `timeout_s`, until each trajectory has
+        ended; what is still running then is cancelled locally and logged."""
         self.paused = True
         if self._loop_task:
             self._loop_task.cancel()
         for g in list(self._groups.values()):
             await self._cancel_group(g, Status.ABORTED, reason)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()), timeout=self.trajectory_timeout_s)
+        pending = set(self._tasks.values()) | self._background
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("scheduler stop: %d tasks did not end within %.0fs and were cancelled", len(late),
+                            timeout_s)
 
     # --- driver hooks --------------------------------------------------------------------------------
     def set_inference_version(self, version: int) -> None:
@@ -192,6 +200,18 @@ class RolloutScheduler:
                 self._cohort += 1
             await self._wake.wait()
 
+    def _in_background(self, coro: Any) -> None:
+        """Run `coro` as a task the scheduler keeps (an unreferenced task may be collected mid-flight) and
+        whose failure is logged rather than lost."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scheduler background task failed: %r", task.exception())
+
     def _next_domain(self) -> str | None:
         """The domain of the next group to admit, or None when admission must wait.
 
@@ -210,7 +230,8 @@ class RolloutScheduler:
         # No total check here: a domain still over its allowance (admitted under a wider window) must not
         # block the others; each allowance is ≤ (α + 1) × its quota, so the sum keeps the total bound.
         domains = sorted(self.weights)
-        room = {d: self.window() * q - pending[d] for d, q in self.admission_quotas.items()}
+        window = self.window()
+        room = {d: window * q - pending[d] for d, q in self.admission_quotas.items()}
         best = max(domains, key=lambda d: (room[d], -domains.index(d)))
         return best if room[best] > 0 else None
 
@@ -322,10 +343,10 @@ class RolloutScheduler:
         if group.replacements < self.cfg.group_size:
             group.replacements += 1
             self.counts["replacements"] += 1
-            asyncio.create_task(self._launch_trajectory(group))
+            self._in_background(self._launch_trajectory(group))
             return
         self.counts["groups_dropped"] += 1
-        asyncio.create_task(self._cancel_group(group, Status.ABORTED, "group dropped: too many failures"))
+        self._in_background(self._cancel_group(group, Status.ABORTED, "group dropped: too many failures"))
 
     def _end_untrained(self, traj: Trajectory, status: Status) -> None:
         self._set_fate(traj.trajectory_id, status.value, expect="running")
@@ -340,7 +361,7 @@ class RolloutScheduler:
 
     # --- cancellation --------------------------------------------------------------------------------
     def _spawn_cancel(self, tid: str, status: Status, reason: str) -> None:
-        asyncio.create_task(self.runner.cancel(tid, status, reason))
+        self._in_background(self.runner.cancel(tid, status, reason))
 
     async def _cancel_group(self, group: _Group, status: Status, reason: str) -> None:
         group.closed, group.close_status, group.close_reason = True, status, reason
@@ -374,7 +395,7 @@ class RolloutScheduler:
         self.fate[tid] = fate
 
     def check_ledger(self) -> list[str]:
-        """Violations of 'every trajectory ends exactly once' (plus any still running, when idle)."""
+        """Violations of 'every trajectory ends exactly once': a fate set twice, or out of order."""
         return list(self.violations)
 
     def describe(self) -> str:

@@ -63,16 +63,23 @@ class TurnBarrier:
 
 
 class TurnGateClient:
-    """Implements `rollart.types.TurnGate` over a TurnBarrier actor handle (picklable into env workers)."""
+    """Implements `rollart.types.TurnGate` over a TurnBarrier actor handle (picklable into env workers).
 
-    def __init__(self, handle) -> None:  # noqa: ANN001 - a Ray actor handle
+    Every call is bounded: membership changes by `call_timeout_s`, a turn by the barrier's own timeout
+    (`barrier_timeout_s`, after which the barrier raises and names the late trajectories) plus that margin.
+    """
+
+    def __init__(self, handle, barrier_timeout_s: float, call_timeout_s: float = 30.0) -> None:  # noqa: ANN001
         self.handle = handle
+        self.barrier_timeout_s = barrier_timeout_s
+        self.call_timeout_s = call_timeout_s
 
     async def join(self, trajectory_id: str, cohort: int) -> None:
-        await self.handle.join.remote(trajectory_id, cohort)
+        await asyncio.wait_for(self.handle.join.remote(trajectory_id, cohort), self.call_timeout_s)
 
     async def before_turn(self, trajectory_id: str, turn_index: int) -> None:
-        await self.handle.before_turn.remote(trajectory_id, turn_index)
+        await asyncio.wait_for(self.handle.before_turn.remote(trajectory_id, turn_index),
+                               self.barrier_timeout_s + self.call_timeout_s)
 
     async def leave(self, trajectory_id: str) -> None:
-        await self.handle.leave.remote(trajectory_id)
+        await asyncio.wait_for(self.handle.leave.remote(trajectory_id), self.call_timeout_s)

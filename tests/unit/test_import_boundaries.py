@@ -25,20 +25,22 @@ def test_the_package_keeps_its_layers():
     assert "0 broken" in out.stdout
 
 
-def test_a_plane_importing_another_plane_is_caught(tmp_path):
+def _lint_with(tmp_path: Path, module: str, source: str) -> subprocess.CompletedProcess:
+    """import-linter on a temp copy of the package with one extra module `module` (e.g. "reward/_x.py")."""
     shutil.copytree(ROOT / "rollart", tmp_path / "rollart", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    (tmp_path / "rollart" / "reward" / "_violation.py").write_text("import rollart.inference  # a plane → a plane\n")
-    out = _lint(tmp_path)
+    (tmp_path / "rollart" / module).write_text(source)
+    return _lint(tmp_path)
+
+
+def test_a_plane_importing_another_plane_is_caught(tmp_path):
+    out = _lint_with(tmp_path, "reward/_violation.py", "import rollart.inference  # a plane → a plane\n")
     assert out.returncode != 0
     assert "BROKEN" in out.stdout
     assert "rollart.reward._violation -> rollart.inference" in out.stdout
 
 
 def test_a_lower_layer_importing_a_plane_is_caught(tmp_path):
-    shutil.copytree(ROOT / "rollart", tmp_path / "rollart", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    (tmp_path / "rollart" / "resources" / "_violation.py").write_text("from rollart.control import buffer\n")
-    out = _lint(tmp_path)
+    out = _lint_with(tmp_path, "resources/_violation.py", "from rollart.control import buffer\n")
     assert out.returncode != 0
     assert "rollart.resources._violation -> rollart.control" in out.stdout
