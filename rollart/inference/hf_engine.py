@@ -21,8 +21,9 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   when its context reaches the model's `max_position_embeddings`. The stopping token is part of the
   output (token-in/token-out).
 - `update_weights` swaps in the tensors (adopted without a copy when dtype and device match, else
-  copied; bit-identical for equal dtypes), drops the prefix cache and re-prefills every running
-  request's prompt + tokens under the new weights on the next step.
+  copied; bit-identical for equal dtypes) and drops the prefix cache; with `on_update="recompute"` it
+  re-prefills every running request's prompt + tokens under the new weights on the next step, with
+  `"keep"` running requests go on decoding over the KV the old weights computed.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
   from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
@@ -32,7 +33,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -40,23 +41,25 @@ from transformers import DynamicCache
 
 from rollart.inference import kv
 from rollart.inference.prefix_cache import PrefixCache
-from rollart.inference.sampling import choose_tokens, sampling_logprobs, validate_sampling
-from rollart.types import FinishReason, GenerationRequest, GenerationResult, SamplingParams, Span
+from rollart.inference.generation import (
+    Generation,
+    OnUpdate,
+    check_newer,
+    check_on_update,
+    check_request,
+    check_weights,
+)
+from rollart.inference.sampling import choose_tokens, sampling_logprobs
+from rollart.types import FinishReason, GenerationRequest, GenerationResult, SamplingParams
 
 
-@dataclass
-class _Seq:
-    """One request's state while it is queued or running."""
+@dataclass(kw_only=True)
+class _Seq(Generation):
+    """One request's state while it is queued or running (its output so far: `Generation`)."""
 
-    request: GenerationRequest
     generator: torch.Generator | None
     stop_ids: frozenset[int]
-    added_at: float
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
     cached: int = 0  # context tokens whose KV is in the cache (all but the newest token)
-    prefill_tokens: int = 0
 
     @property
     def params(self) -> SamplingParams:
@@ -84,10 +87,13 @@ class HFEngine:
         worker: str = "",
         eos_token_ids: Sequence[int] | None = None,
         seed: int = 0,
+        on_update: OnUpdate = "recompute",
     ) -> None:
         kv.check_supported(model.config)
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} is invalid: it must be >= 1")
+        check_on_update(on_update)
+        self.on_update = on_update
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -125,29 +131,14 @@ class HFEngine:
         return self._version
 
     def add(self, request: GenerationRequest) -> None:
-        prompt = request.prompt_token_ids
-        if request.request_id in self._live:
-            raise ValueError(f"request_id={request.request_id!r} is already queued or running on this engine")
-        if not prompt:
-            raise ValueError(f"prompt_token_ids of request {request.request_id!r} is empty: give at least one token")
-        if len(prompt) >= self.max_context:
-            raise ValueError(
-                f"prompt_token_ids of request {request.request_id!r} has {len(prompt)} tokens; the model's "
-                f"context is {self.max_context}, so a prompt may have at most {self.max_context - 1}"
-            )
-        bad = [t for t in prompt if not (0 <= t < self.vocab_size)]
-        if bad:
-            raise ValueError(
-                f"prompt_token_ids of request {request.request_id!r} holds ids outside [0, {self.vocab_size}): {bad[:5]}"
-            )
-        validate_sampling(request.sampling, self.vocab_size, can_decode=self.tokenizer is not None)
+        check_request(request, self.vocab_size, self.max_context, self.tokenizer is not None, self._live)
         generator = None
         if request.sampling.temperature > 0:
             seed = request.sampling.seed
             generator = torch.Generator(device=self.device)
             generator.manual_seed(seed if seed is not None else self._seeds.getrandbits(63))
         eos = frozenset() if request.sampling.ignore_eos else self.eos_token_ids
-        seq = _Seq(request, generator, eos | set(request.sampling.stop_token_ids), time.time())
+        seq = _Seq(request=request, generator=generator, stop_ids=eos | set(request.sampling.stop_token_ids))
         self._live[request.request_id] = seq
         self._waiting.append(seq)
 
@@ -178,19 +169,16 @@ class HFEngine:
         return done
 
     def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
-        if version <= self._version:
-            raise ValueError(
-                f"weights version {version} is not newer than the served version {self._version}: "
-                "versions never go backwards"
-            )
+        check_newer(version, self._version)
         start = time.perf_counter()
         self._load(tensors)
         self._version = int(version)
         self._prefix.clear()  # KV of older weights is never reused
-        self._recompute = self._running + self._recompute
-        for seq in self._recompute:
-            seq.cached = 0
-        self._running, self._cache, self._mask = [], None, None
+        if self.on_update == "recompute":
+            self._recompute = self._running + self._recompute
+            for seq in self._recompute:
+                seq.cached = 0
+            self._running, self._cache, self._mask = [], None, None
         self._counters["weight_updates"] += 1
         self._counters["swap_s_total"] += time.perf_counter() - start
 
@@ -205,6 +193,11 @@ class HFEngine:
             "mean_batch": c["decode_rows"] / c["decode_steps"] if c["decode_steps"] else 0.0,
             **self._prefix.stats(),
         }
+
+    def close(self) -> None:
+        """Drop the batch and prefix caches (the model itself belongs to the caller)."""
+        self._prefix.clear()
+        self._running, self._recompute, self._cache, self._mask = [], [], None, None
 
     # --- one step's parts ------------------------------------------------------------------------------
 
@@ -316,9 +309,7 @@ class HFEngine:
         tokens, picked = choose_tokens(logprobs, params, [s.generator for s in rows])
         finished = []
         for i, (s, tok, lp) in enumerate(zip(rows, tokens, picked)):
-            s.tokens.append(tok)
-            s.logprobs.append(lp)
-            s.versions.append(self._version)
+            s.append(tok, lp, self._version)
             if self._finish_reason(s) is not None:
                 finished.append(i)
         self._counters["tokens_generated"] += len(rows)
@@ -383,19 +374,7 @@ class HFEngine:
 
     def _result(self, s: _Seq, reason: FinishReason) -> GenerationResult:
         self._live.pop(s.request.request_id, None)
-        r = s.request
-        return GenerationResult(
-            request_id=r.request_id,
-            trajectory_id=r.trajectory_id,
-            token_ids=tuple(s.tokens),
-            logprobs=tuple(s.logprobs),
-            versions=tuple(s.versions),
-            finish_reason=reason,
-            prompt_tokens=len(r.prompt_token_ids),
-            prefill_tokens=s.prefill_tokens,
-            worker=self.worker,
-            spans=(Span("generate", s.added_at, time.time(), self.worker),),
-        )
+        return s.result(reason, self.worker)
 
     def _load(self, tensors: Mapping[str, Any]) -> None:
         """Put `tensors` into the model after checking every name and shape (nothing changes on an error).
@@ -406,18 +385,8 @@ class HFEngine:
         """
         slots = dict(self.model.named_parameters(remove_duplicate=False))
         slots.update(self.model.named_buffers(remove_duplicate=False))
-        unknown = sorted(set(tensors) - set(slots))
-        if unknown:
-            raise ValueError(f"update_weights: {len(unknown)} tensor names are not in the model, e.g. {unknown[:5]}")
-        missing = sorted(n for n, _ in self.model.named_parameters() if n not in tensors)
-        if missing:
-            raise ValueError(f"update_weights: {len(missing)} parameters are missing, e.g. {missing[:5]}")
-        for name, value in tensors.items():
-            if tuple(value.shape) != tuple(slots[name].shape):
-                raise ValueError(
-                    f"update_weights: tensor {name!r} has shape {tuple(value.shape)}, the model's is "
-                    f"{tuple(slots[name].shape)}"
-                )
+        check_weights(tensors, {n: tuple(t.shape) for n, t in slots.items()},
+                      required={n for n, _ in self.model.named_parameters()})
         with torch.no_grad():
             for name, value in tensors.items():
                 slot = slots[name]

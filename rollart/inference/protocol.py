@@ -4,7 +4,7 @@ In: `GenerationRequest`s (`add`), cancellations (`abort`), new weights (`update_
 `GenerationResult`s, returned by the `step()` that finished them.
 
 The contract, in terms any engine can meet (vLLM's `LLMEngine.add_request/abort_request/step` map onto
-it one to one; weights onto `load_weights` plus a prefix-cache reset):
+it one to one; weights onto an in-place reload plus a prefix-cache reset — see `vllm_engine.py`):
 - Single-threaded: the caller never runs two methods at once. So every call made between two `step()`s
   happens at a step boundary — that is where requests join or leave and where weights are swapped.
 - `step()` advances every running request by at most one token (an engine may also admit queued ones)
@@ -13,10 +13,13 @@ it one to one; weights onto `load_weights` plus a prefix-cache reset):
 - `abort(request_id)` of a queued or running request makes the next `step()` return it with
   `finish_reason="abort"` and the tokens produced so far; an unknown id is a no-op.
 - `update_weights(version, tensors)` with a version newer than the served one: the new weights serve
-  every later token. Running requests are kept; the engine recomputes their KV under the new weights
-  before their next token. Tokens produced earlier keep their old version stamp. Versions never go
-  backwards (an older or equal version is a ValueError).
+  every later token. Running requests are kept; with `on_update="recompute"` (the default) the engine
+  recomputes their KV under the new weights before their next token, with `"keep"` they decode on over
+  the KV the old weights computed. Either way no request admitted later reuses KV of older weights.
+  Tokens produced earlier keep their old version stamp. Versions never go backwards (an older or equal
+  version is a ValueError).
 - `suspend()` stops admitting queued requests (running ones keep decoding); `resume()` undoes it.
+- `close()` releases what the engine holds (worker processes, memory); it serves no more afterwards.
 - Every result token carries its behaviour logprob (see `rollart.inference.sampling`) and the weight
   version that produced it; a bad `SamplingParams` is a ValueError from `add` naming the field.
 """
@@ -52,3 +55,5 @@ class InferenceEngine(Protocol):
     def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None: ...
 
     def stats(self) -> dict[str, float]: ...
+
+    def close(self) -> None: ...

@@ -12,8 +12,10 @@ Guarantees:
   With a subscriber, the newest published version is pulled in the background while the engine
   generates; `update_weights_to` then only swaps. `stats()` reports background pull time and the
   exposed time (what a swap waited for: a pull not done yet, plus the swap itself).
-- Requests in flight across a swap are kept and re-prefilled under the new weights; their earlier tokens
-  keep their old version.
+- Requests in flight across a swap are kept: re-prefilled under the new weights, or decoding on over
+  their old KV (`inference.on_update`); their earlier tokens keep their old version.
+- The engine is the built-in `HFEngine` or `VLLMEngine` (`inference.engine`); vLLM is imported only when
+  it is asked for.
 """
 
 from __future__ import annotations
@@ -26,33 +28,44 @@ import torch
 
 from rollart.config import RunConfig
 from rollart.inference.engine_loop import EngineLoop
-from rollart.inference.hf_engine import HFEngine
 from rollart.inference.prefetch import WeightPrefetcher
+from rollart.inference.protocol import InferenceEngine
 from rollart.models import load_model, load_tokenizer, resolve_model_path
 from rollart.resources.affinity import affinity
 from rollart.resources.names import worker_name
 from rollart.types import GenerationRequest, GenerationResult, WeightSubscriber
 
 
-def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> HFEngine:
-    """The engine `cfg.inference.engine` names, on the device of `pool`, loaded with `cfg.model`."""
-    if cfg.inference.engine != "builtin":
-        raise ValueError(
-            f"inference.engine={cfg.inference.engine!r} is not available in this build; valid: 'builtin' "
-            "(a vLLM engine plugs in behind rollart.inference.InferenceEngine)"
-        )
+def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> InferenceEngine:
+    """The engine `cfg.inference.engine` names, on the device of `pool`, loaded with `cfg.model`.
+
+    vLLM is imported only here, and only for `engine=vllm` (the rest of rollart runs without it)."""
     if pool not in cfg.pools:
         raise ValueError(f"pool {pool!r} is not declared (declared: {sorted(cfg.pools)})")
+    inf = cfg.inference
     device = cfg.pools[pool].device or "cpu"
     path = resolve_model_path(cfg.model, cfg.seed)
+    if inf.engine == "vllm":
+        from rollart.inference.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            path, device=device, dtype=cfg.model.dtype, max_batch_size=inf.max_batch_size,
+            kv_cache_mb=inf.vllm.kv_cache_mb, gpu_memory_utilization=inf.vllm.gpu_memory_utilization,
+            tensor_parallel_size=inf.vllm.tensor_parallel_size, max_model_len=inf.vllm.max_model_len,
+            enforce_eager=inf.vllm.enforce_eager, version=version, worker=name, seed=cfg.seed,
+            on_update=inf.on_update, transfer_bucket_mb=cfg.weights.bucket_mb,
+        )
+    from rollart.inference.hf_engine import HFEngine
+
     return HFEngine(
         load_model(path, cfg.model.dtype, device),
         load_tokenizer(path),
-        max_batch_size=cfg.inference.max_batch_size,
-        prefix_cache_mb=cfg.inference.prefix_cache_mb,
+        max_batch_size=inf.max_batch_size,
+        prefix_cache_mb=inf.prefix_cache_mb,
         version=version,
         worker=name,
         seed=cfg.seed,
+        on_update=inf.on_update,
     )
 
 
@@ -114,7 +127,7 @@ class InferenceWorker:
             return {**await self._swap(version, tensors, exposed_since=start), "pull_s": pull_s}
 
     async def _swap(self, version: int, tensors: Mapping[str, Any], exposed_since: float) -> dict[str, float]:
-        def swap(engine: HFEngine) -> float:
+        def swap(engine: InferenceEngine) -> float:
             start = time.perf_counter()
             engine.update_weights(version, tensors)
             return time.perf_counter() - start
@@ -143,6 +156,7 @@ class InferenceWorker:
         if self._prefetch is not None:
             self._prefetch.close()
         self._loop.close()
+        self._loop.engine.close()
 
 
 def _peak_rss_mb() -> float:
