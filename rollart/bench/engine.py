@@ -1,4 +1,5 @@
-"""`rollart bench engine`: the built-in continuous-batching engine against transformers `generate`.
+"""`rollart bench engine`: the built-in continuous-batching engine against transformers `generate`
+(`--engine vllm`: vLLM against both, see engine_vllm.py).
 
 In: `quick` (a smoke version under a minute). Out: a `BenchResult` with
 - `speedup_uniform`: engine tokens/s ÷ `generate` tokens/s, batch 16, every request 48 tokens (the
@@ -113,30 +114,50 @@ def _compare(name: str, model, tokenizer, work: Workload, rounds: int, rows: lis
     return wall["generate"] / wall["engine"]
 
 
-def _multiturn(model, tokenizer, convs: int, turns: int, reuse: bool) -> tuple[int, int, float, float]:
-    """(prompt tokens, prefilled tokens, wall s, CPU s) for `convs` concurrent `turns`-turn conversations."""
-    vocab = model.config.vocab_size
-    engine = HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=64 if reuse else 0)
-    contexts = _prompts(convs, 64, 64, vocab, seed=11)
+def _engine_turn(engine, requests: list[tuple[str, tuple[int, ...]]], new_tokens: int) -> dict[str, tuple]:
+    """One turn of every conversation through an engine: {conversation: (tokens, prompt, prefilled)}."""
+    for cid, prompt in requests:
+        engine.add(GenerationRequest(f"{cid}:{len(prompt)}", cid, "bench", prompt,
+                                     SamplingParams(temperature=0.0, max_new_tokens=new_tokens, ignore_eos=True)))
+    out = {}
+    while engine.has_work():
+        for r in engine.step():
+            out[r.trajectory_id] = (r.token_ids, r.prompt_tokens, r.prefill_tokens)
+    return out
+
+
+def _generate_turn(model, requests: list[tuple[str, tuple[int, ...]]], new_tokens: int) -> dict[str, tuple]:
+    """The same turn through `generate` (one left-padded batch, every prompt prefilled in full)."""
+    gc = copy.deepcopy(model.generation_config)
+    gc.eos_token_id, gc.do_sample, gc.max_new_tokens = None, False, new_tokens
+    pad = gc.pad_token_id or 0
+    width = max(len(p) for _, p in requests)
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for _, p in requests])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for _, p in requests])
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)
+    return {cid: (tuple(out[i, width:].tolist()), len(p), len(p)) for i, (cid, p) in enumerate(requests)}
+
+
+def _multiturn(run_turn, vocab: int, convs: int, turns: int) -> tuple[int, int, float, float]:
+    """(prompt tokens, prefilled tokens, wall s, CPU s) for `convs` concurrent `turns`-turn conversations:
+    each turn's prompt is the last prompt + the 16-token response + a 24-token observation."""
+    contexts = {f"conv{c}": p for c, p in enumerate(_prompts(convs, 64, 64, vocab, seed=11))}
     observations = [_prompts(turns, 24, 24, vocab, seed=100 + c) for c in range(convs)]
     prompt_total = prefill_total = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for t in range(turns):
-        for c in range(convs):
-            engine.add(GenerationRequest(f"c{c}t{t}", f"conv{c}", "bench", contexts[c],
-                                         SamplingParams(temperature=0.0, max_new_tokens=16, ignore_eos=True)))
-        while engine.has_work():
-            for r in engine.step():
-                c = int(r.request_id[1 : r.request_id.index("t")])
-                prompt_total += r.prompt_tokens
-                prefill_total += r.prefill_tokens
-                if t + 1 < turns:
-                    contexts[c] = contexts[c] + r.token_ids + observations[c][t + 1]
+        for cid, (tokens, prompt, prefilled) in run_turn(sorted(contexts.items()), 16).items():
+            prompt_total += prompt
+            prefill_total += prefilled
+            if t + 1 < turns:
+                contexts[cid] = contexts[cid] + tuple(tokens) + observations[int(cid[4:])][t + 1]
     return prompt_total, prefill_total, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _worker_peak_rss(path, requests: int) -> float:
-    """Peak RSS (MiB) of one InferenceWorker actor on its own embedded Ray after `requests` requests."""
+def _worker_peak_rss(path, requests: int, engine: str = "builtin") -> float:
+    """Peak RSS (MiB) of one InferenceWorker actor (`inference.engine=engine`) on its own embedded Ray after
+    `requests` requests."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -149,7 +170,7 @@ def _worker_peak_rss(path, requests: int) -> float:
         ray.init(num_cpus=2, resources={"pool_gen_decode": 1}, include_dashboard=False,
                  object_store_memory=128 * 2**20, log_to_driver=False, namespace="rollart-bench-engine")
     try:
-        cfg = RunConfig(model=ModelConfig(path=str(path)), inference=InferenceConfig(num_threads=1))
+        cfg = RunConfig(model=ModelConfig(path=str(path)), inference=InferenceConfig(num_threads=1, engine=engine))
         worker = ray.remote(InferenceWorker).options(num_cpus=0, resources={"pool_gen_decode": 1}).remote(
             cfg, "gen_decode", 0)
         ray.get(worker.ready.remote(), timeout=120)
@@ -167,7 +188,14 @@ def _worker_peak_rss(path, requests: int) -> float:
             ray.shutdown()
 
 
-def run(quick: bool) -> BenchResult:
+def run(quick: bool, engine: str = "builtin") -> BenchResult:
+    """The built-in engine against `generate`; with engine="vllm", vLLM against both (engine_vllm.py)."""
+    if engine == "vllm":
+        from rollart.bench import engine_vllm
+
+        return engine_vllm.run(quick)
+    if engine != "builtin":
+        raise ValueError(f"--engine {engine!r} is invalid: use builtin or vllm")
     size = QUICK if quick else FULL
     torch.set_num_threads(1)
     path = resolve_model_path(ModelConfig())
@@ -188,10 +216,14 @@ def run(quick: bool) -> BenchResult:
         mixed = list(zip(_prompts(n, 16, 48, vocab, seed=3), _spread_lengths(n, lo, hi, seed=4)))
         ratios[key] = round(_compare(f"mixed {lo}-{hi}", model, tokenizer, mixed, size["rounds"], rows), 3)
 
+    def hf_turns(reuse: bool):
+        engine = HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=64 if reuse else 0)
+        return lambda requests, n: _engine_turn(engine, requests, n)
+
     runs = {True: [], False: []}
     for r in range(size["rounds"]):
         for reuse in ((True, False) if r % 2 == 0 else (False, True)):
-            runs[reuse].append(_multiturn(model, tokenizer, size["convs"], size["turns"], reuse))
+            runs[reuse].append(_multiturn(hf_turns(reuse), vocab, size["convs"], size["turns"]))
     for reuse, results in runs.items():
         rows.append({"case": "multiturn", "system": "prefix reuse" if reuse else "no reuse",
                      "conversations": size["convs"], "turns": size["turns"],

@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("name", help=f"one of: {', '.join(sorted(BENCHES)) or '(none yet)'}")
     parser.add_argument("--quick", action="store_true", help="smoke version, under a minute")
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH")
+    parser.add_argument("--engine", choices=("builtin", "vllm"),
+                        help="engine bench only: builtin (default) vs generate, or vllm vs builtin vs generate "
+                             "(run it from .venv-vllm)")
     parser.set_defaults(func=_run)
 
 
@@ -31,8 +34,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"rollart: unknown benchmark '{args.name}'; choose one of: {', '.join(sorted(BENCHES))}",
               file=sys.stderr)
         return 2
-    result = importlib.import_module(BENCHES[args.name]).run(quick=args.quick)
-    argv = ["bench", args.name] + (["--quick"] if args.quick else []) + (["--json", args.json] if args.json else [])
+    engine = getattr(args, "engine", None)
+    if engine and args.name != "engine":
+        print(f"rollart: --engine applies to 'rollart bench engine' only, not '{args.name}'", file=sys.stderr)
+        return 2
+    options = {"engine": engine} if engine else {}
+    result = importlib.import_module(BENCHES[args.name]).run(quick=args.quick, **options)
+    argv = (["bench", args.name] + (["--engine", engine] if engine else []) + (["--quick"] if args.quick else [])
+            + (["--json", args.json] if args.json else []))
     payload = to_json(result, args.quick, argv)
     for row in result.rows:
         print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))

@@ -106,6 +106,7 @@ def _import_vllm() -> Any:
     """Import vLLM with the settings this engine relies on (set before vLLM reads them)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # without it every CPU op costs ~6 ms
+    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # workers of one engine talk over loopback only
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's INFO lines would drown the run's log
     try:
         import vllm
@@ -265,6 +266,10 @@ class VLLMEngine:
             "suspended": float(self._suspended),
             "startup_s": self.startup_s,
         }
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix not held by a running request (True if the whole cache was emptied)."""
+        return bool(self._engine.reset_prefix_cache())
 
     def close(self) -> None:
         """Stop vLLM's engine core and any worker processes it started."""
