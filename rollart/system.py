@@ -33,7 +33,7 @@ from rollart.control import (
 from rollart.envs.expert import demonstrate
 from rollart.envs.pool import EnvPool
 from rollart.inference.proxy import LLMProxy, LLMProxyClient
-from rollart.inference.worker import InferenceWorker
+from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
 from rollart.resources import Cluster, Resources, Runtime
 from rollart.reward.router import RewardRouter
@@ -186,6 +186,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, train: bool = True) -> Sys
         for pool in sorted({d.pool for d in cfg.domains.values()}):
             inference[pool] = res.place(
                 InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
+                num_gpus=gpus_per_worker(cfg, pool),
                 kwargs={"subscriber": store.subscriber() if store else None},
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
             )

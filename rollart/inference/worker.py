@@ -70,6 +70,15 @@ def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> Infe
     )
 
 
+def gpus_per_worker(cfg: RunConfig, pool: str) -> float | None:
+    """GPUs one inference worker on `pool` asks Ray for: vLLM's tensor-parallel size on a CUDA pool, else the
+    placement default (None: one GPU on a CUDA pool, none elsewhere)."""
+    on_cuda = (cfg.pools[pool].device or "").startswith("cuda") if pool in cfg.pools else False
+    if cfg.inference.engine == "vllm" and on_cuda:
+        return float(cfg.inference.vllm.tensor_parallel_size)
+    return None
+
+
 @affinity("gen_decode", fallback=["gen_prefill"], role="inference")
 class InferenceWorker:
     """One inference replica (a Ray async actor); see the module docstring."""

@@ -29,6 +29,7 @@ from rollart.types import GenerationRequest, SamplingParams
 LOGPROB_TOL = 1e-4
 VLLM_BLOCK = 32  # vLLM's KV block on CPU here: prefix reuse works in whole blocks
 REQUIRE_VLLM = os.environ.get("ROLLART_REQUIRE_VLLM") == "1"
+DEVICE = os.environ.get("ROLLART_TEST_DEVICE", "cpu")  # the vLLM engine's; benchmarks/gpu/check_vllm.sh sets cuda
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,8 @@ def _vllm(model, path, holder, **kw):
     from rollart.inference.vllm_engine import VLLMEngine
 
     if "engine" not in holder:
-        holder["engine"] = VLLMEngine(path, max_batch_size=32, kv_cache_mb=32, block_size=VLLM_BLOCK, seed=0)
+        holder["engine"] = VLLMEngine(path, device=DEVICE, max_batch_size=32, kv_cache_mb=32 if DEVICE == "cpu" else 0,
+                                      gpu_memory_utilization=0.3, block_size=VLLM_BLOCK, seed=0)
         holder["base"] = {n: p.detach().clone() for n, p in model.named_parameters()}
         holder["base_version"] = holder["engine"].version
     engine = holder["engine"]

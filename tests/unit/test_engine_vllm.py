@@ -65,3 +65,16 @@ def test_the_config_selects_vllm_and_describes_its_settings():
         assert field.description, f"inference.vllm.{name} has no description"
     with pytest.raises(ValueError, match="on_update"):
         RunConfig.model_validate({"inference": {"on_update": "sometimes"}})
+
+
+def test_a_vllm_worker_on_a_cuda_pool_asks_ray_for_its_tensor_parallel_gpus():
+    from rollart.inference.worker import gpus_per_worker
+
+    from rollart.config import default_pools
+
+    pools = {"pools": {**{n: p.model_dump() for n, p in default_pools().items()},
+                       "gen_decode": {"kind": "gpu", "device": "cuda"}}}
+    vllm = RunConfig.model_validate({**pools, "inference": {"engine": "vllm", "vllm": {"tensor_parallel_size": 4}}})
+    assert gpus_per_worker(vllm, "gen_decode") == 4.0 and gpus_per_worker(vllm, "gen_prefill") is None
+    builtin = RunConfig.model_validate(pools)
+    assert gpus_per_worker(builtin, "gen_decode") is None  # the placement default: one GPU
