@@ -57,10 +57,12 @@ test: install
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -ra tests
 
-# Both engines' contract tests and the engine unit tests under .venv-vllm (transformers < 5.20 there);
-# a missing vllm fails here instead of skipping.
+# In .venv-vllm (transformers < 5.20 there): the engine contract tests for both engines, the inference
+# worker serving vLLM (its built-in-engine cases already ran in `make test`), the engine unit tests. A
+# missing vllm fails here instead of skipping.
 test-vllm: install-vllm
-	ROLLART_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -ra tests/contracts/test_engine_contract.py \
+	ROLLART_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -ra -k "not builtin" \
+		tests/contracts/test_engine_contract.py tests/integration/test_inference_worker.py \
 		tests/unit/test_engine_hf.py tests/unit/test_engine_vllm.py
 
 clean:

@@ -81,8 +81,12 @@ def _run_generate(model, work: Workload) -> None:
 
 
 def _run_engine(model, tokenizer, work: Workload) -> None:
-    """The engine over `work`, all queued at once, BATCH rows in flight."""
-    engine = HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=0)
+    """The built-in engine over `work`, all queued at once, BATCH rows in flight."""
+    drive(HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=0), work)
+
+
+def drive(engine, work: Workload) -> None:
+    """Any `InferenceEngine` over `work`, all queued at once; checks every asked-for token came out."""
     for i, (prompt, n) in enumerate(work):
         engine.add(GenerationRequest(f"r{i}", f"t{i}", "bench", prompt,
                                      SamplingParams(temperature=0.0, max_new_tokens=n, ignore_eos=True)))
@@ -90,7 +94,7 @@ def _run_engine(model, tokenizer, work: Workload) -> None:
     while engine.has_work():
         done += sum(len(r.token_ids) for r in engine.step())
     if done != sum(n for _, n in work):
-        raise RuntimeError(f"engine produced {done} tokens, {sum(n for _, n in work)} were asked for")
+        raise RuntimeError(f"{type(engine).__name__} produced {done} tokens, {sum(n for _, n in work)} were asked for")
 
 
 def _compare(name: str, model, tokenizer, work: Workload, rounds: int, rows: list[dict[str, Any]]) -> float:

@@ -39,6 +39,7 @@ from rollart.bench.engine import (
     _spread_lengths,
     _timed,
     _worker_peak_rss,
+    drive,
 )
 from rollart.config import ModelConfig
 from rollart.models import load_model, load_tokenizer, resolve_model_path
@@ -47,17 +48,6 @@ from rollart.types import GenerationRequest, SamplingParams
 FULL = dict(rounds=3, uniform=48, mixed=(6, 48), mixed_requests=64, convs=8, turns=8, worker_requests=32)
 QUICK = dict(rounds=1, uniform=48, mixed=(6, 48), mixed_requests=32, convs=4, turns=4, worker_requests=8)
 SYSTEMS = ("generate", "hf", "vllm")
-
-
-def _run_engine(engine, work) -> None:
-    for i, (prompt, n) in enumerate(work):
-        engine.add(GenerationRequest(f"r{i}", f"t{i}", "bench", prompt,
-                                     SamplingParams(temperature=0.0, max_new_tokens=n, ignore_eos=True)))
-    done = 0
-    while engine.has_work():
-        done += sum(len(r.token_ids) for r in engine.step())
-    if done != sum(n for _, n in work):
-        raise RuntimeError(f"{type(engine).__name__} produced {done} tokens, {sum(n for _, n in work)} were asked for")
 
 
 def run(quick: bool) -> BenchResult:
@@ -100,8 +90,8 @@ def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import
     def systems(work):
         return {
             "generate": lambda: _run_generate(model, work),
-            "hf": lambda: _run_engine(fresh_hf(), work),
-            "vllm": lambda: (vllm_engine.reset_prefix_cache(), _run_engine(vllm_engine, work)),
+            "hf": lambda: drive(fresh_hf(), work),
+            "vllm": lambda: (vllm_engine.reset_prefix_cache(), drive(vllm_engine, work)),
         }
 
     warm = [(p, 8) for p in _prompts(4, 8, 16, vocab, seed=1)]

@@ -182,7 +182,7 @@ class VLLMEngine:
         self._suspended = False
         self._counters = dict.fromkeys(
             ("steps", "tokens_generated", "prompt_tokens", "prefill_tokens", "requests_finished", "requests_aborted",
-             "weight_updates", "swap_s_total", "recompute_requests"),
+             "weight_updates", "swap_s_total", "recompute_tokens"),
             0.0,
         )
 
@@ -250,7 +250,8 @@ class VLLMEngine:
         if self.on_update == "recompute":
             # Preempts every running request (their KV is freed; vLLM re-prefills prompt + output so far) and
             # empties the prefix cache. vLLM raises if it cannot.
-            self._counters["recompute_requests"] += len(self._running)
+            self._counters["recompute_tokens"] += sum(len(g.request.prompt_token_ids) + len(g.tokens)
+                                                      for g in self._running.values())
             self._engine.reset_prefix_cache(reset_running_requests=True)
         elif not self._running:
             self._engine.reset_prefix_cache()  # free the old version's blocks now (salts keep them unused anyway)

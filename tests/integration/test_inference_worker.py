@@ -1,7 +1,10 @@
-"""InferenceWorker as a Ray actor: non-blocking ADD/ABORT, weight prefetch and swap, stats."""
+"""InferenceWorker as a Ray actor, serving the built-in engine and vLLM alike: non-blocking ADD/ABORT,
+weight prefetch and swap, stats."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 
 import pytest
@@ -47,8 +50,13 @@ def long_request(rid, traj, n=3000, prompt=(11, 12, 13, 14, 15)):
 
 
 
-@pytest.fixture(scope="module")
-def worker(ray_local, tiny_model_path):
+@pytest.fixture(scope="module", params=["builtin", "vllm"])
+def worker(request, ray_local, tiny_model_path):
+    """The same worker serving either engine (vllm: skipped where it is not installed, see make test-vllm)."""
+    if request.param == "vllm" and importlib.util.find_spec("vllm") is None:
+        if os.environ.get("ROLLART_REQUIRE_VLLM") == "1":
+            pytest.fail("ROLLART_REQUIRE_VLLM=1 but vLLM is not installed in this Python (make install-vllm)")
+        pytest.skip("vLLM is not installed in this venv; `make test-vllm` runs these cases in .venv-vllm")
     ray = ray_local
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     from rollart.inference.worker import InferenceWorker
@@ -57,7 +65,7 @@ def worker(ray_local, tiny_model_path):
     handle = (
         ray.remote(InferenceWorker)
         .options(num_cpus=0, resources={"pool_gen_decode": 0.5})
-        .remote(worker_config(tiny_model_path), "gen_decode", 0, subscriber)
+        .remote(worker_config(tiny_model_path, engine=request.param), "gen_decode", 0, subscriber)
     )
     assert ray.get(handle.ready.remote(), timeout=120) == "inference/gen_decode/0"
     yield handle
