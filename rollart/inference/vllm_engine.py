@@ -37,10 +37,12 @@ How the contract is met:
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -49,8 +51,10 @@ from rollart.inference.generation import Generation, check_newer, check_on_updat
 from rollart.inference.sampling import MAX_SEED
 from rollart.types import FinishReason, GenerationRequest, GenerationResult
 
+log = logging.getLogger(__name__)
+
 EXTENSION = "rollart.inference.vllm_worker.WeightSwapExtension"
-_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 def engine_args(
@@ -119,6 +123,13 @@ def _import_vllm() -> Any:
     return vllm
 
 
+@dataclass(kw_only=True)
+class _Request(Generation):
+    """A request's output so far, with the vLLM `SamplingParams` built (and checked) when it was added."""
+
+    params: Any
+
+
 class VLLMEngine:
     """The `InferenceEngine` on vLLM; see the module docstring."""
 
@@ -175,9 +186,9 @@ class VLLMEngine:
         self._transfer_bytes = max(1, int(transfer_bucket_mb * 2**20))
         self._version = int(version)
         self._seeds = random.Random(seed)
-        self._waiting: deque[Generation] = deque()
-        self._running: dict[str, Generation] = {}  # in vLLM
-        self._live: dict[str, Generation] = {}
+        self._waiting: deque[_Request] = deque()
+        self._running: dict[str, _Request] = {}  # in vLLM
+        self._live: dict[str, _Request] = {}
         self._aborts: list[str] = []
         self._suspended = False
         self._counters = dict.fromkeys(
@@ -194,7 +205,7 @@ class VLLMEngine:
 
     def add(self, request: GenerationRequest) -> None:
         check_request(request, self.vocab_size, self.max_context, self.can_decode, self._live)
-        gen = Generation(request=request)
+        gen = _Request(request=request, params=self._sampling_params(request))  # vLLM's checks raise here
         self._live[request.request_id] = gen
         self._waiting.append(gen)
 
@@ -230,7 +241,11 @@ class VLLMEngine:
                 gen.append(token, logprobs[i][token].logprob, self._version)
             self._counters["tokens_generated"] += len(completion.token_ids)
             if out.finished:
-                reason: FinishReason = _FINISH.get(completion.finish_reason or "stop", "stop")
+                reason = _FINISH.get(completion.finish_reason or "stop")
+                if reason is None:  # vLLM ended it for another reason (an error): its tokens stand, it is aborted
+                    log.warning("%s: vLLM finished request %r with reason %r; returned as aborted",
+                                self.worker, out.request_id, completion.finish_reason)
+                    reason = "abort"
                 done.append(self._finish(gen, reason))
         return done
 
@@ -280,14 +295,12 @@ class VLLMEngine:
 
     # --- helpers ---------------------------------------------------------------------------------------
 
-    def _submit(self, gen: Generation) -> None:
-        """Hand one request to vLLM, salted with the version now served (see the module docstring)."""
-        request = gen.request
+    def _sampling_params(self, request: GenerationRequest) -> Any:
         sp = request.sampling
         seed = None
         if sp.temperature > 0:
             seed = sp.seed if sp.seed is not None else self._seeds.getrandbits(63) % (MAX_SEED + 1)
-        params = self._vllm.SamplingParams(
+        return self._vllm.SamplingParams(
             n=1,
             temperature=sp.temperature,
             top_p=sp.top_p,
@@ -303,8 +316,12 @@ class VLLMEngine:
             skip_special_tokens=False,
             output_kind=self._delta,
         )
+
+    def _submit(self, gen: _Request) -> None:
+        """Hand one request to vLLM, salted with the version now served (see the module docstring)."""
+        request = gen.request
         prompt = {"prompt_token_ids": list(request.prompt_token_ids), "cache_salt": f"rollart-v{self._version}"}
-        self._engine.add_request(request.request_id, prompt, params)
+        self._engine.add_request(request.request_id, prompt, gen.params)
         self._running[request.request_id] = gen
         self._counters["prompt_tokens"] += len(request.prompt_token_ids)
 
@@ -319,7 +336,7 @@ class VLLMEngine:
         self._counters["requests_aborted"] += len(ids)
         return [self._finish(self._live[rid], "abort") for rid in ids if rid in self._live]
 
-    def _finish(self, gen: Generation, reason: FinishReason) -> GenerationResult:
+    def _finish(self, gen: _Request, reason: FinishReason) -> GenerationResult:
         rid = gen.request.request_id
         self._running.pop(rid, None)
         self._live.pop(rid, None)
