@@ -54,6 +54,7 @@ from rollart.types import FinishReason, GenerationRequest, GenerationResult
 log = logging.getLogger(__name__)
 
 EXTENSION = "rollart.inference.vllm_worker.WeightSwapExtension"
+_MIN_STEP_TOKENS = 2048  # vLLM's default step budget on CPU
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
@@ -97,6 +98,12 @@ def engine_args(
         disable_log_stats=True,
         gpu_memory_utilization=gpu_memory_utilization,
     )
+    if not on_cuda:
+        # vLLM 0.32 on CPU crashes ("CPU Generator does not use offset") when a seeded request's prefill is
+        # split across steps: it rewinds the request's generator, which CPU generators cannot do. Whole
+        # prefills avoid it; the step budget must then hold the longest context.
+        args["enable_chunked_prefill"] = False
+        args["max_num_batched_tokens"] = max(max_model_len or _checkpoint_context(model_path), _MIN_STEP_TOKENS)
     if kv_cache_mb > 0:
         args["kv_cache_memory_bytes"] = int(kv_cache_mb * 2**20)
     if max_model_len > 0:
@@ -106,12 +113,25 @@ def engine_args(
     return args
 
 
+def _checkpoint_context(model_path: str | Path) -> int:
+    """The checkpoint's `max_position_embeddings` (0 if its config.json does not say)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return int(config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings") or 0)
+
+
 def _import_vllm() -> Any:
     """Import vLLM with the settings this engine relies on (set before vLLM reads them)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # without it every CPU op costs ~6 ms
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # workers of one engine talk over loopback only
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's INFO lines would drown the run's log
+    # vLLM's INFO and WARNING lines (per weight reload, per startup) would drown the run's log; set
+    # VLLM_LOGGING_LEVEL=WARNING (or INFO) to see them.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import vllm
     except ImportError as exc:
