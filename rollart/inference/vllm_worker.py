@@ -13,7 +13,8 @@ the embedding and leaves the packed copy stale, so the logits would silently com
 is prepacked).
 
 Guarantee: staged tensors are applied all at once and then dropped; `rollart_discard_staged` drops them
-without applying (an update that failed half-way leaves the served weights as they were).
+without applying, so an update that fails while its buckets travel leaves the served weights as they were
+(the engine checks every name and shape before the first bucket leaves).
 """
 
 from __future__ import annotations
