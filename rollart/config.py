@@ -169,8 +169,8 @@ class VLLMConfig(Section):
     )
     max_model_len: int = Field(0, ge=0, description="longest context (prompt + output); 0 = the model's")
     block_size: int = Field(
-        0, ge=0, description="tokens per KV block, the granularity of prefix reuse; 0 = vLLM's default (128 on "
-        "CPU, 16 on CUDA). On CPU a multiple of 32"
+        32, ge=0, description="tokens per KV block, the granularity of prefix reuse (a turn reuses whole blocks "
+        "only); 0 = vLLM's default (128 on CPU, 16 on CUDA). On CPU a multiple of 32"
     )
     enforce_eager: bool | None = Field(
         None, description="no CUDA graphs; None = eager on CPU (required there), graphs on CUDA"

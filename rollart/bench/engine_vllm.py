@@ -14,7 +14,8 @@ and transformers. Out: a `BenchResult` with, per case, each system's tokens/s an
 - memory, reported apart: the peak RSS of one `InferenceWorker` actor serving the same load with each
   engine (its own process, so the figures do not mix).
 
-Method: the built-in tiny model (fp32, head_dim 32, which vLLM's CPU attention supports), greedy, no EOS
+Method: the built-in tiny model (fp32, head_dim 32, which vLLM's CPU attention supports), vLLM with the
+`inference.vllm` defaults (64 MB of KV cache, 32-token blocks), greedy, no EOS
 stop, one torch thread everywhere (vLLM with OMP_NUM_THREADS=1). One vLLM engine serves every round; its
 prefix cache is emptied between rounds so no round reuses another's prompts. Rounds rotate which system
 goes first; each figure is the median over rounds.
@@ -41,7 +42,7 @@ from rollart.bench.engine import (
     _worker_peak_rss,
     drive,
 )
-from rollart.config import ModelConfig
+from rollart.config import ModelConfig, VLLMConfig
 from rollart.models import load_model, load_tokenizer, resolve_model_path
 from rollart.types import GenerationRequest, SamplingParams
 
@@ -67,7 +68,9 @@ def run(quick: bool) -> BenchResult:
     from rollart.inference.vllm_engine import VLLMEngine
 
     vllm_import = time.perf_counter() - start
-    vllm_engine = VLLMEngine(path, max_batch_size=BATCH, kv_cache_mb=64, seed=0)
+    defaults = VLLMConfig()  # what a run gets
+    vllm_engine = VLLMEngine(path, max_batch_size=BATCH, kv_cache_mb=defaults.kv_cache_mb,
+                             block_size=defaults.block_size, seed=0)
     try:
         return _measure(size, model, tokenizer, vllm_engine, hf_startup, vllm_import)
     finally:
