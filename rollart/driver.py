@@ -1,26 +1,39 @@
-"""The driver: the six steps of DESIGN.md §2 in one loop, for every mode.
+"""The driver: the RL loop of rollart — the paper's six steps, one loop for every mode.
 
-Sync, one-off and async are values, not forks: `rollout.alpha` bounds staleness (batch `step` trains at
-version base + step on trajectories begun at ≥ version − α), and `rollout.barrier=batch` makes rollout and
-training alternate (no overlap). With α = 0 the previous train step and its weight sync must land before a
-batch can fill, which is exactly the synchronous loop.
+Rollout never stops: the control plane keeps environments generating in the background and fills a
+buffer with scored GRPO groups. Each RL step of `_RLLoop.run` then does, by name:
 
-    1 get_batch → 2 suspend → 3 update → 4 resume (→ 5 engines re-prefill in-flight requests)
-    → 6 train_step, overlapping the rollout that goes on.
+    1    get_batch              take the next batch from the buffer (waits while rollout fills it)
+    2–5  serve_latest_weights   suspend admission to the engines, swap every engine to the trainer's newest
+                                weights, resume (5: each engine re-prefills the requests it had in flight)
+    6    start_train_step       train on the batch in the background and go straight back to step 1:
+                                HERE rollout and training overlap
+
+`await_training` waits for the train step in the background; it must land before the next one starts
+and before the weights it makes can be served (`land_train_step` does both).
+
+Sync, one-off and async are values, not forks. `rollout.alpha` (α) bounds staleness: the batch of RL
+step k trains at policy version v_k and holds only trajectories begun at version ≥ v_k − α (the α gate in
+`run`). With α = 0 the train step in flight and its weight sync must land before a batch can fill —
+exactly the synchronous loop. `rollout.barrier=batch` stops admitting new trajectories from the moment a
+batch is taken until its train step has landed and its weights are served.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollart.config import RunConfig
 from rollart.config_loader import ConfigError
+from rollart.control import RolloutScheduler
 from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
-from rollart.system import System, build_system
+from rollart.system import DRIVER_LANE, System, build_system
+from rollart.types import RunState, Span, TimedMetrics, Trajectory
 
 
 def evaluate(cfg: RunConfig) -> dict[str, float]:
@@ -28,7 +41,7 @@ def evaluate(cfg: RunConfig) -> dict[str, float]:
 
     async def run() -> dict[str, float]:
         with Runtime(cfg) as runtime:
-            system = build_system(cfg, runtime, train=False)
+            system = build_system(cfg, runtime, with_trainer=False)
             try:
                 return await system.evaluate("eval")
             finally:
@@ -39,7 +52,7 @@ def evaluate(cfg: RunConfig) -> dict[str, float]:
 
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Run a whole training job (blocking); returns the run summary (also in RUN_DIR/summary.json)."""
-    return asyncio.run(_train(cfg))
+    return asyncio.run(_run_training_job(cfg))
 
 
 def check_run_dir(cfg: RunConfig) -> None:
@@ -52,65 +65,111 @@ def check_run_dir(cfg: RunConfig) -> None:
         )
 
 
-async def _train(cfg: RunConfig) -> dict[str, Any]:
+async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:
     check_run_dir(cfg)  # before anything starts
     started_at = time.time()
     with Runtime(cfg) as runtime:
         system = build_system(cfg, runtime)
         workers = [n for c in system.inference.values() for n in c.names] + system.trainer.names
-        rec = RunRecorder(cfg, resume_step=system.resume_step or None, workers=workers, started_at=started_at)
+        recorder = RunRecorder(cfg, resume_step=system.resumed.step or None, workers=workers,
+                               started_at=started_at)
         try:
-            return await _loop(cfg, system, rec)
+            return await _RLLoop(cfg, system, recorder).run()
         finally:
             await system.close()
-            rec.close()
+            recorder.close()
 
 
-async def _loop(cfg: RunConfig, system: System, rec: RunRecorder) -> dict[str, Any]:
-    start, alpha, overlap = system.resume_step, cfg.rollout.alpha, cfg.rollout.barrier != "batch"
-    if start == 0:
-        system.warm_start(rec.warm_start)
-    await system.sync_weights(system.trainer.version)
-    base = system.trainer.version - start  # RL step k trains at version base + k
-    rec.eval_first = system.trainer.extra_state.get("eval_first")
-    if rec.eval_first is None:
-        rec.evaluation(start, await system.evaluate("first"))
-        rec.eval_first = rec.evals[start]
-    prior = rec.eval_first
-    sched = system.start_rollout(cfg.train.steps - start)
-    training: tuple[int, asyncio.Task] | None = None
+@dataclass
+class _TrainStepInFlight:
+    """The train step running in the background: the RL step it trains, and the task that returns it."""
 
-    async def finish() -> None:  # wait for the running train step, record it, serve its weights
-        nonlocal training
-        if training:
-            rec.trained(training[0], await training[1])
-            training = None
-        rec.add(await system.sync_weights(system.trainer.version), span="weights.sync")
+    step: int
+    task: asyncio.Task[TimedMetrics]
 
-    for step in range(start, cfg.train.steps):
-        version = base + step
-        checkpoint_due = step > start and step % cfg.train.checkpoint_every == 0
-        if checkpoint_due or system.served_version < version - alpha:
-            await finish()
-        if checkpoint_due:  # in a thread: rollout callbacks keep running while it writes
-            state = {"step": step, "scheduler": sched.state_dict(), "eval_first": prior}
-            await asyncio.to_thread(system.trainer.save_checkpoint, state)
-        waited = time.time()
-        batch = await sched.get_batch(version)                                    # 1
-        rec.add({"time/get_batch_wait": time.time() - waited, "_span": (waited, time.time())},
-                span="get_batch.wait")
-        if not overlap:
-            sched.pause_admission()
-        await finish()                                                            # 2–5
-        if step > start and step % cfg.eval.every == 0:
-            rec.evaluation(step, await system.evaluate(f"step{step}"))
-        training = (step, asyncio.create_task(system.train(batch, version)))      # 6
-        if not overlap:
-            await finish()
-            sched.resume_admission()
-        rec.step(step, batch, version, {**sched.metrics(), **system.reward.metrics(), **system.resources.metrics()})
-    await finish()
-    rec.evaluation(cfg.train.steps, await system.evaluate("last"))
-    state = {"step": cfg.train.steps, "scheduler": sched.state_dict(), "eval_first": prior}
-    await asyncio.to_thread(system.trainer.save_checkpoint, state)
-    return rec.flush()
+
+class _RLLoop:
+    """The RL steps of one training job (resumed or fresh), from its first step to its last checkpoint."""
+
+    def __init__(self, cfg: RunConfig, system: System, recorder: RunRecorder) -> None:
+        self.cfg, self.system, self.recorder = cfg, system, recorder
+        self.scheduler: RolloutScheduler | None = None  # started once the first evaluation is done
+        self.training: _TrainStepInFlight | None = None
+
+    async def run(self) -> dict[str, Any]:
+        cfg, system, recorder = self.cfg, self.system, self.recorder
+        first_step, steps = system.resumed.step, cfg.train.steps
+        alpha, overlap = cfg.rollout.alpha, cfg.rollout.barrier != "batch"
+        if first_step == 0:
+            system.warm_start(recorder.warm_start)
+        await system.sync_weights(system.trainer.version)  # start-up, not a step's phase: not recorded
+        first_version = system.trainer.version  # the policy version step `first_step` trains
+        recorder.eval_first = system.resumed.eval_first
+        if recorder.eval_first is None:
+            recorder.eval_first = await self.evaluate(first_step, "first")
+        self.scheduler = scheduler = system.start_rollout(steps - first_step)
+
+        for step in range(first_step, steps):
+            version = first_version + (step - first_step)  # the policy version this step trains
+            checkpoint_due = step > first_step and step % cfg.train.checkpoint_every == 0
+            # The α gate. This step's batch may hold only trajectories begun at version ≥ version − α. If the
+            # engines serve an older version than that, nothing they start now can ever join it, and
+            # get_batch would wait in vain: the train step in flight must land and its weights be served
+            # first. With α = 0 that is every step (the synchronous loop); with α ≥ 1 never, since step 2–5
+            # below keeps the engines at most one version behind the trainer.
+            if checkpoint_due or system.served_version < version - alpha:
+                await self.land_train_step()
+            if checkpoint_due:  # after landing: the checkpoint holds every step before `step`
+                await system.save_checkpoint(RunState(step, scheduler.state_dict(), recorder.eval_first))
+            batch = await self.get_batch(version)                         # 1
+            if not overlap:
+                scheduler.pause_admission()
+            await self.land_train_step()                                  # 2–5 (one train step at a time)
+            if step > first_step and step % cfg.eval.every == 0:
+                await self.evaluate(step, f"step{step}")
+            self.start_train_step(step, batch, version)                   # 6, overlapping the next batch's rollout
+            if not overlap:
+                await self.land_train_step()
+                scheduler.resume_admission()
+            recorder.step(step, batch, version,
+                          {**scheduler.metrics(), **system.reward.metrics(), **system.resources.metrics()})
+
+        await self.land_train_step()
+        await self.evaluate(steps, "last")
+        await system.save_checkpoint(RunState(steps, scheduler.state_dict(), recorder.eval_first))
+        return recorder.flush()
+
+    # --- the named steps -----------------------------------------------------------------------------
+    async def get_batch(self, version: int) -> list[Trajectory]:
+        """Step 1: the batch that trains `version` (stale work is cancelled as it is taken)."""
+        waited_from = time.time()
+        batch = await self.scheduler.get_batch(version)
+        waited_to = time.time()
+        self.recorder.phase(TimedMetrics({"time/get_batch_wait": waited_to - waited_from},
+                                         Span("get_batch.wait", waited_from, waited_to, DRIVER_LANE)))
+        return batch
+
+    async def serve_latest_weights(self) -> None:
+        """Steps 2–5: every engine serves the trainer's newest version (a no-op if it does already)."""
+        self.recorder.phase(await self.system.sync_weights(self.system.trainer.version))
+
+    def start_train_step(self, step: int, batch: list[Trajectory], version: int) -> None:
+        """Step 6: train on `batch` at `version` in the background; the loop goes on at once."""
+        self.training = _TrainStepInFlight(step, asyncio.create_task(self.system.train_step(batch, version)))
+
+    async def await_training(self) -> None:
+        """Wait for the train step in flight, if any, and record it."""
+        if self.training is not None:
+            training, self.training = self.training, None
+            self.recorder.train_step_done(training.step, await training.task)
+
+    async def land_train_step(self) -> None:
+        """Wait for the train step in flight, then serve the weights it made."""
+        await self.await_training()
+        await self.serve_latest_weights()
+
+    async def evaluate(self, step: int, tag: str) -> dict[str, float]:
+        """Validation scores at the served weights, recorded after `step` RL steps."""
+        scores = await self.system.evaluate(tag)
+        self.recorder.evaluation(step, scores)
+        return scores

@@ -1,7 +1,7 @@
 """RunRecorder: what a training run leaves behind and shows while it runs.
 
-In: from the driver, per step the trained batch, the driver's phase spans and plane metrics; evaluation
-scores; warm-start progress. Out (the run directory contract of `rollart.observability.RunPaths`):
+In: from the driver, per step the trained batch, its phases' `TimedMetrics` (metrics and timeline span)
+and plane metrics; evaluation scores; warm-start progress. Out (the run directory contract of `rollart.observability.RunPaths`):
 config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured), timeline.json (Chrome trace),
 summary.json, report/index.html; and live progress on the terminal (rich, plain or quiet).
 
@@ -27,7 +27,7 @@ from rollart.observability import (
     utilisation_metrics,
     write_summary,
 )
-from rollart.types import Span, Trajectory
+from rollart.types import TimedMetrics, Trajectory
 
 log = logging.getLogger("rollart")
 
@@ -47,33 +47,30 @@ class RunRecorder:
         self.evals: dict[int, dict[str, float]] = {}
         self.eval_first: dict[str, float] | None = None  # before a resume: from the checkpoint
         self.steps_done = 0
-        self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record
+        self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record (summed)
         self._step_start = self.t0
         self._closed = False
 
-    def _span(self, metrics: Mapping[str, Any], name: str, worker: str) -> None:
-        """A `_span` (start, end) entry of `metrics` becomes a timeline span."""
-        start, end = metrics.get("_span", (0.0, 0.0))
-        if end > start:
-            self.timeline.add_span(Span(name, start, end, worker))
+    def _add_span(self, phase: TimedMetrics) -> None:
+        if phase.span is not None and phase.span.end > phase.span.start:
+            self.timeline.add_span(phase.span)
 
-    def add(self, metrics: Mapping[str, Any], span: str) -> None:
-        """Phase metrics for the next step record; their `_span` becomes a driver span named `span`."""
-        self._span(metrics, span, "control/driver/0")
-        for key, value in metrics.items():
-            if not key.startswith("_"):
-                self._pending[key] = self._pending.get(key, 0.0) + float(value)
+    def phase(self, phase: TimedMetrics) -> None:
+        """A driver phase (weight sync, batch wait): its span goes on the timeline, its metrics into the
+        next step record (summed over the phases since the last one)."""
+        self._add_span(phase)
+        for key, value in phase.metrics.items():
+            self._pending[key] = self._pending.get(key, 0.0) + float(value)
 
     def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
         if step == 0 or (step + 1) % 10 == 0 or step + 1 == total:
             log.info("warm start %d/%d: sft loss %.3f", step + 1, total, metrics.get("sft/loss", float("nan")))
 
-    def trained(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Metrics of the train step that consumed batch `step` (it finishes while later batches roll out)."""
-        self._span(metrics, "train", "trainer/train/0")
+    def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
+        """The train step on batch `step` (it finishes while later batches roll out)."""
+        self._add_span(train_step)
         # trainer stats come namespaced (train/, time/, weights/); a bare name belongs under train/
-        self.logger.log(step, {(k if "/" in k else f"train/{k}"): float(v) for k, v in metrics.items()
-                               if not k.startswith("_")})
+        self.logger.log(step, {(k if "/" in k else f"train/{k}"): float(v) for k, v in train_step.metrics.items()})
 
     def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
         now = time.time()

@@ -2,8 +2,10 @@
 
 In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: a `System` holding the weight
 store, the trainer group, one inference cluster per generation pool behind the LLM proxy, the env worker
-pool, the reward router and the control plane; plus the few operations the driver's loop is made of:
-`sync_weights` (steps 2–5), `train` (step 6, in a thread so rollout goes on), `evaluate`, `warm_start`.
+pool, the reward router, the control plane and the `RunState` a resumed run continues from; plus the few
+operations the driver's loop is made of: `sync_weights` (steps 2–5), `train_step` (step 6, in a thread so
+rollout goes on), `evaluate`, `warm_start`, `save_checkpoint`. The phases the driver times return
+`TimedMetrics` (metrics and their timeline span).
 
 Only this module (with `driver.py`) imports more than one plane; planes meet here through the protocols of
 `rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
@@ -38,11 +40,15 @@ from rollart.models import resolve_model_path
 from rollart.resources import Cluster, Resources, Runtime
 from rollart.reward.router import RewardRouter
 from rollart.trainer import TrainerGroup, latest_checkpoint
-from rollart.types import Task, Trajectory
+from rollart.types import RunState, Span, Task, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
 
 log = logging.getLogger("rollart")
 T = TypeVar("T")
+
+# timeline lanes of the driver's own phases
+DRIVER_LANE = "control/driver/0"
+TRAINER_LANE = "trainer/train/0"
 
 
 async def _bounded(awaitable: Awaitable[T], timeout_s: float, what: str) -> T:
@@ -64,13 +70,10 @@ class System:
     envs: EnvPool
     reward: RewardRouter
     gate: TurnGateClient | None
+    resumed: RunState = field(default_factory=RunState)  # from the checkpoint resumed (fresh run: step 0)
     scheduler: RolloutScheduler | None = None
     served_version: int = 0
     _stack: ExitStack = field(default_factory=ExitStack)
-
-    @property
-    def resume_step(self) -> int:
-        return int(self.trainer.extra_state.get("step", 0)) if self.trainer else 0
 
     def start_rollout(self, steps_left: int) -> RolloutScheduler:
         """Create and start the control plane: batches from the trainer's current version on."""
@@ -85,15 +88,16 @@ class System:
             * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
         )
         self.scheduler.set_inference_version(self.served_version)
-        if "scheduler" in self.trainer.extra_state:
-            self.scheduler.load_state_dict(self.trainer.extra_state["scheduler"])
+        if self.resumed.scheduler is not None:
+            self.scheduler.load_state_dict(self.resumed.scheduler)
         self.scheduler.start()
         return self.scheduler
 
     # --- steps 2–5: suspend, update, resume (in-flight requests are re-prefilled by the engines) ------
-    async def sync_weights(self, version: int) -> dict[str, float]:
+    async def sync_weights(self, version: int) -> TimedMetrics:
+        """Serve `version` on every engine (nothing to do, and no span, when it is served already)."""
         if version <= self.served_version:
-            return {}
+            return TimedMetrics({})
         timeout = self.cfg.inference.request_timeout_s
         start = time.perf_counter()
         await _bounded(self.proxy.suspend.remote(), timeout, "LLMProxy.suspend")
@@ -103,19 +107,26 @@ class System:
         finally:
             await _bounded(self.proxy.resume.remote(), timeout, "LLMProxy.resume")
         exposed = time.perf_counter() - start
-        span = (time.time() - exposed, time.time())
+        end = time.time()
         self.served_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
         pulls = [t.get("pull_s", 0.0) for t in timings.values()]
-        return {"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0), "_span": span}
+        return TimedMetrics({"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0)},
+                            Span("weights.sync", end - exposed, end, DRIVER_LANE))
 
-    # --- step 6: train while rollout goes on ----------------------------------------------------------
-    async def train(self, trajectories: list[Trajectory], version: int) -> dict[str, float]:
+    # --- step 6: one train step, while rollout goes on ------------------------------------------------
+    async def train_step(self, trajectories: list[Trajectory], version: int) -> TimedMetrics:
+        """One optimizer step of the trainer on these trajectories, at policy `version` (it publishes
+        version + 1); in a thread, so the event loop (and with it the rollout) goes on."""
         batch = build_train_batch(trajectories, version, self.cfg.train)
         start = time.time()
         metrics = await asyncio.to_thread(self.trainer.train_step, batch)
-        return {**metrics, "_span": (start, time.time())}
+        return TimedMetrics(metrics, Span("train", start, time.time(), TRAINER_LANE))
+
+    async def save_checkpoint(self, state: RunState) -> None:
+        """The trainer's checkpoint with `state` in it; in a thread, so rollout callbacks keep running."""
+        await asyncio.to_thread(self.trainer.save_checkpoint, state.to_checkpoint())
 
     # --- supervised warm start on expert demonstrations ----------------------------------------------
     def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
@@ -164,15 +175,15 @@ class System:
         self._stack.close()
 
 
-def build_system(cfg: RunConfig, runtime: Runtime, *, train: bool = True) -> System:
-    """Place and connect every plane (`train=False`: no trainer or weight store — for evaluating
+def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True) -> System:
+    """Place and connect every plane (`with_trainer=False`: no trainer or weight store — for evaluating
     `model.path`). On any failure, what was started is stopped before re-raising."""
     res = runtime.resources
     stack = ExitStack()
     try:
         model_path = resolve_model_path(cfg.model, cfg.seed)
         store = trainer = None
-        if train:
+        if with_trainer:
             store = WeightStore(cfg.weights)
             stack.callback(store.close)
             checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
@@ -202,7 +213,9 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, train: bool = True) -> Sys
         stack.callback(envs.shutdown)
         reward = RewardRouter(cfg).start()
         stack.callback(reward.stop)
-        return System(cfg, res, model_path, store, trainer, inference, proxy, envs, reward, gate, _stack=stack)
+        resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
+        return System(cfg, res, model_path, store, trainer, inference, proxy, envs, reward, gate, resumed,
+                      _stack=stack)
     except BaseException:
         stack.close()
         raise

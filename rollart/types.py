@@ -255,6 +255,44 @@ class TrainBatch:
 
 
 @dataclass(frozen=True)
+class TimedMetrics:
+    """What one of the driver's phases (a weight sync, a train step, the wait for a batch) reports: its
+    metrics (`<namespace>/<name>` keys) and the span it took on the run's timeline — None when the phase
+    had nothing to do (e.g. a weight sync when the engines already serve the newest version)."""
+
+    metrics: Mapping[str, float]
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where an RL run stands: what a checkpoint carries for the driver, beside the trainer's own state.
+
+    `step`: RL steps done (the next step to run; 0 for a fresh run). `scheduler`: the control plane's
+    `state_dict()`, so a resumed run admits the same groups in the same order (None: start afresh).
+    `eval_first`: the scores of the run's first evaluation, the baseline every summary compares with (None
+    until it has run). The trainer stores it opaquely in the checkpoint's `extra_state`, as the plain dict
+    of `to_checkpoint`; `from_checkpoint` is the one place that dict is read.
+    """
+
+    step: int = 0
+    scheduler: Mapping[str, Any] | None = None
+    eval_first: Mapping[str, float] | None = None
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {"step": self.step, "scheduler": self.scheduler, "eval_first": self.eval_first}
+
+    @classmethod
+    def from_checkpoint(cls, extra_state: Mapping[str, Any]) -> RunState:
+        """The run state in a checkpoint's `extra_state` (a fresh run's when it holds none)."""
+        return cls(
+            step=int(extra_state.get("step", 0)),
+            scheduler=extra_state.get("scheduler"),
+            eval_first=extra_state.get("eval_first"),
+        )
+
+
+@dataclass(frozen=True)
 class Affinity:
     """Where a worker wants to run: a preferred pool and compatible fallbacks, in order."""
 

@@ -81,7 +81,7 @@ def run(quick: bool) -> BenchResult:
         with tempfile.TemporaryDirectory(prefix="rollart-bench-rollout-") as run_dir:
             cfg = bench_config(mean_s, turns, batch, run_dir)
             with Runtime(cfg) as runtime:
-                system = build_system(cfg, runtime, train=False)
+                system = build_system(cfg, runtime, with_trainer=False)
                 try:
                     rows += [{"batch": batch, "turns": turns, **r} for r in asyncio.run(_measure(system, batches))]
                 finally:

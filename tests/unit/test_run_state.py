@@ -1,0 +1,87 @@
+"""RunState, what a checkpoint carries for the driver: it survives the trainer's checkpoint file, and a
+scheduler resumed from it re-admits the groups that were never trained, then draws on as the first would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+from control_fakes import FakeRunner, FakeScorer
+from test_control_scheduler import DOMAINS, rollout_cfg
+
+from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy
+from rollart.types import RunState
+
+
+def make_scheduler(runner: FakeRunner, first_version: int = 0) -> RolloutScheduler:
+    rollout = rollout_cfg(alpha=1)
+    policy = StalenessPolicy(rollout.alpha, rollout.staleness)
+    buffer = SampleBuffer(policy, rollout.redundancy.selection, {d: c.weight for d, c in DOMAINS.items()})
+    return RolloutScheduler(rollout, DOMAINS, runner, FakeScorer(), buffer, policy, total_batches=8,
+                            first_version=first_version, seed=3)
+
+
+class RecordingRunner(FakeRunner):
+    """A FakeRunner that remembers each group's (domain, seq) in the order the groups were started."""
+
+    def __init__(self, version) -> None:
+        super().__init__(version)
+        self.groups: list[tuple[str, int]] = []
+
+    async def run(self, task, start_version):
+        group = (task.domain, int(task.group_id[1:]))
+        if group not in self.groups:
+            self.groups.append(group)
+        return await super().run(task, start_version)
+
+
+def test_a_fresh_run_has_an_empty_state_and_a_state_survives_the_checkpoint_file(tmp_path):
+    assert RunState.from_checkpoint({}) == RunState(step=0, scheduler=None, eval_first=None)
+
+    async def scheduler_state():
+        sched = make_scheduler(FakeRunner(lambda: 0))
+        sched.start()
+        await sched.get_batch(0)
+        state = sched.state_dict()
+        await sched.stop()
+        return state
+
+    state = RunState(step=1, scheduler=asyncio.run(scheduler_state()), eval_first={"math": 0.25, "lake": 0.5})
+    torch.save(state.to_checkpoint(), tmp_path / "extra_state.pt")  # what the trainer does with it
+    assert RunState.from_checkpoint(torch.load(tmp_path / "extra_state.pt", weights_only=False)) == state
+
+
+def test_a_resumed_scheduler_replays_the_untrained_groups_then_draws_as_the_first_would():
+    async def first_run():
+        sched = make_scheduler(FakeRunner(lambda: 0))
+        sched.start()
+        await sched.get_batch(0)
+        state = sched.state_dict()
+        # what the first run would admit next, from the same random state
+        sched.rng.setstate(state["rng"])
+        domains = sorted(DOMAINS)
+        following = [(sched.rng.choices(domains, [DOMAINS[d].weight for d in domains])[0], state["next_seq"] + i)
+                     for i in range(2)]
+        await sched.stop()
+        return state, following
+
+    async def resumed_run(state):
+        version = 1
+        runner = RecordingRunner(lambda: version)
+        sched = make_scheduler(runner, first_version=1)
+        sched.load_state_dict(state)
+        sched.set_inference_version(1)
+        sched.start()
+        for k in (1, 2):
+            await sched.get_batch(k)
+            version = k + 1
+            sched.set_inference_version(version)
+        await sched.stop()
+        assert sched.check_ledger() == []
+        return runner.groups
+
+    state, following = asyncio.run(first_run())
+    replay = [tuple(g) for g in state["replay"]]
+    assert replay, "the first run left no group untrained: nothing to replay"
+    groups = asyncio.run(resumed_run(state))
+    assert groups[: len(replay) + len(following)] == replay + following
