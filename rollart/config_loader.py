@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rollart.config import RunConfig
+from rollart.run_dir import RunPaths
 
 Location = tuple[str, ...]
 
@@ -69,7 +70,7 @@ def dump_config(cfg: RunConfig) -> str:
 
 def write_resolved(cfg: RunConfig, run_dir: str | Path) -> Path:
     """Write the resolved config to RUN_DIR/config.yaml (so a run says exactly what it ran with)."""
-    out = Path(run_dir) / "config.yaml"
+    out = RunPaths.of(run_dir).config
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump_config(cfg))
     return out

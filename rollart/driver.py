@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rollart.config import RunConfig
@@ -32,6 +31,7 @@ from rollart.config_loader import ConfigError
 from rollart.control import RolloutScheduler
 from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
+from rollart.run_dir import RunPaths
 from rollart.system import DRIVER_LANE, System, build_system
 from rollart.types import RunState, Span, TimedMetrics, Trajectory
 
@@ -57,7 +57,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
 def check_run_dir(cfg: RunConfig) -> None:
     """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir."""
-    used = [p for p in ("metrics.jsonl", "checkpoints") if (Path(cfg.run_dir) / p).exists()]
+    paths = RunPaths.of(cfg.run_dir)
+    used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
     if used and not cfg.resume:
         raise ConfigError(
             f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "

@@ -1,8 +1,8 @@
 """RunRecorder: what a training run leaves behind and shows while it runs.
 
 In: from the driver, per step the trained batch, its phases' `TimedMetrics` (metrics and timeline span)
-and plane metrics; evaluation scores; warm-start progress. Out (the run directory contract of `rollart.observability.RunPaths`):
-config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured), timeline.json (Chrome trace),
+and plane metrics; evaluation scores; warm-start progress. Out (the run directory contract of
+`rollart.run_dir.RunPaths`): config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured), timeline.json (Chrome trace),
 summary.json, report/index.html; and live progress on the terminal (rich, plain or quiet).
 
 Guarantees: the timeline and the summary are rewritten at every evaluation, so a run that dies keeps what
@@ -20,13 +20,13 @@ from rollart.config_loader import write_resolved
 from rollart.observability import (
     MetricsLogger,
     Progress,
-    RunPaths,
     Timeline,
     batch_metrics,
     system_metrics,
     utilisation_metrics,
     write_summary,
 )
+from rollart.run_dir import RunPaths
 from rollart.types import TimedMetrics, Trajectory
 
 log = logging.getLogger("rollart")

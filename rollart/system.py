@@ -1,8 +1,8 @@
 """Builds every plane's objects from a `RunConfig` and wires them together — the driver's hands.
 
 In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: a `System` holding the weight
-store, the trainer group, one inference cluster per generation pool behind the LLM proxy, the env worker
-pool, the reward router, the control plane and the `RunState` a resumed run continues from; plus the few
+store, the trainer group, one inference cluster per generation pool behind the LLM proxy, the env router
+(over the env workers), the reward router, the control plane and the `RunState` a resumed run continues from; plus the few
 operations the driver's loop is made of: `sync_weights` (steps 2–5), `train_step` (step 6, in a thread so
 rollout goes on), `evaluate`, `warm_start`, `save_checkpoint`. The phases the driver times return
 `TimedMetrics` (metrics and their timeline span).
@@ -33,8 +33,8 @@ from rollart.control import (
     TurnGateClient,
 )
 from rollart.envs.expert import demonstrate
-from rollart.envs.pool import EnvPool
-from rollart.inference.proxy import LLMProxy, LLMProxyClient
+from rollart.envs.router import EnvRouter
+from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
 from rollart.resources import Cluster, Resources, Runtime
@@ -65,9 +65,9 @@ class System:
     model_path: Path
     store: WeightStore | None  # None when built for evaluation only
     trainer: TrainerGroup | None
-    inference: dict[str, Cluster]
+    inference: dict[str, Cluster]  # by hardware pool name
     proxy: Any  # LLMProxy actor handle
-    envs: EnvPool
+    env_router: EnvRouter
     reward: RewardRouter
     gate: TurnGateClient | None
     resumed: RunState = field(default_factory=RunState)  # from the checkpoint resumed (fresh run: step 0)
@@ -79,12 +79,12 @@ class System:
         """Create and start the control plane: batches from the trainer's current version on."""
         cfg = self.cfg
         policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
-        weights = {d: dc.weight for d, dc in cfg.domains.items() if dc.weight > 0}
+        weights = {domain: domain_cfg.weight for domain, domain_cfg in cfg.domains.items() if domain_cfg.weight > 0}
         buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights)
         self.scheduler = RolloutScheduler(
-            cfg.rollout, cfg.domains, self.envs, self.reward, buffer, policy, total_batches=steps_left,
+            cfg.rollout, cfg.domains, self.env_router, self.reward, buffer, policy, total_batches=steps_left,
             first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
-            trajectory_timeout_s=max(d.max_turns for d in cfg.domains.values())
+            trajectory_timeout_s=max(domain_cfg.max_turns for domain_cfg in cfg.domains.values())
             * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
         )
         self.scheduler.set_inference_version(self.served_version)
@@ -147,19 +147,21 @@ class System:
         negative score, and a failed episode scores 0. Greedy unless `eval.temperature` > 0."""
         n = self.cfg.eval.episodes_per_domain
         tasks = [
-            Task(f"eval/{tag}/{d}/{i}", d, dc.env, seed=i, group_id=f"eval/{tag}/{d}", split="val")
-            for d, dc in sorted(self.cfg.domains.items())
+            Task(f"eval/{tag}/{domain}/{i}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}",
+                 split="val")
+            for domain, domain_cfg in sorted(self.cfg.domains.items())
             for i in range(n)
         ]
 
         async def one(task: Task) -> tuple[str, float]:
-            traj = await self.envs.run(task, self.served_version)
+            traj = await self.env_router.run(task, self.served_version)
             if traj.status is None or not traj.status.trainable:
                 return task.domain, 0.0
             result = await self.reward.score(traj)
             return task.domain, min(max(result.reward, 0.0), 1.0) if result.ok else 0.0
 
-        timeout = self.cfg.inference.request_timeout_s * max(dc.max_turns for dc in self.cfg.domains.values())
+        max_turns = max(domain_cfg.max_turns for domain_cfg in self.cfg.domains.values())
+        timeout = self.cfg.inference.request_timeout_s * max_turns
         results = await _bounded(asyncio.gather(*(one(t) for t in tasks)), timeout, "evaluation")
         scores: dict[str, list[float]] = {}
         for domain, score in results:
@@ -194,7 +196,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             stack.callback(trainer.close)
         inference = {}
         # every domain's pool, weight 0 included: such a domain is still evaluated
-        for pool in sorted({d.pool for d in cfg.domains.values()}):
+        for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
             inference[pool] = res.place(
                 InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
                 num_gpus=gpus_per_worker(cfg, pool),
@@ -202,19 +204,19 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
             )
             stack.callback(inference[pool].shutdown)
-        domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
+        domain_pools = {domain: domain_cfg.pool for domain, domain_cfg in cfg.domains.items()}
         proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
                           cfg.inference, name="llm_proxy")
         gate = None
         if cfg.rollout.barrier == "turn":
             timeout = cfg.rollout.get_batch_timeout_s
             gate = TurnGateClient(res.spawn(TurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
-        envs = EnvPool.place(res, cfg, LLMProxyClient(proxy), gate=gate, model_path=model_path)
-        stack.callback(envs.shutdown)
+        env_router = EnvRouter.place(res, cfg, proxy, gate=gate, model_path=model_path)
+        stack.callback(env_router.shutdown)
         reward = RewardRouter(cfg).start()
         stack.callback(reward.stop)
         resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
-        return System(cfg, res, model_path, store, trainer, inference, proxy, envs, reward, gate, resumed,
+        return System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
                       _stack=stack)
     except BaseException:
         stack.close()

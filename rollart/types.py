@@ -40,7 +40,7 @@ Split = Literal["train", "val"]
 class Task:
     """One episode to run: which domain, which env spec, which seed, which GRPO group it belongs to."""
 
-    task_id: str
+    trajectory_id: str  # the id of the trajectory that runs this task
     domain: str
     env: str  # env spec as written in config: built-in name, gem:<id>, gym:<id> or module.path:Class
     seed: int
@@ -305,7 +305,8 @@ class Affinity:
 
 @runtime_checkable
 class LLMClient(Protocol):
-    """What an EnvManager calls to generate; the inference plane's LLMProxy implements it."""
+    """What an EnvManager calls to generate; the inference plane's LLMProxy implements it (env workers
+    reach the proxy actor through `rollart.envs.ActorLLMClient`)."""
 
     async def generate(self, request: GenerationRequest) -> GenerationResult: ...
 
@@ -340,7 +341,11 @@ class TrajectoryRunner(Protocol):
 @runtime_checkable
 class TurnGate(Protocol):
     """A per-turn barrier (`rollout.barrier=turn`): a trajectory waits before each turn's generation until
-    every trajectory of its cohort has reached that turn or left. With no barrier the gate is absent."""
+    every trajectory of its cohort has reached that turn or left. With no barrier the gate is absent.
+    The control plane's scheduler `join`s each trajectory to its cohort before it starts; the env plane
+    calls `before_turn` and `leave`."""
+
+    async def join(self, trajectory_id: str, cohort: int) -> None: ...
 
     async def before_turn(self, trajectory_id: str, turn_index: int) -> None: ...
 

@@ -17,7 +17,6 @@ from rollart.config import RunConfig
 from rollart.config_loader import write_resolved
 from rollart.observability import (
     MetricsLogger,
-    RunPaths,
     Timeline,
     batch_metrics,
     prefixed,
@@ -25,6 +24,7 @@ from rollart.observability import (
     utilisation_metrics,
     write_summary,
 )
+from rollart.run_dir import RunPaths
 from rollart.types import Span, Status, Task, Trajectory, Turn
 
 DOMAINS = {"frozenlake": ("inference/gen_prefill/0", 3), "math": ("inference/gen_decode/0", 1)}

@@ -19,6 +19,7 @@ from rollart.bench.common import BenchResult
 from rollart.config_loader import load_config
 from rollart.driver import train
 from rollart.observability import read_metrics
+from rollart.run_dir import RunPaths
 
 ARMS = {"async": ["rollout.alpha=1", "rollout.barrier=none"], "sync": ["rollout.alpha=0", "rollout.barrier=batch"]}
 
@@ -33,7 +34,7 @@ def run(quick: bool) -> BenchResult:
             cfg = load_config(None, [f"run_dir={run_dir}", "observability.progress=quiet",
                                      "observability.tensorboard=false", *extra, *overrides])
             train(cfg)
-            records = read_metrics(run_dir / "metrics.jsonl")
+            records = read_metrics(RunPaths.of(run_dir).metrics)
             step_times = [r["time/step"] for r in records if "time/step" in r][1:]  # the first waits for warm-up
             evals = [(r["wall_s"], r["eval/mean"]) for r in records if "eval/mean" in r]
             curves[arm] = [(w - evals[0][0], s) for w, s in evals]  # from the first evaluation (RL start)

@@ -56,7 +56,7 @@ async def rollout_seconds(system: System, domain: str, barrier: bool, batches: i
     policy = StalenessPolicy(alpha=0)
     buffer = SampleBuffer(policy)
     sched = RolloutScheduler(
-        cfg.rollout, {domain: cfg.domains[domain]}, system.envs, system.reward, buffer, policy,
+        cfg.rollout, {domain: cfg.domains[domain]}, system.env_router, system.reward, buffer, policy,
         total_batches=batches, gate=system.gate if barrier else None, trajectory_timeout_s=600,
     )
     times = []

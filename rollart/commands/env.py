@@ -98,7 +98,7 @@ async def _episode(args: argparse.Namespace) -> int:
         return EXIT_BAD_SPEC
     timeouts = EnvsConfig()
     env = AsyncEnv(raw_env)
-    task = Task(task_id="play", domain="play", env=args.spec, seed=args.seed, group_id="play", split=args.split)
+    task = Task(trajectory_id="play", domain="play", env=args.spec, seed=args.seed, group_id="play", split=args.split)
     seed = episode_seed(task)
     next_action = _action_source(args, raw_env)
     try:

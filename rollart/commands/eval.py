@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rollart.commands.common import setup_logging
 from rollart.config_loader import ConfigError, load_config
+from rollart.run_dir import RunPaths
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,20 +25,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     target = Path(args.target)
-    run_config = target / "config.yaml"
+    run_config = RunPaths.of(target).config
     if run_config.is_file():  # a run directory
         from rollart.trainer.checkpoint import latest_checkpoint
 
         checkpoint = latest_checkpoint(target)
         if checkpoint is None:
-            raise ConfigError(f"{target} is a run directory without checkpoints (checkpoints/step_*)")
+            raise ConfigError(f"{target} is a run directory without checkpoints ({RunPaths.of(target).checkpoints}/step_*)")
         config_file: Path | None = run_config
     elif (target / "config.json").is_file():  # a checkpoint
         checkpoint = target
-        parent_run = target.parent.parent / "config.yaml"
+        parent_run = RunPaths.of(target.parent.parent).config  # RUN_DIR/checkpoints/step_N
         config_file = parent_run if parent_run.is_file() else None
     else:
-        raise ConfigError(f"{target} is neither a run directory (config.yaml) nor a checkpoint (config.json)")
+        raise ConfigError(f"{target} is neither a run directory ({run_config.name}) nor a checkpoint (config.json)")
     cfg = load_config(config_file, [f"model.path={checkpoint}", "resume=false", *args.overrides])
     setup_logging(cfg)
     from rollart.driver import evaluate

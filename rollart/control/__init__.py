@@ -1,12 +1,13 @@
 """Control plane: rollout scheduler, sample buffer, staleness policy, turn barrier (DESIGN.md §2)."""
 
 from rollart.control.buffer import BatchTimeout, ReadyGroup, SampleBuffer, domain_quotas
-from rollart.control.scheduler import RolloutScheduler
+from rollart.control.scheduler import Fate, RolloutScheduler
 from rollart.control.staleness import StalenessPolicy
 from rollart.control.turn_barrier import TurnBarrier, TurnGateClient
 
 __all__ = [
     "BatchTimeout",
+    "Fate",
     "ReadyGroup",
     "RolloutScheduler",
     "SampleBuffer",

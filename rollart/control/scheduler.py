@@ -19,32 +19,63 @@ What it does:
 
 Guarantee (the ledger): every trajectory started ends exactly once — trained, or ABORTED / FAILED / STALE
 with a reason; `check_ledger()` returns the violations (none, in every test).
+
+Bookkeeping — one structure, `_groups`, and the ledger `fate`:
+- `_groups` holds each group from its admission until it is closed (complete, dropped, stale or stopped)
+  AND the last of its trajectories has returned from its runner; so a group holds its admission slot while
+  a cancelled straggler winds down, and `pending_by_domain` is `_groups` plus the buffer's ready groups.
+- `group.runs` holds the group's trajectories whose runner call has not returned, each a `_Run` (its task,
+  start version, asyncio task, and whether its outcome is settled). A trajectory is running exactly when
+  it has an unsettled run (`group.running()`); `group.scored` are the members scored while the group was
+  open, waiting for the group to fill.
+- `fate[trajectory_id]` (a `Fate`) is written once when a trajectory starts (RUNNING) and moves only
+  forward: RUNNING → READY → TRAINED, or RUNNING / READY → ABORTED | FAILED | STALE. A move from any other
+  fate is a ledger violation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner
+from rollart.types import RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
 
 log = logging.getLogger("rollart.control")
 
 
-class CohortGate(Protocol):
-    """What the scheduler needs of a turn barrier (TurnGateClient implements it)."""
+class Fate(str, enum.Enum):
+    """Where a started trajectory stands in the ledger (see the module docstring for the moves)."""
 
-    async def join(self, trajectory_id: str, cohort: int) -> None: ...
+    RUNNING = "running"  # started, no outcome yet (a scored member waits here for its group to fill)
+    READY = "ready"  # in a complete group in the buffer
+    TRAINED = "trained"  # taken into a batch
+    ABORTED = "aborted"
+    FAILED = "failed"
+    STALE = "stale"
 
-    async def leave(self, trajectory_id: str) -> None: ...
+    @classmethod
+    def untrained(cls, status: Status) -> Fate:
+        """The fate of a trajectory that ended with `status` without being trained."""
+        return {Status.ABORTED: cls.ABORTED, Status.FAILED: cls.FAILED, Status.STALE: cls.STALE}[status]
+
+
+@dataclass
+class _Run:
+    """One trajectory of a group whose runner call has not returned yet."""
+
+    task: Task
+    start_version: int
+    handle: asyncio.Task | None = None  # the `_run_one` task (None while it joins the turn gate)
+    settled: bool = False  # its outcome is known: scored, or ended untrained
 
 
 @dataclass
@@ -55,14 +86,17 @@ class _Group:
     env: str
     seed: int
     cohort: int
-    running: dict[str, Task] = field(default_factory=dict)
-    start_versions: dict[str, int] = field(default_factory=dict)
-    done: list[Trajectory] = field(default_factory=list)
+    runs: dict[str, _Run] = field(default_factory=dict)  # by trajectory id
+    scored: list[Trajectory] = field(default_factory=list)
     launched: int = 0
     replacements: int = 0
     closed: bool = False
     close_status: Status = Status.ABORTED
     close_reason: str = ""
+
+    def running(self) -> list[str]:
+        """Ids of the members still running (outcome not settled)."""
+        return [trajectory_id for trajectory_id, run in self.runs.items() if not run.settled]
 
 
 class RolloutScheduler:
@@ -77,7 +111,7 @@ class RolloutScheduler:
         total_batches: int,
         first_version: int = 0,
         seed: int = 0,
-        gate: CohortGate | None = None,
+        gate: TurnGate | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -100,16 +134,14 @@ class RolloutScheduler:
         self.next_batch = first_version  # batches are named by the version they train at
         self.paused = False
         self.next_seq = 0
-        self._groups: dict[str, _Group] = {}
-        self._tasks: dict[str, asyncio.Task] = {}
-        self._task_group: dict[str, tuple[str, str]] = {}  # running trajectory id → (group id, domain)
+        self._groups: dict[str, _Group] = {}  # admitted, until closed and every member returned
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
         # ledger and counters
-        self.fate: dict[str, str] = {}  # trajectory id → running | ready | trained | aborted | failed | stale
+        self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
         self.counts: Counter[str] = Counter()
         self.wasted_tokens = 0
@@ -126,9 +158,10 @@ class RolloutScheduler:
         self.paused = True
         if self._loop_task:
             self._loop_task.cancel()
-        for g in list(self._groups.values()):
+        for g in self._open_groups():
             await self._cancel_group(g, Status.ABORTED, reason)
-        pending = set(self._tasks.values()) | self._background
+        runs = {r.handle for g in self._groups.values() for r in g.runs.values() if r.handle is not None}
+        pending = runs | self._background
         if pending:
             _, late = await asyncio.wait(pending, timeout=timeout_s)
             for task in late:
@@ -157,7 +190,7 @@ class RolloutScheduler:
         )
         for g in groups:
             for t in g.trajectories:
-                self._set_fate(t.trajectory_id, "trained", expect="ready")
+                self._set_fate(t.trajectory_id, Fate.TRAINED, expect=Fate.READY)
         mix = Counter(g.domain for g in groups)
         target = domain_quotas(self.weights, n)
         for d in self.weights:
@@ -172,9 +205,7 @@ class RolloutScheduler:
     def pending_by_domain(self) -> Counter[str]:
         """Groups open or still winding down (a cancelled straggler holds its slot until it has ended),
         plus groups ready in the buffer, per domain."""
-        active = {g.group_id: g.domain for g in self._groups.values()}
-        active.update(self._task_group.values())
-        pending = Counter(active.values())
+        pending = Counter(g.domain for g in self._groups.values())
         pending.update(g.domain for g in self.buffer.ready_groups)
         return pending
 
@@ -193,8 +224,8 @@ class RolloutScheduler:
         while True:
             self._wake.clear()
             admitted = 0
-            while not self.paused and (domain := self._next_domain()) is not None:
-                await self._launch_group(domain)
+            while not self.paused and (group := self._next_group()) is not None:
+                await self._launch_group(*group)
                 admitted += 1
             if admitted:
                 self._cohort += 1
@@ -212,35 +243,41 @@ class RolloutScheduler:
         if not task.cancelled() and task.exception() is not None:
             log.error("scheduler background task failed: %r", task.exception())
 
-    def _next_domain(self) -> str | None:
-        """The domain of the next group to admit, or None when admission must wait.
+    def _next_group(self) -> tuple[str, int] | None:
+        """(domain, seq) of the next group to admit, or None when admission must wait: first the groups
+        a resumed run replays (under the total bound), then new ones of the domain `_select_domain` picks."""
+        if self._replay:
+            return self._replay.pop(0) if self._below_total_bound() else None
+        domain = self._select_domain()
+        if domain is None:
+            return None
+        self.next_seq += 1
+        return domain, self.next_seq - 1
+
+    def _below_total_bound(self) -> bool:
+        return self.pending_groups() < self.allowed_groups()
+
+    def _select_domain(self) -> str | None:
+        """The domain of the next new group, or None when admission must wait.
 
         `first`: any domain, drawn by weight, while the total bound holds. `stratified`: each domain has
         its own allowance, window × its share of a batch (redundancy included) — so ready groups of one
         domain, over its quota, can never use up the room another domain's quota needs.
         """
-        pending = self.pending_by_domain()
-        if self._replay or self.cfg.redundancy.selection == "first":
-            if sum(pending.values()) >= self.allowed_groups():
+        domains = sorted(self.weights)
+        if self.cfg.redundancy.selection == "first":
+            if not self._below_total_bound():
                 return None
-            if self._replay:
-                return self._replay[0][0]
-            domains = sorted(self.weights)
             return self.rng.choices(domains, weights=[self.weights[d] for d in domains])[0]
         # No total check here: a domain still over its allowance (admitted under a wider window) must not
         # block the others; each allowance is ≤ (α + 1) × its quota, so the sum keeps the total bound.
-        domains = sorted(self.weights)
+        pending = self.pending_by_domain()
         window = self.window()
         room = {d: window * q - pending[d] for d, q in self.admission_quotas.items()}
         best = max(domains, key=lambda d: (room[d], -domains.index(d)))
         return best if room[best] > 0 else None
 
-    async def _launch_group(self, domain: str) -> None:
-        if self._replay:
-            _, seq = self._replay.pop(0)
-        else:
-            seq = self.next_seq
-            self.next_seq += 1
+    async def _launch_group(self, domain: str, seq: int) -> None:
         group = _Group(
             group_id=f"g{seq:06d}",
             seq=seq,
@@ -256,45 +293,45 @@ class RolloutScheduler:
 
     async def _launch_trajectory(self, group: _Group) -> None:
         task = Task(
-            task_id=f"{group.group_id}/{group.launched}",
+            trajectory_id=f"{group.group_id}/{group.launched}",
             domain=group.domain,
             env=group.env,
             seed=group.seed,
             group_id=group.group_id,
         )
         group.launched += 1
-        group.running[task.task_id] = task
-        group.start_versions[task.task_id] = self.inference_version
-        self._set_fate(task.task_id, "running", expect=None)
+        run = group.runs[task.trajectory_id] = _Run(task, self.inference_version)
+        self._groups.setdefault(group.group_id, group)  # a replacement may start after its group closed
+        self._set_fate(task.trajectory_id, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
         if self.gate:
-            await self.gate.join(task.task_id, group.cohort)
-        self._task_group[task.task_id] = (group.group_id, group.domain)
-        self._tasks[task.task_id] = asyncio.create_task(
-            self._run_one(group, task, self.inference_version), name=task.task_id
-        )
+            await self.gate.join(task.trajectory_id, group.cohort)
+        run.handle = asyncio.create_task(self._run_one(group, run), name=task.trajectory_id)
 
     # --- one trajectory ------------------------------------------------------------------------------
-    async def _run_one(self, group: _Group, task: Task, version: int) -> None:
+    async def _run_one(self, group: _Group, run: _Run) -> None:
+        task, version = run.task, run.start_version
+        trajectory_id = task.trajectory_id
         try:
             try:
                 traj = await asyncio.wait_for(self.runner.run(task, version), self.trajectory_timeout_s)
             except asyncio.TimeoutError:
-                await self.runner.cancel(task.task_id, Status.ABORTED, "trajectory timeout")
+                await self.runner.cancel(trajectory_id, Status.ABORTED, "trajectory timeout")
                 reason = f"timed out after {self.trajectory_timeout_s:.0f}s"
-                traj = Trajectory(task.task_id, task, version).finished(Status.FAILED, reason)
+                traj = Trajectory(trajectory_id, task, version).finished(Status.FAILED, reason)
             except Exception as exc:  # the runner itself broke: the trajectory fails, the run goes on
-                traj = Trajectory(task.task_id, task, version).finished(Status.FAILED, f"runner: {exc!r}")
-            if traj.trajectory_id != task.task_id:
-                self.violations.append(f"runner returned id {traj.trajectory_id} for task {task.task_id}")
+                traj = Trajectory(trajectory_id, task, version).finished(Status.FAILED, f"runner: {exc!r}")
+            if traj.trajectory_id != trajectory_id:
+                self.violations.append(f"runner returned id {traj.trajectory_id} for task {trajectory_id}")
             if traj.status is not None and traj.status.trainable and not group.closed:
                 traj = await self._score(traj)
-            self._on_finished(group, task, traj)
+            self._on_finished(group, run, traj)
         finally:
-            self._tasks.pop(task.task_id, None)
-            self._task_group.pop(task.task_id, None)
+            del group.runs[trajectory_id]
+            if group.closed and not group.runs:
+                self._groups.pop(group.group_id, None)
             if self.gate:
-                await self.gate.leave(task.task_id)
+                await self.gate.leave(trajectory_id)
             self._wake.set()
 
     async def _score(self, traj: Trajectory) -> Trajectory:
@@ -308,17 +345,16 @@ class RolloutScheduler:
         span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
         return traj.scored(result.reward, spans=(span,))
 
-    def _on_finished(self, group: _Group, task: Task, traj: Trajectory) -> None:
-        tid = task.task_id
-        group.running.pop(tid, None)
+    def _on_finished(self, group: _Group, run: _Run, traj: Trajectory) -> None:
+        run.settled = True
         status = traj.status or Status.FAILED
         if group.closed and status.trainable:
             # finished in the instant between the group closing and its cancel arriving
             status, traj = group.close_status, traj.finished(group.close_status, group.close_reason)
         if status.trainable and traj.reward is not None:
-            group.done.append(traj)
+            group.scored.append(traj)
             self.counts["completed"] += 1
-            if len(group.done) == self.cfg.group_size:
+            if len(group.scored) == self.cfg.group_size:
                 self._complete_group(group)
             return
         self._end_untrained(traj, status)
@@ -326,19 +362,18 @@ class RolloutScheduler:
             self._after_failure(group)
 
     def _complete_group(self, group: _Group) -> None:
-        group.closed, group.close_reason = True, "redundant: group full"
-        for t in group.done:
-            self._set_fate(t.trajectory_id, "ready", expect="running")
+        self._close(group, Status.ABORTED, "redundant: group full")
+        for t in group.scored:
+            self._set_fate(t.trajectory_id, Fate.READY, expect=Fate.RUNNING)
         # in admission order, not completion order: equal inputs give bit-equal batches (float sums included)
-        members = tuple(sorted(group.done, key=lambda t: int(t.trajectory_id.rsplit("/", 1)[1])))
+        members = tuple(sorted(group.scored, key=lambda t: int(t.trajectory_id.rsplit("/", 1)[1])))
         self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, members))
-        del self._groups[group.group_id]
         self.counts["groups_completed"] += 1
-        for tid in list(group.running):
-            self._spawn_cancel(tid, Status.ABORTED, "redundant: group full")
+        for trajectory_id in group.running():
+            self._spawn_cancel(trajectory_id, Status.ABORTED, "redundant: group full")
 
     def _after_failure(self, group: _Group) -> None:
-        if len(group.done) + len(group.running) >= self.cfg.group_size:
+        if len(group.scored) + len(group.running()) >= self.cfg.group_size:
             return  # redundancy still covers it
         if group.replacements < self.cfg.group_size:
             group.replacements += 1
@@ -349,7 +384,7 @@ class RolloutScheduler:
         self._in_background(self._cancel_group(group, Status.ABORTED, "group dropped: too many failures"))
 
     def _end_untrained(self, traj: Trajectory, status: Status) -> None:
-        self._set_fate(traj.trajectory_id, status.value, expect="running")
+        self._set_fate(traj.trajectory_id, Fate.untrained(status), expect=Fate.RUNNING)
         self.counts[status.value] += 1
         self._count_waste(traj)
         log.debug("trajectory %s ended %s: %s", traj.trajectory_id, status.value, traj.status_reason)
@@ -360,22 +395,34 @@ class RolloutScheduler:
         self.wasted_env_s += sum(s.duration for s in spans if s.name.startswith("env."))
 
     # --- cancellation --------------------------------------------------------------------------------
-    def _spawn_cancel(self, tid: str, status: Status, reason: str) -> None:
-        self._in_background(self.runner.cancel(tid, status, reason))
+    def _spawn_cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
+        self._in_background(self.runner.cancel(trajectory_id, status, reason))
+
+    def _close(self, group: _Group, status: Status, reason: str) -> None:
+        """No member of `group` will be trained past this point (the ready ones are in the buffer); it
+        keeps its slot in `_groups` until its last member has returned."""
+        group.closed, group.close_status, group.close_reason = True, status, reason
+        if not group.runs:
+            self._groups.pop(group.group_id, None)
+
+    def _open_groups(self) -> list[_Group]:
+        return [g for g in self._groups.values() if not g.closed]
 
     async def _cancel_group(self, group: _Group, status: Status, reason: str) -> None:
-        group.closed, group.close_status, group.close_reason = True, status, reason
-        self._groups.pop(group.group_id, None)
-        for traj in group.done:
+        self._close(group, status, reason)
+        for traj in group.scored:
             self._end_untrained(traj, status)
-        group.done.clear()
-        await asyncio.gather(*(self.runner.cancel(t, status, reason) for t in list(group.running)))
+        group.scored.clear()
+        await asyncio.gather(*(self.runner.cancel(t, status, reason) for t in group.running()))
 
     async def _cancel_stale(self) -> None:
         progress = await self.runner.progress() if self.policy.mode == "token" else {}
-        for group in list(self._groups.values()):
-            for tid in list(group.running):
-                v = progress.get(tid) if self.policy.mode == "token" else group.start_versions[tid]
+        for group in self._open_groups():
+            for trajectory_id in group.running():
+                if self.policy.mode == "token":
+                    v = progress.get(trajectory_id)
+                else:
+                    v = group.runs[trajectory_id].start_version
                 if not self.policy.version_is_fresh(v, self.next_batch):
                     await self._cancel_group(group, Status.STALE, f"stale for batch {self.next_batch}")
                     break
@@ -383,23 +430,25 @@ class RolloutScheduler:
 
     def _on_buffer_drop(self, group: ReadyGroup, reason: str) -> None:
         for t in group.trajectories:
-            self._set_fate(t.trajectory_id, "stale", expect="ready")
+            self._set_fate(t.trajectory_id, Fate.STALE, expect=Fate.READY)
             self.counts["stale"] += 1
             self._count_waste(t)
 
     # --- ledger, status, metrics, state --------------------------------------------------------------
-    def _set_fate(self, tid: str, fate: str, expect: str | None) -> None:
-        current = self.fate.get(tid)
+    def _set_fate(self, trajectory_id: str, fate: Fate, expect: Fate | None) -> None:
+        current = self.fate.get(trajectory_id)
         if current != expect:
-            self.violations.append(f"{tid}: {current} → {fate} (expected from {expect})")
-        self.fate[tid] = fate
+            self.violations.append(
+                f"{trajectory_id}: {current and current.value} → {fate.value} (expected from {expect and expect.value})"
+            )
+        self.fate[trajectory_id] = fate
 
     def check_ledger(self) -> list[str]:
         """Violations of 'every trajectory ends exactly once': a fate set twice, or out of order."""
         return list(self.violations)
 
     def describe(self) -> str:
-        running = Counter(g.domain for g in self._groups.values() for _ in g.running)
+        running = Counter(g.domain for g in self._open_groups() for _ in g.running())
         return (
             f"Scheduler: version {self.inference_version}, next batch {self.next_batch}, "
             f"{sum(running.values())} trajectories running ({dict(running)}), "
@@ -414,7 +463,7 @@ class RolloutScheduler:
         out: dict[str, float] = {
             "rollout/started": c["started"],
             "rollout/completed": c["completed"],
-            "rollout/running": sum(len(g.running) for g in self._groups.values()),
+            "rollout/running": sum(len(g.running()) for g in self._open_groups()),
             "rollout/groups_completed": c["groups_completed"],
             "rollout/groups_dropped": c["groups_dropped"],
             "rollout/replacements": c["replacements"],
@@ -435,7 +484,7 @@ class RolloutScheduler:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to admit the same groups in the same order (exact for α = 0)."""
         unconsumed = sorted(
-            [(g.domain, g.seq) for g in self._groups.values()]
+            [(g.domain, g.seq) for g in self._open_groups()]
             + [(g.domain, g.seq) for g in self.buffer.ready_groups],
             key=lambda x: x[1],
         )

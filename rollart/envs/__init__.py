@@ -4,8 +4,9 @@ Public API (what the driver and other planes call):
 - `resolve_env(spec, options)` / `make_env` — a factory from a domain's `env` spec (built-in name,
   `gem:<id>`, `gym:<id>`, `module.path:Class`); `BUILTIN_ENVS`.
 - `EnvManager` — one trajectory's lifecycle → `Trajectory`.
-- `EnvWorker` — the env-pool actor holding many EnvManagers; `EnvPool` — the `TrajectoryRunner` over
-  several of them (`EnvPool.place(resources, cfg, llm, gate)`).
+- `EnvWorker` — the actor (on the `env` hardware pool) holding many EnvManagers; `EnvRouter` — the
+  `TrajectoryRunner` that routes trajectories to several of them (`EnvRouter.place(resources, cfg, llm, gate)`).
+- `ActorLLMClient` — the `LLMClient` over a Ray actor handle (the inference plane's LLMProxy).
 - `ChatTokens` — token-in/token-out prompt ids under a chat template (also lays out demonstrations).
 - `expert_action`, `random_action`, `demonstrations`, `Demonstration` — oracle policies for warm starts.
 - `FaultInjectingEnv`, `sample_latency` — latency/failure injection (`domains.<name>.inject`).
@@ -16,8 +17,8 @@ from rollart.envs.chat import ChatTokens
 from rollart.envs.expert import Demonstration, demonstrate, demonstrations, expert_action, random_action
 from rollart.envs.injection import FaultInjectingEnv, InjectedFault, sample_latency
 from rollart.envs.manager import EnvManager
-from rollart.envs.pool import EnvPool
 from rollart.envs.protocol import AsyncEnv, Env, EnvFactory
+from rollart.envs.router import EnvRouter
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.seeds import episode_seed
 from rollart.envs.spec import BUILTIN_ENVS, EnvSpecError, make_env, resolve_env
@@ -32,7 +33,7 @@ __all__ = [
     "Env",
     "EnvFactory",
     "EnvManager",
-    "EnvPool",
+    "EnvRouter",
     "EnvSpecError",
     "EnvWorker",
     "FaultInjectingEnv",

@@ -5,7 +5,7 @@ In: a `Task`, the policy version it starts under, an env factory, the domain and
 turn's `SamplingParams`, and optionally a `TurnGate` (rollout.barrier=turn).
 
 Loop: reset (with timeout; a failed or timed-out reset is retried on a fresh env with bounded exponential
-backoff) → per turn: [gate.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
+backoff) → per turn (`_turn`): [gate.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
 decoded response goes to env.step (with timeout) → until the env terminates or truncates, or `max_turns`
 or `max_total_tokens` is reached.
 
@@ -28,7 +28,7 @@ import random
 import time
 from concurrent.futures import Executor
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from rollart.config import DomainConfig, EnvsConfig
 from rollart.envs.chat import ChatTokens
@@ -55,8 +55,12 @@ ABORT_GRACE_S = 2.0  # how long an aborted generation may take to come back with
 CLOSE_TIMEOUT_S = 10.0
 
 
-class EnvFailure(Exception):
-    """An env error that ends the trajectory as FAILED; the message is the status reason."""
+class _EpisodeEnds(Exception):
+    """Raised inside an episode when it ends: with this status and reason (caught once, in `_episode`)."""
+
+    def __init__(self, status: Status, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
 
 
 def _error_text(exc: BaseException) -> str:
@@ -72,7 +76,7 @@ class EnvManager:
         start_version: int,
         *,
         make_env: EnvFactory,
-        domain: DomainConfig,
+        domain_cfg: DomainConfig,
         envs: EnvsConfig,
         llm: LLMClient,
         chat: ChatTokens,
@@ -82,13 +86,14 @@ class EnvManager:
         worker: str = "env/env/0",
         generate_timeout_s: float = 300.0,
     ) -> None:
-        self.task, self.domain, self.envs = task, domain, envs
+        self.task, self.domain_cfg, self.envs = task, domain_cfg, envs
         self.llm, self.chat, self.sampling, self.gate = llm, chat, sampling, gate
         self.worker, self.generate_timeout_s = worker, generate_timeout_s
         self._make_env, self._executor = make_env, executor
-        self.trajectory = Trajectory(trajectory_id=task.task_id, task=task, start_version=start_version)
+        self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         # one RNG per episode for injected faults, shared by re-created envs so a retry draws anew
-        self._fault_rng = random.Random(f"{(domain.inject.seed if domain.inject else 0)}:{task.task_id}:{task.seed}")
+        inject_seed = domain_cfg.inject.seed if domain_cfg.inject else 0
+        self._fault_rng = random.Random(f"{inject_seed}:{task.trajectory_id}:{task.seed}")
         self._env: AsyncEnv | FaultInjectingEnv | None = None
         self._inner: asyncio.Task[Trajectory] | None = None
         self._cancel: tuple[Status, str] | None = None
@@ -185,12 +190,12 @@ class EnvManager:
     # --- the episode ----------------------------------------------------------------------------------
     def _build_env(self) -> AsyncEnv | FaultInjectingEnv:
         env = AsyncEnv(self._make_env(), self._executor)
-        if self.domain.inject is not None:
-            return FaultInjectingEnv(env, self.domain.inject, self._fault_rng)
+        if self.domain_cfg.inject is not None:
+            return FaultInjectingEnv(env, self.domain_cfg.inject, self._fault_rng)
         return env
 
     async def _reset(self) -> tuple[str, dict[str, Any]]:
-        """Reset a fresh env, retrying with exponential backoff; raises EnvFailure when out of tries."""
+        """Reset a fresh env, retrying with exponential backoff; FAILED when out of tries."""
         tries = self.envs.reset_retries + 1
         seed = episode_seed(self.task)
         errors: list[str] = []
@@ -220,9 +225,84 @@ class EnvManager:
                 delay = min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s)
                 log.info("env.reset of %s failed (%s); retry in %.2fs", self.trajectory_id, errors[-1], delay)
                 await asyncio.sleep(delay)
-        raise EnvFailure(f"env.reset failed {tries} time(s): " + "; ".join(errors))
+        raise _EpisodeEnds(Status.FAILED, f"env.reset failed {tries} time(s): " + "; ".join(errors))
+
+    async def _episode(self) -> Trajectory:
+        """Reset, then turns until the episode ends; every way it ends is an `_EpisodeEnds` from below."""
+        try:
+            observation, info = await self._reset()
+            reference = info.get(REFERENCE_KEY)
+            if isinstance(reference, dict):
+                self.trajectory = replace(self.trajectory, reference=dict(reference))
+            for turn_index in range(self.domain_cfg.max_turns):
+                observation = await self._turn(turn_index, observation)
+        except _EpisodeEnds as end:
+            return self._finish(end.status, end.reason)
+        return self._finish(Status.TRUNCATED, f"max_turns ({self.domain_cfg.max_turns}) reached")
+
+    async def _turn(self, turn_index: int, observation: str) -> str:
+        """One turn: [gate] → prompt ids → generate → env.step. Returns the next observation, or raises
+        `_EpisodeEnds`. Once generation has returned, the turn is on the trajectory however it ends."""
+        if self.gate is not None:
+            await self.gate.before_turn(self.trajectory_id, turn_index)
+        if turn_index == 0:
+            prompt = self.chat.initial(observation)
+        else:
+            prompt = self.chat.follow_up(observation, self.trajectory.turns[-1].response_token_ids)
+        context = self.trajectory.token_ids() + prompt
+        budget = self.domain_cfg.max_total_tokens - len(context)
+        if budget <= 0:
+            raise _EpisodeEnds(Status.TRUNCATED, f"max_total_tokens ({self.domain_cfg.max_total_tokens}) reached")
+        result, generate_span = await self._generate(turn_index, context, budget)
+        response = tuple(result.token_ids)
+        action = self.chat.response_text(response)
+        turn = Turn(
+            prompt_token_ids=tuple(prompt),
+            response_token_ids=response,
+            logprobs=tuple(result.logprobs),
+            versions=tuple(result.versions),
+            observation=observation,
+            action=action,
+            finish_reason=result.finish_reason,
+            spans=(generate_span, *result.spans),
+        )
+        if result.finish_reason == "abort" or self._cancel is not None:
+            status, reason = self._cancel or (Status.ABORTED, "generation aborted by the inference plane")
+            self._end_with(turn, status, reason)
+        start = time.time()
+        try:
+            observation, reward, terminated, truncated, info = await asyncio.wait_for(
+                self._env.step(action), self.envs.step_timeout_s  # type: ignore[union-attr]
+            )
+        except TimeoutError:
+            self._end_with(turn, Status.FAILED, f"env.step timed out after {self.envs.step_timeout_s:g}s")
+        except Exception as exc:
+            self._end_with(turn, Status.FAILED, f"env.step failed: {_error_text(exc)}")
+        finally:
+            self._metrics["env_time_s"] += time.time() - start
+        format_error = info.get(FORMAT_ERROR_KEY)
+        if format_error:
+            self._metrics["format_errors"] += 1
+            reward = self.domain_cfg.format_penalty
+        step_span = Span("env.step", start, time.time(), self.worker)
+        self.trajectory = self.trajectory.with_turn(
+            replace(turn, reward=reward, format_ok=not format_error, spans=turn.spans + (step_span,))
+        )
+        if terminated:
+            raise _EpisodeEnds(Status.COMPLETED, "env terminated")
+        if format_error and self.domain_cfg.end_on_format_error:
+            raise _EpisodeEnds(Status.COMPLETED, f"malformed action: {format_error}")
+        if truncated:
+            raise _EpisodeEnds(Status.TRUNCATED, "env truncated")
+        return observation
+
+    def _end_with(self, turn: Turn, status: Status, reason: str) -> NoReturn:
+        """The episode ends on this turn, before its env step (or without one): keep it, then end."""
+        self.trajectory = self.trajectory.with_turn(turn)
+        raise _EpisodeEnds(status, reason)
 
     async def _generate(self, turn_index: int, context: list[int], budget: int) -> tuple[GenerationResult, Span]:
+        """Generate the turn's response (at most `budget` tokens); FAILED when generation fails."""
         sampling = replace(
             self.sampling,
             max_new_tokens=min(self.sampling.max_new_tokens, budget),
@@ -241,78 +321,12 @@ class EnvManager:
         self._phase = "generate"
         try:
             result = await asyncio.wait_for(self.llm.generate(request), self.generate_timeout_s)
+        except TimeoutError:
+            raise _EpisodeEnds(Status.FAILED, f"generation timed out after {self.generate_timeout_s:g}s") from None
+        except Exception as exc:
+            raise _EpisodeEnds(Status.FAILED, f"generation failed: {_error_text(exc)}") from None
         finally:
             self._phase = "env"
         end = time.time()
         self._metrics["generate_time_s"] += end - start
         return result, Span("generate.wait", start, end, self.worker)
-
-    async def _episode(self) -> Trajectory:
-        try:
-            obs, info = await self._reset()
-        except EnvFailure as exc:
-            return self._finish(Status.FAILED, str(exc))
-        reference = info.get(REFERENCE_KEY)
-        if isinstance(reference, dict):
-            self.trajectory = replace(self.trajectory, reference=dict(reference))
-        context: list[int] = []
-        last_response: tuple[int, ...] = ()
-        for k in range(self.domain.max_turns):
-            if self.gate is not None:
-                await self.gate.before_turn(self.trajectory_id, k)
-            prompt = self.chat.initial(obs) if k == 0 else self.chat.follow_up(obs, last_response)
-            budget = self.domain.max_total_tokens - len(context) - len(prompt)
-            if budget <= 0:
-                return self._finish(Status.TRUNCATED, f"max_total_tokens ({self.domain.max_total_tokens}) reached")
-            context += prompt
-            try:
-                result, gen_span = await self._generate(k, context, budget)
-            except TimeoutError:
-                return self._finish(Status.FAILED, f"generation timed out after {self.generate_timeout_s:g}s")
-            except Exception as exc:
-                return self._finish(Status.FAILED, f"generation failed: {_error_text(exc)}")
-            response = tuple(result.token_ids)
-            context += response
-            last_response = response
-            text = self.chat.response_text(response)
-            turn = Turn(
-                prompt_token_ids=tuple(prompt),
-                response_token_ids=response,
-                logprobs=tuple(result.logprobs),
-                versions=tuple(result.versions),
-                observation=obs,
-                action=text,
-                finish_reason=result.finish_reason,
-                spans=(gen_span, *result.spans),
-            )
-            if result.finish_reason == "abort" or self._cancel is not None:
-                self.trajectory = self.trajectory.with_turn(turn)
-                status, reason = self._cancel or (Status.ABORTED, "generation aborted by the inference plane")
-                return self._finish(status, reason)
-            start = time.time()
-            try:
-                obs, reward, terminated, truncated, info = await asyncio.wait_for(
-                    self._env.step(text), self.envs.step_timeout_s  # type: ignore[union-attr]
-                )
-            except TimeoutError:
-                self.trajectory = self.trajectory.with_turn(turn)
-                return self._finish(Status.FAILED, f"env.step timed out after {self.envs.step_timeout_s:g}s")
-            except Exception as exc:
-                self.trajectory = self.trajectory.with_turn(turn)
-                return self._finish(Status.FAILED, f"env.step failed: {_error_text(exc)}")
-            finally:
-                self._metrics["env_time_s"] += time.time() - start
-            format_error = info.get(FORMAT_ERROR_KEY)
-            if format_error:
-                self._metrics["format_errors"] += 1
-                reward = self.domain.format_penalty
-            step_span = Span("env.step", start, time.time(), self.worker)
-            turn = replace(turn, reward=reward, format_ok=not format_error, spans=turn.spans + (step_span,))
-            self.trajectory = self.trajectory.with_turn(turn)
-            if terminated:
-                return self._finish(Status.COMPLETED, "env terminated")
-            if format_error and self.domain.end_on_format_error:
-                return self._finish(Status.COMPLETED, f"malformed action: {format_error}")
-            if truncated:
-                return self._finish(Status.TRUNCATED, "env truncated")
-        return self._finish(Status.TRUNCATED, f"max_turns ({self.domain.max_turns}) reached")

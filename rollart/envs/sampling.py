@@ -15,11 +15,11 @@ from rollart.types import SamplingParams, Split
 def domain_sampling(cfg: RunConfig, domain: str, stop_token_ids: tuple[int, ...], split: Split = "train") -> SamplingParams:
     if domain not in cfg.domains:
         raise KeyError(f"domain {domain!r} is not configured (domains: {sorted(cfg.domains)})")
-    dom, rollout = cfg.domains[domain], cfg.rollout
+    domain_cfg, rollout = cfg.domains[domain], cfg.rollout
     return SamplingParams(
         temperature=cfg.eval.temperature if split == "val" else rollout.temperature,
         top_p=rollout.top_p,
         top_k=rollout.top_k,
-        max_new_tokens=dom.max_new_tokens,
+        max_new_tokens=domain_cfg.max_new_tokens,
         stop_token_ids=tuple(stop_token_ids),
     )

@@ -25,4 +25,4 @@ def episode_seed(task: Task) -> int:
 def request_seed(task: Task, turn_index: int) -> int:
     """The sampling seed of one turn's generation: a stable hash of the episode and the turn (not
     Python's `hash`, which differs between processes), so a task samples the same tokens in every run."""
-    return zlib.crc32(f"{task.task_id}|{task.seed}|{task.split}|{turn_index}".encode())
+    return zlib.crc32(f"{task.trajectory_id}|{task.seed}|{task.split}|{turn_index}".encode())

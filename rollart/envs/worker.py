@@ -1,14 +1,14 @@
-"""EnvWorker: an environment worker on the `env` pool, running many trajectories at once.
+"""EnvWorker: an environment worker on the `env` hardware pool, running many trajectories at once.
 
-In: the `RunConfig`, an `LLMClient` (the inference plane's proxy client, or a Ray actor handle with
-async `generate`/`abort`, wrapped here), an optional `TurnGate`, the worker's name and the model
+In: the `RunConfig`, an `LLMClient` (or a Ray actor handle with async `generate`/`abort` — the inference
+plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnGate`, the worker's name and the model
 checkpoint whose tokenizer/chat template prompts are built with. Out: `run(task, start_version)` →
 the finished `Trajectory`; `cancel`, `progress`, `stats`.
 
 Each `run` is one `EnvManager` driven as an asyncio task on the actor's event loop (Ray runs async actor
 methods concurrently), so one worker holds many environment lifecycles; sync env calls go to a thread
 pool of `envs.threads` threads so a CPU-heavy env does not stall the others. The class is plain Python,
-placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see `EnvPool.place`) and
+placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see `EnvRouter.place`) and
 usable without Ray in tests.
 
 Guarantees: a trajectory id runs at most once per worker at a time; a cancel that arrives before its
@@ -39,7 +39,9 @@ MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded
 
 
 class ActorLLMClient:
-    """`LLMClient` over a Ray actor handle whose `generate`/`abort` methods take the same arguments."""
+    """The `LLMClient` over a Ray actor handle whose `generate`/`abort` take the same arguments — how env
+    workers reach the inference plane's LLMProxy actor (planes never import each other, so the wrapper
+    lives with its user and takes any handle). Picklable."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -83,27 +85,27 @@ class EnvWorker:
         self._early_cancels: OrderedDict[str, tuple[Status, str]] = OrderedDict()
         self._counts = {"started": 0, "finished": 0}
 
-    def _domain(self, task: Task) -> tuple[DomainConfig, EnvFactory]:
-        dom = self.cfg.domains.get(task.domain)
-        if dom is None:
+    def _domain_cfg_and_factory(self, task: Task) -> tuple[DomainConfig, EnvFactory]:
+        domain_cfg = self.cfg.domains.get(task.domain)
+        if domain_cfg is None:
             raise ValueError(
-                f"{self.name}: task {task.task_id} has domain {task.domain!r}, not one of {sorted(self.cfg.domains)}"
+                f"{self.name}: task {task.trajectory_id} has domain {task.domain!r}, not one of {sorted(self.cfg.domains)}"
             )
-        if task.env == dom.env:
-            return dom, self._factories[task.domain]
+        if task.env == domain_cfg.env:
+            return domain_cfg, self._factories[task.domain]
         # a task may name another env than its domain's: the domain's limits, that env without options
-        return dom.model_copy(update={"env": task.env, "options": {}}), resolve_env(task.env)
+        return domain_cfg.model_copy(update={"env": task.env, "options": {}}), resolve_env(task.env)
 
     def manager(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> EnvManager:
         """The EnvManager a `run` of `task` uses (exposed for tests and in-process use)."""
-        dom, factory = self._domain(task)
+        domain_cfg, factory = self._domain_cfg_and_factory(task)
         if sampling is None:
             sampling = domain_sampling(self.cfg, task.domain, self.chat.stop_token_ids, task.split)
         return EnvManager(
             task,
             start_version,
             make_env=factory,
-            domain=dom,
+            domain_cfg=domain_cfg,
             envs=self.cfg.envs,
             llm=self.llm,
             chat=self.chat,
@@ -117,19 +119,19 @@ class EnvWorker:
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
         """Run one episode to its end; `sampling` overrides the domain's (e.g. a different temperature)."""
-        tid = task.task_id
-        if tid in self._managers:
-            raise ValueError(f"{self.name}: trajectory {tid} is already running here")
+        trajectory_id = task.trajectory_id
+        if trajectory_id in self._managers:
+            raise ValueError(f"{self.name}: trajectory {trajectory_id} is already running here")
         manager = self.manager(task, start_version, sampling)
-        early = self._early_cancels.pop(tid, None)
-        self._managers[tid] = manager
+        early = self._early_cancels.pop(trajectory_id, None)
+        self._managers[trajectory_id] = manager
         self._counts["started"] += 1
         try:
             if early is not None:
                 await manager.cancel(*early)
             return await manager.run()
         finally:
-            self._managers.pop(tid, None)
+            self._managers.pop(trajectory_id, None)
             self._counts["finished"] += 1
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str, expected: bool = False) -> None:
@@ -144,7 +146,7 @@ class EnvWorker:
                 self._early_cancels.popitem(last=False)
 
     async def progress(self) -> dict[str, int | None]:
-        return {tid: m.progress() for tid, m in self._managers.items()}
+        return {trajectory_id: m.progress() for trajectory_id, m in self._managers.items()}
 
     async def stats(self) -> dict[str, Any]:
         return {"worker": self.name, "in_flight": len(self._managers), **self._counts}

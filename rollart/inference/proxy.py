@@ -1,4 +1,4 @@
-"""`LLMProxy`, the one entry to generation for environment managers, and `LLMProxyClient`, its handle.
+"""`LLMProxy`, the one entry to generation for environment managers.
 
 In: the inference workers of each pool (`{pool: [InferenceWorker actor handles]}`) and the
 domain → pool mapping (`{domain: domains.<domain>.pool}`), both from the driver. Calls: `generate`,
@@ -15,7 +15,7 @@ Guarantees:
 - Every wait on a worker is bounded (`inference.request_timeout_s` plus a margin).
 
 Run it as a Ray async actor, e.g. `ray.remote(LLMProxy).options(num_cpus=0).remote(workers, domain_pools,
-cfg.inference)`, and hand env workers `LLMProxyClient(proxy_handle)`.
+cfg.inference)`, and hand env workers its handle (they wrap it in `rollart.envs.ActorLLMClient`).
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ class LLMProxy:
         self._names: dict[WorkerKey, str] = {}
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        tid = request.trajectory_id
-        if self._suspended and tid not in self._aborted:
+        trajectory_id = request.trajectory_id
+        if self._suspended and trajectory_id not in self._aborted:
             await self._wait_admitted(request)
-        if tid in self._aborted:
+        if trajectory_id in self._aborted:
             return aborted_result(request)
-        key = self._router.route(request.domain, tid)
+        key = self._router.route(request.domain, trajectory_id)
         self._router.started(key)
         self._routed += 1
         try:
@@ -151,17 +151,4 @@ class LLMProxy:
                 asyncio.gather(*(self._handle(k).ready.remote() for k in missing)), self._call_timeout_s
             )
             self._names.update(zip(missing, names))
-
-
-class LLMProxyClient:
-    """The `rollart.types.LLMClient` env workers receive: a picklable wrapper of the proxy's actor handle."""
-
-    def __init__(self, proxy: Any) -> None:
-        self.proxy = proxy
-
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        return await self.proxy.generate.remote(request)
-
-    async def abort(self, trajectory_id: str) -> None:
-        await self.proxy.abort.remote(trajectory_id)
 

@@ -16,7 +16,7 @@ What the driver does with it, once per run and once per step:
         logger.log(step, metrics); progress.update(step, total_steps, metrics)
         (eval steps: logger.log(step, {"eval/<d>/score": ..., "eval/mean": ...}) — merged into the step)
     at the end (and every few steps, so a crashed run keeps its timeline):
-        if cfg.observability.timeline: timeline.write(RunPaths.of(run_dir).timeline)
+        if cfg.observability.timeline: timeline.write(RunPaths.of(run_dir).timeline)   # rollart.run_dir
         write_summary(run_dir, extra); logger.close(); progress.close(); build_report(run_dir)
 
 Metric names (issue 8 §1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
@@ -50,7 +50,7 @@ from rollart.observability.aggregate import (
 from rollart.observability.logger import MetricsLogger
 from rollart.observability.progress import Progress
 from rollart.observability.records import read_metrics, summarize, write_summary
-from rollart.observability.rundir import NAMESPACES, RunPaths
+from rollart.observability.metric_names import NAMESPACES
 from rollart.observability.timeline import Timeline, assign_lanes, load_trace
 from rollart.observability.utilisation import pool_utilisation, worker_utilisation
 
@@ -59,7 +59,6 @@ __all__ = [
     "PHASES",
     "MetricsLogger",
     "Progress",
-    "RunPaths",
     "Timeline",
     "assign_lanes",
     "batch_metrics",

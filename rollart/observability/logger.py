@@ -5,7 +5,7 @@ In: `log(step, {"<namespace>/<name>": number})` calls. Out: the same record in e
 `observability.wandb_project`, MLflow when `observability.mlflow_uri`.
 
 Guarantees:
-- Names are checked (`rundir.check_metric_name`) and values converted to float before any sink sees them:
+- Names are checked (`metric_names.check_metric_name`) and values converted to float before any sink sees them:
   a bad name or a non-number is a ValueError naming it, raised at the first step that logs it.
 - Several `log` calls may share a step (train metrics, then eval metrics); readers merge them by step.
 - `close()` flushes and closes every sink, and is idempotent; the logger is a context manager.
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rollart.config import ObservabilityConfig
-from rollart.observability.rundir import RunPaths, check_metric_name
+from rollart.observability.metric_names import check_metric_name
+from rollart.run_dir import RunPaths
 from rollart.observability.sinks import (
     JsonlSink,
     MetricRecord,

@@ -217,11 +217,11 @@ def trajectory_gantt_png(trace: Trace, max_rows: int) -> bytes | None:
         return None
     ordered = sorted(by_traj.items(), key=lambda kv: min(s.start for s in kv[1]))[-max_rows:]
 
-    def label(tid: str, domain: str) -> str:
-        status = ended.get(tid, "")
-        return f"{tid} [{domain}]" + (f" {status.upper()}" if status not in ("", "completed", "truncated") else "")
+    def label(trajectory_id: str, domain: str) -> str:
+        status = ended.get(trajectory_id, "")
+        return f"{trajectory_id} [{domain}]" + (f" {status.upper()}" if status not in ("", "completed", "truncated") else "")
 
-    rows = [(label(tid, spans[0].domain), spans) for tid, spans in ordered]
+    rows = [(label(trajectory_id, spans[0].domain), spans) for trajectory_id, spans in ordered]
     shown = "all" if len(rows) == len(by_traj) else f"the last {len(rows)} to start, of"
     return _gantt(rows, f"trajectories ({shown} {len(by_traj)})", alpha=1.0)
 

@@ -96,7 +96,8 @@ def to_payload(trajectory: Trajectory, fn: str) -> dict[str, Any]:
         "trajectory_id": trajectory.trajectory_id,
         "domain": t.domain,
         "fn": fn,
-        "task": {"task_id": t.task_id, "env": t.env, "seed": t.seed, "group_id": t.group_id, "split": t.split},
+        "task": {"task_id": t.trajectory_id,  # the wire keeps its name "task_id"
+                  "env": t.env, "seed": t.seed, "group_id": t.group_id, "split": t.split},
         "start_version": trajectory.start_version,
         "status": trajectory.status.value if trajectory.status else None,
         "status_reason": trajectory.status_reason,
@@ -135,8 +136,8 @@ def trajectory_from_payload(payload: Any) -> Trajectory:
         raise PayloadError(f"body: expected a JSON object, got {type(payload).__name__}")
     if payload.get("v") != PAYLOAD_VERSION:
         raise PayloadError(f"v: expected {PAYLOAD_VERSION}, got {payload.get('v')!r}")
-    tid = _get(payload, "trajectory_id", str, "")
-    if not tid:
+    trajectory_id = _get(payload, "trajectory_id", str, "")
+    if not trajectory_id:
         raise PayloadError("trajectory_id: must not be empty")
     domain = _get(payload, "domain", str, "")
     task = _get(payload, "task", dict, "")
@@ -172,9 +173,9 @@ def trajectory_from_payload(payload: Any) -> Trajectory:
     if not isinstance(reference, dict):
         raise PayloadError(f"reference: expected an object, got {type(reference).__name__}")
     return Trajectory(
-        trajectory_id=tid,
+        trajectory_id=trajectory_id,
         task=Task(
-            task_id=str(task.get("task_id", tid)),
+            trajectory_id=str(task.get("task_id", trajectory_id)),
             domain=domain,
             env=str(task.get("env", "")),
             seed=int(task.get("seed", 0)),

@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from rollart.run_dir import RunPaths
+
 STATE_FILE = "trainer_state.pt"
 EXTRA_FILE = "extra_state.pt"
 _STEP = re.compile(r"^step_(\d+)$")
 
 
 def checkpoints_root(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return RunPaths.of(run_dir).checkpoints
 
 
 def step_path(run_dir: str | Path, version: int) -> Path:

@@ -1,6 +1,6 @@
 """EnvWorker actors on the shared local Ray, placed on the `env` pool by the resource plane, driven
-through EnvPool (the TrajectoryRunner): first with a fake LLM actor (many concurrent episodes,
-cancellation, progress, a pickled pool copy), then with the real inference plane (InferenceWorker on the
+through EnvRouter (the TrajectoryRunner): first with a fake LLM actor (many concurrent episodes,
+cancellation, progress, a pickled router copy), then with the real inference plane (InferenceWorker on the
 tiny model behind LLMProxy)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import ray.cloudpickle
 
 from rollart.config_loader import load_config
-from rollart.envs import EnvPool
+from rollart.envs import EnvRouter
 from rollart.models import load_tokenizer
 from rollart.resources.placement import Resources
 from rollart.types import GenerationRequest, GenerationResult, Status, Task
@@ -62,7 +62,7 @@ def resources(ray_local, tiny_model_path):
 
 
 def task(i: int, domain: str = "frozenlake", tag: str = "t") -> Task:
-    return Task(task_id=f"{tag}-{domain}-{i}", domain=domain, env=domain, seed=i, group_id=f"g{i}")
+    return Task(trajectory_id=f"{tag}-{domain}-{i}", domain=domain, env=domain, seed=i, group_id=f"g{i}")
 
 
 def test_env_pool_runs_many_episodes_cancels_and_reports_progress(ray_local, resources, tiny_model_path):
@@ -70,24 +70,24 @@ def test_env_pool_runs_many_episodes_cancels_and_reports_progress(ray_local, res
 
     cfg = run_config(tiny_model_path)
     llm = ray.remote(FakeLLMActor).options(num_cpus=0).remote(str(tiny_model_path))
-    pool = EnvPool.place(resources, cfg, llm, model_path=tiny_model_path)
+    router = EnvRouter.place(resources, cfg, llm, model_path=tiny_model_path)
     try:
         async def scenario():
-            slow = asyncio.ensure_future(pool.run(task(0, tag="slow"), 1))
-            runs = [pool.run(task(i), 1) for i in range(6)] + [pool.run(task(i, "math"), 1) for i in range(4)]
+            slow = asyncio.ensure_future(router.run(task(0, tag="slow"), 1))
+            runs = [router.run(task(i), 1) for i in range(6)] + [router.run(task(i, "math"), 1) for i in range(4)]
             done = await asyncio.wait_for(asyncio.gather(*runs), 120)
             for _ in range(200):  # the slow one is waiting for its generation
-                progress = await pool.progress()
+                progress = await router.progress()
                 if "slow-frozenlake-0" in progress:
                     break
                 await asyncio.sleep(0.05)
-            copy = pickle.loads(pickle.dumps(pool))  # a copy does not know where it runs: it broadcasts
+            copy = pickle.loads(pickle.dumps(router))  # a copy does not know where it runs: it broadcasts
             await copy.cancel("slow-frozenlake-0", Status.STALE, "older than alpha")
-            return done, progress, await asyncio.wait_for(slow, 30), await pool.stats()
+            return done, progress, await asyncio.wait_for(slow, 30), await router.stats()
 
         done, progress, slow, stats = asyncio.run(scenario())
     finally:
-        pool.shutdown()
+        router.shutdown()
     assert [t.trajectory_id for t in done] == [f"t-frozenlake-{i}" for i in range(6)] + [f"t-math-{i}" for i in range(4)]
     for traj in done[:6]:
         assert traj.status in (Status.COMPLETED, Status.TRUNCATED) and traj.turns
@@ -106,7 +106,7 @@ def test_env_pool_runs_many_episodes_cancels_and_reports_progress(ray_local, res
 def test_env_pool_with_the_real_inference_plane(ray_local, resources, tiny_model_path):
     import ray
 
-    from rollart.inference import InferenceWorker, LLMProxy, LLMProxyClient
+    from rollart.inference import InferenceWorker, LLMProxy
 
     cfg = run_config(tiny_model_path, "envs.workers=1", "domains.frozenlake.max_new_tokens=8",
                      "domains.math.max_new_tokens=8")
@@ -115,15 +115,15 @@ def test_env_pool_with_the_real_inference_plane(ray_local, resources, tiny_model
     proxy = ray.remote(LLMProxy).options(num_cpus=0).remote(
         {"gen_decode": [worker]}, {"frozenlake": "gen_decode", "math": "gen_decode"}, cfg.inference
     )
-    pool = EnvPool.place(resources, cfg, LLMProxyClient(proxy), model_path=tiny_model_path)
+    router = EnvRouter.place(resources, cfg, proxy, model_path=tiny_model_path)  # as the driver does
     try:
         async def scenario():
-            runs = [pool.run(task(i, d, "real"), 0) for i in range(2) for d in ("frozenlake", "math")]
+            runs = [router.run(task(i, d, "real"), 0) for i in range(2) for d in ("frozenlake", "math")]
             return await asyncio.wait_for(asyncio.gather(*runs), 240)
 
         trajectories = asyncio.run(scenario())
     finally:
-        pool.shutdown()
+        router.shutdown()
         ray.kill(proxy)
         ray.kill(worker)
     tok = load_tokenizer(tiny_model_path)

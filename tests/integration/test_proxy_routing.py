@@ -141,7 +141,7 @@ def test_abort_running_and_waiting_requests(ray_local, cluster):
 def test_update_weights_on_every_worker_and_client(ray_local, cluster):
     ray = ray_local
     _, workers = cluster
-    from rollart.inference.proxy import LLMProxyClient
+    from rollart.envs import ActorLLMClient
     from rollart.types import LLMClient
 
     proxy = make_proxy(ray, workers, default_domain_pools())
@@ -150,7 +150,7 @@ def test_update_weights_on_every_worker_and_client(ray_local, cluster):
     ray.get(proxy.resume.remote(), timeout=10)
     assert sorted(report) == ["inference/gen_decode/0", "inference/gen_decode/1", "inference/gen_prefill/0"]
     assert all(r["version"] == 1 for r in report.values())
-    client = pickle.loads(pickle.dumps(LLMProxyClient(proxy)))
+    client = pickle.loads(pickle.dumps(ActorLLMClient(proxy)))
     assert isinstance(client, LLMClient)
     result = asyncio.run(client.generate(req("c", "t-c", "math")))
     assert result.versions and set(result.versions) == {1}

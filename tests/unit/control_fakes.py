@@ -26,15 +26,15 @@ class FakeRunner:
     cancelled: list[tuple[str, Status, str]] = field(default_factory=list)  # only those still running
 
     async def run(self, task: Task, start_version: int) -> Trajectory:
-        self.runs.append(task.task_id)
+        self.runs.append(task.trajectory_id)
         event, why = asyncio.Event(), []
-        self._cancel[task.task_id] = (event, why)
-        self._tokens[task.task_id] = []
-        traj = Trajectory(task.task_id, task, start_version)
+        self._cancel[task.trajectory_id] = (event, why)
+        self._tokens[task.trajectory_id] = []
+        traj = Trajectory(task.trajectory_id, task, start_version)
         try:
             for k in range(self.turns):
                 if self.turn_gate is not None:
-                    await self.turn_gate.before_turn(task.task_id, k)
+                    await self.turn_gate.before_turn(task.trajectory_id, k)
                 try:
                     await asyncio.wait_for(event.wait(), timeout=self.latency(task) / self.turns)
                 except asyncio.TimeoutError:
@@ -42,17 +42,17 @@ class FakeRunner:
                 if why:
                     return traj.finished(why[0], why[1])
                 v = self.version()
-                self._tokens[task.task_id].append(v)
+                self._tokens[task.trajectory_id].append(v)
                 n = self.tokens_per_turn
                 traj = traj.with_turn(Turn((1, 2), tuple(range(n)), (-0.5,) * n, (v,) * n))
                 if self.fail(task) and k == self.turns - 1:
                     return traj.finished(Status.FAILED, "injected env failure")
             return traj.finished(Status.COMPLETED)
         finally:
-            self._cancel.pop(task.task_id, None)
-            self._tokens.pop(task.task_id, None)
+            self._cancel.pop(task.trajectory_id, None)
+            self._tokens.pop(task.trajectory_id, None)
             if self.turn_gate is not None:
-                await self.turn_gate.leave(task.task_id)
+                await self.turn_gate.leave(task.trajectory_id)
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
         if trajectory_id in self._cancel:

@@ -80,6 +80,9 @@ class RecordingGate:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []
 
+    async def join(self, trajectory_id: str, cohort: int) -> None:
+        self.calls.append(("join", trajectory_id, cohort))
+
     async def before_turn(self, trajectory_id: str, turn_index: int) -> None:
         self.calls.append(("before_turn", trajectory_id, turn_index))
 

@@ -13,7 +13,7 @@ def traj(tid, group, reward, versions=(0, 0), status=Status.COMPLETED, domain="m
         Turn(prompt_token_ids=(1, 2, 3), response_token_ids=(10, 11), logprobs=(-0.1, -0.2), versions=versions),
         Turn(prompt_token_ids=(4,), response_token_ids=(12,), logprobs=(-0.3,), versions=(versions[-1] + 1,)),
     )
-    task = Task(task_id=tid, domain=domain, env="math", seed=0, group_id=group)
+    task = Task(trajectory_id=tid, domain=domain, env="math", seed=0, group_id=group)
     t = Trajectory(trajectory_id=tid, task=task, start_version=versions[0], turns=turns).finished(status)
     return t.scored(reward) if reward is not None else t
 

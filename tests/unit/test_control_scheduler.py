@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollart.config import DomainConfig, RedundancyConfig, RolloutConfig
-from rollart.control import BatchTimeout, RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
+from rollart.control import BatchTimeout, Fate, RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
 from rollart.types import Status
 
 DOMAINS = {"fast": DomainConfig(env="fast", weight=1.0), "slow": DomainConfig(env="slow", weight=1.0)}
@@ -47,7 +47,7 @@ class Harness:
 
     async def _monitor(self):
         while True:
-            running = sum(1 for f in self.sched.fate.values() if f == "running")
+            running = sum(1 for f in self.sched.fate.values() if f is Fate.RUNNING)
             self.max_pending = max(self.max_pending, running + self.buffer.ready_trajectories())
             await asyncio.sleep(0.001)
 
@@ -91,8 +91,8 @@ def check_invariants(h: Harness, batches):
     assert h.sched.check_ledger() == []
     # every trajectory started has exactly one fate, and none is left running after stop()
     assert set(h.sched.fate) == set(h.runner.runs)
-    assert "running" not in set(h.sched.fate.values())
-    assert sum(1 for f in h.sched.fate.values() if f == "trained") == len(trained)
+    assert Fate.RUNNING not in set(h.sched.fate.values())
+    assert sum(1 for f in h.sched.fate.values() if f is Fate.TRAINED) == len(trained)
     assert h.max_pending <= h.bound, f"pending {h.max_pending} exceeded (α+1)·(B+R) = {h.bound}"
 
 
@@ -112,7 +112,7 @@ def test_alpha0_never_admits_while_the_batch_trains():
 
 
 def test_redundant_stragglers_are_cancelled_and_counted():
-    slow = lambda t: 0.3 if t.task_id.endswith("/4") else 0.004  # noqa: E731 - the 5th member of each group
+    slow = lambda t: 0.3 if t.trajectory_id.endswith("/4") else 0.004  # noqa: E731 - the 5th member of each group
     h = Harness(rollout_cfg(redundancy=RedundancyConfig(extra_per_group=1, selection="first")), steps=3, latency=slow)
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
@@ -125,7 +125,7 @@ def test_redundant_stragglers_are_cancelled_and_counted():
 
 
 def test_failures_are_replaced_with_the_same_seed():
-    fail = lambda t: t.task_id.endswith("/1")  # noqa: E731 - every second member fails once
+    fail = lambda t: t.trajectory_id.endswith("/1")  # noqa: E731 - every second member fails once
     h = Harness(rollout_cfg(), steps=3, fail=fail)
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
@@ -224,10 +224,10 @@ def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
     lat = {}
 
     def latency(task):
-        return lat.setdefault(task.task_id, rng.expovariate(1 / 0.01))
+        return lat.setdefault(task.trajectory_id, rng.expovariate(1 / 0.01))
 
     def fail(task):
-        return random.Random(hash((seed, task.task_id))).random() < fail_p
+        return random.Random(hash((seed, task.trajectory_id))).random() < fail_p
 
     cfg = rollout_cfg(alpha=alpha, staleness=mode,
                       redundancy=RedundancyConfig(extra_per_group=extra_per_group, extra_groups=extra_groups,

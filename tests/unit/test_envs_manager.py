@@ -55,14 +55,14 @@ class Recorder:
 
 
 def make_manager(chat, llm, *, env="frozenlake", seed=0, split="train", factory=None, gate=None, envs=None,
-                 sampling=None, task_id="traj-0", **domain):
+                 sampling=None, trajectory_id="traj-0", **domain):
     dom = DomainConfig(env=env, **domain)
-    task = Task(task_id=task_id, domain="d", env=env, seed=seed, group_id="g", split=split)
+    task = Task(trajectory_id=trajectory_id, domain="d", env=env, seed=seed, group_id="g", split=split)
     return EnvManager(
         task,
         start_version=2,
         make_env=factory or resolve_env(env, dom.options),
-        domain=dom,
+        domain_cfg=dom,
         envs=envs or EnvsConfig(retry_backoff_s=0.01, retry_backoff_max_s=0.02),
         llm=llm,
         chat=chat,

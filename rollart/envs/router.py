@@ -1,13 +1,13 @@
-"""EnvPool: the env plane's `TrajectoryRunner` over N EnvWorker actors.
+"""EnvRouter: the env plane's `TrajectoryRunner` over N EnvWorker actors.
 
-In: Ray actor handles of `EnvWorker`s (or, with `EnvPool.place`, the resource plane places
+In: Ray actor handles of `EnvWorker`s (or, with `EnvRouter.place`, the resource plane places
 `envs.workers` of them on the `env` pool). Out: `run(task, start_version)` → the finished Trajectory;
 `cancel(trajectory_id, status, reason)`; `progress()` → {trajectory_id: oldest token version or None}.
 
-Routing: a new trajectory goes to the worker with the fewest trajectories in flight from this pool
-object; its id (`Trajectory.trajectory_id == Task.task_id`) is remembered until `run` returns, so
-`cancel` reaches the right worker — even if the cancel overtakes the `run` call (the worker remembers
-it). A cancel for an id this object never started (e.g. from a copy of the pool) is sent to every worker.
+Routing: a new trajectory goes to the worker with the fewest trajectories in flight from this router
+object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `cancel` reaches the right
+worker — even if the cancel overtakes the `run` call (the worker remembers it). A cancel for an id this
+object never started (e.g. from a copy of the router) is sent to every worker.
 Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
 only the creating process may shut down, is left behind).
 
@@ -28,10 +28,10 @@ from rollart.types import SamplingParams, Status, Task, Trajectory, TurnGate
 log = logging.getLogger(__name__)
 
 
-class EnvPool:
+class EnvRouter:
     def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, cluster: Any = None) -> None:
         if not workers:
-            raise ValueError("EnvPool needs at least one EnvWorker handle")
+            raise ValueError("EnvRouter needs at least one EnvWorker handle")
         self.workers = list(workers)
         self.call_timeout_s = call_timeout_s
         self.cluster = cluster  # a rollart.resources Cluster when made by `place`
@@ -46,9 +46,11 @@ class EnvPool:
         llm: Any,
         gate: TurnGate | None = None,
         model_path: str | Path | None = None,
-    ) -> EnvPool:
+    ) -> EnvRouter:
         """Place `cfg.envs.workers` EnvWorkers with `resources` (a `rollart.resources` Resources; pool from
-        `@affinity("env")` unless `roles.env` says otherwise) and return the pool over them."""
+        `@affinity("env")` unless `roles.env` says otherwise) and return the router over them. `llm` is
+        what the workers generate with: an `LLMClient`, or a Ray actor handle (the LLMProxy's) they wrap
+        in an `ActorLLMClient`."""
         from rollart.envs.worker import EnvWorker
 
         cluster = resources.place(
@@ -66,16 +68,16 @@ class EnvPool:
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
         """Run one episode on the least-loaded worker; `sampling` overrides the domain's parameters."""
-        tid = task.task_id
-        if tid in self._where:
-            raise ValueError(f"trajectory {tid} is already running in this pool")
+        trajectory_id = task.trajectory_id
+        if trajectory_id in self._where:
+            raise ValueError(f"trajectory {trajectory_id} is already running in this router")
         index = min(range(len(self.workers)), key=self._load.__getitem__)
-        self._where[tid] = index
+        self._where[trajectory_id] = index
         self._load[index] += 1
         try:
             return await self.workers[index].run.remote(task, start_version, sampling)
         finally:
-            self._where.pop(tid, None)
+            self._where.pop(trajectory_id, None)
             self._load[index] -= 1
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
@@ -102,7 +104,7 @@ class EnvPool:
         return list(await asyncio.wait_for(asyncio.gather(*(w.stats.remote() for w in self.workers)), self.call_timeout_s))
 
     def shutdown(self) -> None:
-        """Kill the placed workers and free their pool slots (only for a pool made by `place`)."""
+        """Kill the placed workers and free their pool slots (only for a router made by `place`)."""
         if self.cluster is not None:
             self.cluster.shutdown()
             self.cluster = None

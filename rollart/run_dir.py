@@ -1,29 +1,25 @@
-"""The run-directory contract: where every artefact of a run lives, and the metric namespaces.
+"""The run-directory contract: where every artefact of a training run lives, named once.
 
-In: a run directory path. Out: `RunPaths`, the one place the file names below are spelled:
+In: a run directory path. Out: `RunPaths`, the one place these file names are spelled:
 
-    RUN_DIR/config.yaml        resolved config (written by the driver with config_loader.write_resolved)
+    RUN_DIR/config.yaml        resolved config (`config_loader.write_resolved`)
     RUN_DIR/metrics.jsonl      one JSON object per log call: {"step", "wall_s", "time", "<ns>/<name>": number}
     RUN_DIR/timeline.json      Chrome trace of every trajectory's life (opens in Perfetto)
     RUN_DIR/summary.json       {eval_first, eval_last, eval_first_by_domain, eval_last_by_domain, steps, wall_s, ...}
     RUN_DIR/tensorboard/       TensorBoard event files
-    RUN_DIR/checkpoints/       trainer checkpoints
+    RUN_DIR/checkpoints/       trainer checkpoints (their own layout: `rollart.trainer.checkpoint`)
     RUN_DIR/report/index.html  `rollart report RUN_DIR`
 
-Guarantees: `check_metric_name` accepts exactly `<namespace>/<name>` with a namespace of `NAMESPACES`, so
-a typo fails at the first step with the list of valid namespaces instead of producing a silent new curve.
+Why here and not in the observability plane, which writes most of these: the trainer (checkpoints), the
+config loader (config.yaml) and the commands read or write them too, and a plane may not import another
+plane, nor the config loader any plane. A module at the bottom of the import layers (beside `types`,
+importing nothing of rollart) is one that every one of them may import.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-# Metric namespaces (issue 8 §1). `weights/*` carries what a WeightPublisher returns (bytes, buckets).
-NAMESPACES: tuple[str, ...] = (
-    "time", "rollout", "env", "eval", "reward", "train", "buffer", "pools", "system", "weights",
-)
-RESERVED_KEYS = ("step", "wall_s", "time")
 
 
 @dataclass(frozen=True)
@@ -65,12 +61,3 @@ class RunPaths:
     @property
     def report(self) -> Path:
         return self.report_dir / "index.html"
-
-
-def check_metric_name(name: str) -> None:
-    """Raise ValueError unless `name` is `<namespace>/<name>` with a known namespace."""
-    ns, sep, rest = name.partition("/")
-    if not sep or not rest or ns not in NAMESPACES:
-        raise ValueError(
-            f"metric name '{name}' must be '<namespace>/<name>' with a namespace of {list(NAMESPACES)}"
-        )
