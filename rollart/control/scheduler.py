@@ -433,6 +433,8 @@ class RolloutScheduler:
             self._set_fate(t.trajectory_id, Fate.STALE, expect=Fate.READY)
             self.counts["stale"] += 1
             self._count_waste(t)
+        # its admission slot is free: with nothing else running, no other event would wake admission
+        self._wake.set()
 
     # --- ledger, status, metrics, state --------------------------------------------------------------
     def _set_fate(self, trajectory_id: str, fate: Fate, expect: Fate | None) -> None:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from rollart.config import DomainConfig, RedundancyConfig, RolloutConfig
 from rollart.control import BatchTimeout, Fate, RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
-from rollart.types import Status
+from rollart.control.buffer import ReadyGroup
+from rollart.types import Status, Task, Trajectory
 
 DOMAINS = {"fast": DomainConfig(env="fast", weight=1.0), "slow": DomainConfig(env="slow", weight=1.0)}
 
@@ -144,6 +145,35 @@ def test_stale_running_work_is_cancelled_when_the_batch_moves_on():
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
     assert h.sched.counts["stale"] > 0
+
+
+def test_a_group_dropped_stale_from_the_buffer_frees_its_admission_slot():
+    # A ready group that turns stale while get_batch waits is dropped by the buffer; with nothing else
+    # running, only that drop can wake admission to start the group the batch now needs.
+    async def scenario():
+        # α = 0, two groups per batch and two admitted at a time; resumed at version 1 with a group of
+        # version 0 ready in the buffer, so admission starts one group beside it, then must wait
+        h = Harness(rollout_cfg(alpha=0, get_batch_timeout_s=5), steps=3, latency=lambda t: 0.002)
+        h.sched.next_batch = h.sched.inference_version = 1
+        task = Task("old/0", "fast", "fast", 0, "old")
+        old = tuple(Trajectory(f"old/{i}", task, 0, status=Status.COMPLETED, reward=1.0) for i in range(4))
+        h.buffer.put(ReadyGroup("old", -1, "fast", old))
+        h.sched.start()
+
+        async def admitted_group_ready():
+            while len(h.buffer.ready_groups) < 2:
+                await asyncio.sleep(0.01)
+
+        try:
+            await asyncio.wait_for(admitted_group_ready(), 5)
+            assert h.sched.pending_groups() == h.sched.allowed_groups() == 2
+            return h, await h.sched.get_batch(1)  # drops "old", and needs one more group
+        finally:
+            await h.sched.stop()
+
+    h, batch = asyncio.run(scenario())
+    assert len(batch) == 8 and all(t.start_version == 1 for t in batch)
+    assert h.sched.counts["stale"] == 4 and h.sched.counts["groups_started"] == 2
 
 
 def test_stratified_selection_keeps_the_target_mix():
