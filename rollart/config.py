@@ -326,6 +326,14 @@ class TrainConfig(Section):
     clip_low: float = Field(0.2, ge=0)
     clip_high: float = Field(0.28, ge=0)
     tis_cap: float = Field(2.0, gt=0, description="truncated importance-weight cap (behaviour correction)")
+    importance_weights: bool = Field(
+        True, description="weight each token by min(π_prox/μ, tis_cap); false = weight 1 (ignores staleness)"
+    )
+    mini_batches: int = Field(
+        1, ge=1, description="optimizer steps per epoch over a batch (PPO mini-batches); > 1 activates the "
+        "clip: the proximal policy is the weights before the batch's first step"
+    )
+    epochs: int = Field(1, ge=1, description="passes over each batch (each split into mini_batches steps)")
     kl_coef: float = Field(0.0, ge=0)
     # seq_mean: each trajectory weighs the same, so a long multi-turn domain does not drown a short one
     aggregation: Literal["token_mean", "seq_mean"] = "seq_mean"
@@ -444,6 +452,12 @@ class RunConfig(Section):
             problems.append("domains: at least one task domain is needed")
         elif sum(d.weight for d in self.domains.values()) <= 0:
             problems.append("domains.*.weight: at least one domain needs a weight > 0")
+        if self.rollout.batch_size // self.train.mini_batches < self.train.workers:
+            problems.append(
+                f"train.mini_batches: a batch of {self.rollout.batch_size} split into {self.train.mini_batches} "
+                f"mini-batches leaves fewer samples than train.workers ({self.train.workers}) in one; make "
+                "rollout.batch_size ≥ train.mini_batches × train.workers"
+            )
         if self.rollout.batch_size % self.rollout.group_size:
             problems.append(
                 f"rollout.batch_size: {self.rollout.batch_size} is not a multiple of rollout.group_size "

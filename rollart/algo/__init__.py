@@ -12,6 +12,7 @@ from rollart.algo.advantages import (
 )
 from rollart.algo.batch import build_train_batch
 from rollart.algo.losses import PolicyObjective, aggregation_weights, k3_kl, policy_loss
+from rollart.algo.updates import mini_batch_plan
 
 __all__ = [
     "PolicyObjective",
@@ -20,6 +21,7 @@ __all__ = [
     "compute_advantages",
     "grpo_advantages",
     "k3_kl",
+    "mini_batch_plan",
     "policy_loss",
     "reinforce_advantages",
     "rloo_advantages",

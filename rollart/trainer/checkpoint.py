@@ -8,6 +8,7 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint:
     trainer_state.pt     — version, optimizer(s), LR scheduler (torch.save)
     rng/rank<r>.pt       — torch (CPU and CUDA), Python and numpy RNG states of every rank
     extra_state.pt       — what the control plane handed in (sampler, buffer …), returned on load
+    reference.safetensors — the KL reference's weights (the weights RL started from), when the loss has a KL
 
 Guarantees: a checkpoint appears under its final name only once complete (written to a hidden temporary
 directory, then renamed), so `latest_checkpoint` never returns a partial one; `finalize` keeps the newest
@@ -30,6 +31,7 @@ from rollart.run_dir import RunPaths
 
 STATE_FILE = "trainer_state.pt"
 EXTRA_FILE = "extra_state.pt"
+REFERENCE_FILE = "reference.safetensors"
 _STEP = re.compile(r"^step_(\d+)$")
 
 

@@ -5,26 +5,36 @@ the world size (the process group must already be initialised when world_size > 
 Out: `train_step(batch)` and `sft_step(samples)` return metrics; `state_dict()` gives the weights to
 publish; `save(dir, extra)` / `load(dir)` write and read checkpoints (checkpoint.py).
 
-One step (RL or SFT): the batch is sharded over ranks (packing.shard), each rank runs micro-batches of at
-most `train.micro_batch_tokens` padded tokens, accumulating gradients (DDP `no_sync` on all but the last),
-every micro-batch loss weighted by the *global* token/sequence totals and multiplied by the world size
-(DDP averages gradients), so N ranks compute the gradient of the same loss as one rank would; then
-gradient clipping to `train.grad_clip`, one AdamW step, one LR-scheduler step, version + 1.
-Statistics are summed over micro-batches and all-reduced, so every rank returns the same metrics.
+One RL step (`train_step`) trains one batch in the optimizer steps the objective plans
+(`train.mini_batches` × `train.epochs`, each a mini-batch of the batch's samples). With more than one, the
+proximal log-probabilities are computed once, with the weights before the first step, and passed to every
+step (decoupled PPO). Each step shards its mini-batch over ranks (packing.shard); each rank runs
+micro-batches of at most `train.micro_batch_tokens` padded tokens, accumulating gradients (DDP `no_sync` on
+all but the last), every micro-batch loss weighted by the *mini-batch's* token/sequence totals and
+multiplied by the world size (DDP averages gradients), so N ranks compute the gradient of the same loss as
+one rank would; then gradient clipping to `train.grad_clip` and one AdamW step. After the batch: one
+LR-scheduler step, version + 1. An SFT step is one such optimizer step on the whole batch. Statistics are
+summed over steps and micro-batches and all-reduced, so every rank returns the same metrics.
 
-Versions: `version` counts optimizer steps applied to the initial weights (version 0); a `TrainBatch` must
-carry the trainer's current version (it is the policy being trained; the step makes version + 1).
+The KL reference (when the objective uses one) is a frozen copy of the weights at the first RL step — what
+RL started from, after any warm start — kept in checkpoints so a resumed run keeps the same anchor.
+
+Versions: `version` counts train steps (RL batches and SFT steps) applied to the initial weights (version
+0) — one published policy per step, however many optimizer steps it made; a `TrainBatch` must carry the
+trainer's current version (it is the policy being trained; the step makes version + 1).
 Determinism: the same seed, config, batches and world size give bit-identical weights (CPU, gloo). The
 process-wide switches (thread count, deterministic algorithms) are the actor's to set (worker.py).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import safetensors.torch
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -33,14 +43,14 @@ from rollart.config import RunConfig
 from rollart.models import load_model, load_tokenizer, resolve_model_path
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
-from rollart.trainer.packing import MicroBatch, collate, global_totals, micro_batches, shard
+from rollart.trainer.packing import MicroBatch, collate, global_totals, micro_batches, pad_rows, shard
 from rollart.trainer.schedule import lr_multiplier
 from rollart.trainer.sft_data import conversation_sample
 from rollart.types import TrainBatch, TrainSample
 
-_SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "ref_kl_sum", "pg_loss",
-             "kl_loss", "entropy_sum", "lag_sum")
-_MAX_KEYS = ("iw_max", "lag_max")
+_SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "behaviour_kl_sum",
+             "ref_kl_sum", "pg_loss", "kl_loss", "entropy_sum", "lag_sum")
+_MAX_KEYS = ("iw_max", "ratio_max", "lag_max")
 
 
 class Trainer:
@@ -63,9 +73,7 @@ class Trainer:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.model = load_model(self.model_path, cfg.model.dtype, device)
         self.model.train()
-        self.ref_model = None
-        if objective.uses_reference:  # the KL anchor: the initial weights, frozen
-            self.ref_model = load_model(self.model_path, cfg.model.dtype, device).eval().requires_grad_(False)
+        self.ref_model: torch.nn.Module | None = None  # the KL anchor, set at the first RL step (or loaded)
         self.ddp = None
         if world_size > 1:
             self.ddp = DistributedDataParallel(
@@ -80,7 +88,8 @@ class Trainer:
 
     # --- steps -----------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One RL optimizer step on `batch` (all ranks get the same batch); returns `train/*` metrics."""
+        """One RL train step on `batch` (all ranks get the same batch): the objective's planned optimizer
+        steps, then version + 1; returns `train/*` metrics (module docstring)."""
         if batch.version != self.version:
             raise ValueError(
                 f"TrainBatch.version={batch.version} but the trainer holds version {self.version}: a batch "
@@ -88,43 +97,58 @@ class Trainer:
             )
         start = time.perf_counter()
         samples = batch.samples
-        total_tokens, total_seqs = global_totals(samples)
-        if total_tokens == 0:
+        if global_totals(samples)[0] == 0:
             raise ValueError(f"TrainBatch v{batch.version}: no model tokens to train on in {len(samples)} samples")
+        if self.objective.uses_reference and self.ref_model is None:
+            self.ref_model = _frozen_copy(self.model)  # RL starts from these weights: they are the anchor
+        plan = self.objective.update_plan(len(samples), f"{self.cfg.seed}/{batch.version}")
+        proximal = self._proximal_logprobs(samples, plan) if len(plan) > 1 else None
         sums = dict.fromkeys(_SUM_KEYS, 0.0) | dict.fromkeys(_MAX_KEYS, 0.0)
+        grad_norms: list[float] = []
+        lr = self.optimizer.param_groups[0]["lr"]
+        for step in plan:
+            mini = [samples[i] for i in step]
+            tokens, seqs = global_totals(mini)
 
-        def loss_fn(mb: MicroBatch) -> torch.Tensor:
-            logprobs, entropy = self._logprobs(self.ddp or self.model, mb)
-            ref = self._logprobs(self.ref_model, mb)[0] if self.ref_model is not None else None
-            weights = self.objective.token_weights(mb.loss_mask, total_tokens, total_seqs)
-            loss, stats = self.objective(logprobs, mb.behaviour_logprobs, mb.advantages, mb.loss_mask, weights, ref)
-            lag = (batch.version - mb.versions).float() * mb.loss_mask
-            for k, v in stats.items():
-                if k in _MAX_KEYS:
-                    sums[k] = max(sums[k], float(v))
-                else:
-                    sums[k] += float(v)
-            sums["loss"] += float(loss.detach())
-            sums["entropy_sum"] += float((entropy * mb.loss_mask).sum())
-            sums["lag_sum"] += float(lag.sum())
-            sums["lag_max"] = max(sums["lag_max"], float(lag.max()))
-            return loss
+            def loss_fn(mb: MicroBatch, rows: Sequence[int]) -> torch.Tensor:
+                logprobs, entropy = self._logprobs(self.ddp or self.model, mb)
+                ref = self._logprobs(self.ref_model, mb, entropy=False)[0] if self.ref_model is not None else None
+                prox = None
+                if proximal is not None:
+                    prox = pad_rows([proximal[step[r]] for r in rows], logprobs.shape[1]).to(self.device)
+                weights = self.objective.token_weights(mb.loss_mask, tokens, seqs)
+                loss, stats = self.objective(logprobs, mb.behaviour_logprobs, mb.advantages, mb.loss_mask,
+                                             weights, prox, ref)
+                lag = (batch.version - mb.versions).float() * mb.loss_mask
+                for k, v in stats.items():
+                    sums[k] = max(sums[k], float(v)) if k in _MAX_KEYS else sums[k] + float(v)
+                sums["loss"] += float(loss.detach())
+                sums["entropy_sum"] += float((entropy * mb.loss_mask).sum())
+                sums["lag_sum"] += float(lag.sum())
+                sums["lag_max"] = max(sums["lag_max"], float(lag.max()))
+                return loss
 
-        grad_norm, lr = self._step(samples, loss_fn, self.optimizer, self.scheduler)
+            self._accumulate(mini, loss_fn)
+            grad_norms.append(self._apply(self.optimizer))
+        self.scheduler.step()
+        self.version += 1
         s = self._all_reduce(sums)
-        n = max(s["tokens"], 1.0)
+        n = max(s["tokens"], 1.0)  # model tokens summed over the optimizer steps
         metrics = {
-            "train/loss": s["loss"],
-            "train/pg_loss": s["pg_loss"],
+            "train/loss": s["loss"] / len(plan),
+            "train/pg_loss": s["pg_loss"] / len(plan),
             "train/clip_frac": s["clipped"] / n,
+            "train/ratio_max": s["ratio_max"],
             "train/iw_mean": s["iw_sum"] / n,
             "train/iw_max": s["iw_max"],
             "train/iw_truncated_frac": s["iw_truncated"] / n,
-            "train/entropy": s["entropy_sum"] / n,
             "train/approx_kl": s["approx_kl_sum"] / n,
-            "train/grad_norm": grad_norm,
+            "train/behaviour_kl": s["behaviour_kl_sum"] / n,
+            "train/entropy": s["entropy_sum"] / n,
+            "train/grad_norm": sum(grad_norms) / len(grad_norms),
+            "train/updates": float(len(plan)),
             "train/lr": lr,
-            "train/tokens": float(total_tokens),
+            "train/tokens": float(global_totals(samples)[0]),
             "train/seqs": float(len(samples)),
             "train/version_lag_mean": s["lag_sum"] / n,
             "train/version_lag_max": s["lag_max"],
@@ -133,7 +157,7 @@ class Trainer:
         }
         if self.ref_model is not None:
             metrics["train/ref_kl"] = s["ref_kl_sum"] / n
-            metrics["train/kl_loss"] = s["kl_loss"]
+            metrics["train/kl_loss"] = s["kl_loss"] / len(plan)
         return metrics
 
     def sft_step(self, data: Sequence[TrainSample | Sequence[Mapping[str, str]]]) -> dict[str, float]:
@@ -155,13 +179,16 @@ class Trainer:
                                                    weight_decay=self.cfg.train.weight_decay)
         sums = {"loss": 0.0}
 
-        def loss_fn(mb: MicroBatch) -> torch.Tensor:
-            logprobs, _ = self._logprobs(self.ddp or self.model, mb)
+        def loss_fn(mb: MicroBatch, rows: Sequence[int]) -> torch.Tensor:
+            logprobs, _ = self._logprobs(self.ddp or self.model, mb, entropy=False)
             loss = -(logprobs * mb.loss_mask).sum() / total_tokens
             sums["loss"] += float(loss.detach())
             return loss
 
-        grad_norm, lr = self._step(samples, loss_fn, self.sft_optimizer, None)
+        lr = self.sft_optimizer.param_groups[0]["lr"]
+        self._accumulate(samples, loss_fn)
+        grad_norm = self._apply(self.sft_optimizer)
+        self.version += 1
         return {
             "sft/loss": self._all_reduce(sums)["loss"],
             "sft/grad_norm": grad_norm,
@@ -171,32 +198,54 @@ class Trainer:
             "time/sft": time.perf_counter() - start,
         }
 
-    def _step(self, samples: Sequence[TrainSample], loss_fn, optimizer, scheduler) -> tuple[float, float]:
-        """Accumulate gradients over this rank's micro-batches, then clip, step, advance the version."""
+    def _accumulate(self, samples: Sequence[TrainSample],
+                    loss_fn: Callable[[MicroBatch, Sequence[int]], torch.Tensor]) -> None:
+        """Backward over this rank's micro-batches of `samples` (one optimizer step's worth of gradient).
+
+        `loss_fn(mb, rows)` gets each micro-batch and the indices into `samples` of its rows."""
         mine = shard(samples, self.world_size)[self.rank]
         groups = micro_batches(samples, mine, self.cfg.train.micro_batch_tokens)
         for i, group in enumerate(groups):
             mb = collate([samples[j] for j in group], self.pad_id).to(self.device)
             sync = self.ddp is None or i == len(groups) - 1
             with nullcontext() if sync else self.ddp.no_sync():
-                (loss_fn(mb) * self.world_size).backward()  # DDP averages over ranks; the loss is global
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip))
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        self.version += 1
-        return grad_norm, lr
+                (loss_fn(mb, group) * self.world_size).backward()  # DDP averages over ranks; the loss is global
 
-    def _logprobs(self, model: Any, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log π(target) [b, L-1] (float32, with grad) and the policy entropy (no grad)."""
+    def _apply(self, optimizer: torch.optim.Optimizer) -> float:
+        """Clip the accumulated gradient, take one optimizer step, clear it; the norm before clipping."""
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, samples: Sequence[TrainSample], plan: Sequence[Sequence[int]]) -> dict[int, torch.Tensor]:
+        """log π_prox [len − 1] for every sample this rank trains in `plan`, with the current weights (before
+        the batch's first step), in eval mode (no dropout: the proximal policy is the network itself)."""
+        mine = sorted({step[j] for step in plan
+                       for j in shard([samples[i] for i in step], self.world_size)[self.rank]})
+        out: dict[int, torch.Tensor] = {}
+        self.model.eval()
+        try:
+            for group in micro_batches(samples, mine, self.cfg.train.micro_batch_tokens):
+                mb = collate([samples[i] for i in group], self.pad_id).to(self.device)
+                logprobs, _ = self._logprobs(self.model, mb, entropy=False)
+                for row, i in enumerate(group):
+                    out[i] = logprobs[row, : len(samples[i].token_ids) - 1].cpu()
+        finally:
+            self.model.train()
+        return out
+
+    def _logprobs(self, model: Any, mb: MicroBatch, entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token log π(target) [b, L-1] (float32, with grad) and the policy entropy (no grad) if asked."""
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         token_logp = logp.gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)
+        if not entropy:
+            return token_logp, None
         with torch.no_grad():
-            entropy = -(logp.exp() * logp).sum(-1)
-        return token_logp, entropy
+            ent = -(logp.exp() * logp).sum(-1)
+        return token_logp, ent
 
     def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
         if self.world_size == 1:
@@ -225,6 +274,8 @@ class Trainer:
         self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
         ckpt.save_extra(path, dict(extra_state or {}))
+        if self.ref_model is not None:
+            safetensors.torch.save_model(self.ref_model, str(path / ckpt.REFERENCE_FILE))
         torch.save(
             {
                 "version": self.version,
@@ -252,5 +303,13 @@ class Trainer:
             self.sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.train.warm_start.lr)
             self.sft_optimizer.load_state_dict(state["sft_optimizer"])
         self.version = int(state["version"])
+        if (path / ckpt.REFERENCE_FILE).is_file():
+            self.ref_model = _frozen_copy(self.model)
+            safetensors.torch.load_model(self.ref_model, str(path / ckpt.REFERENCE_FILE), device=str(self.device))
         ckpt.load_rng(path, self.rank)  # a rank the checkpoint did not have keeps its seeded RNG
         return ckpt.load_extra(path)
+
+
+def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """An independent, gradient-free, eval-mode copy of `model` (the KL reference)."""
+    return copy.deepcopy(model).eval().requires_grad_(False)

@@ -16,11 +16,17 @@ class Objective(Protocol):
     @property
     def uses_reference(self) -> bool:
         """True when the loss needs reference-model logprobs (a KL term): the trainer then keeps a frozen
-        copy of the initial weights and passes `ref_logprobs`."""
+        copy of the weights RL started from (after the warm start) and passes `ref_logprobs`."""
+        ...
+
+    def update_plan(self, num_samples: int, seed: str) -> list[tuple[int, ...]]:
+        """The optimizer steps one batch of `num_samples` makes, in order: each a tuple of sample indices
+        (a mini-batch). With more than one step the trainer computes `proximal_logprobs` once per batch,
+        with the weights before the first step; with one it passes None (the detached current policy)."""
         ...
 
     def token_weights(self, mask: Tensor, total_tokens: float, total_seqs: float) -> Tensor:
-        """Aggregation weights of one micro-batch given the whole batch's model-token and sequence counts."""
+        """Aggregation weights of one micro-batch given its mini-batch's model-token and sequence counts."""
         ...
 
     def __call__(
@@ -30,8 +36,9 @@ class Objective(Protocol):
         advantages: Tensor,
         mask: Tensor,
         weights: Tensor,
+        proximal_logprobs: Tensor | None = None,
         ref_logprobs: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """(loss of this micro-batch, summed statistics: tokens, clipped, iw_sum, iw_max, iw_truncated,
-        approx_kl_sum, pg_loss [, ref_kl_sum, kl_loss])."""
+        """(loss of this micro-batch, summed statistics: tokens, clipped, ratio_max, iw_sum, iw_max,
+        iw_truncated, approx_kl_sum, behaviour_kl_sum, pg_loss [, ref_kl_sum, kl_loss])."""
         ...

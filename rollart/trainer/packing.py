@@ -112,3 +112,12 @@ def collate(samples: Sequence[TrainSample], pad_id: int) -> MicroBatch:
         versions=ver[:, 1:].contiguous(),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
     )
+
+
+def pad_rows(rows: Sequence[Tensor], width: int) -> Tensor:
+    """Per-sample vectors (e.g. proximal logprobs, [len − 1] each) → one zero-right-padded [b, width] tensor
+    aligned with a `collate`d micro-batch of the same samples."""
+    out = torch.zeros((len(rows), width), dtype=rows[0].dtype if rows else torch.float32)
+    for r, row in enumerate(rows):
+        out[r, : row.numel()] = row
+    return out

@@ -1,7 +1,7 @@
 """Learning-rate schedules as a multiplier of `train.lr` (for `torch.optim.lr_scheduler.LambdaLR`).
 
 In: `train.schedule` (constant | cosine | linear), `train.warmup_steps` W and the total `train.steps` T.
-Out: f(s) for optimizer step s = 0, 1, …:
+Out: f(s) for train step s = 0, 1, … (one per batch, however many optimizer steps it makes):
 
     warm-up (s < W):   f = (s + 1) / (W + 1)         (never 0: the first step already moves the weights)
     constant:          f = 1

@@ -56,7 +56,7 @@ def test_two_ranks_equal_one_rank_and_pulled_weights_are_the_trainers(ray_local,
     # 2 ranks × several micro-batches == 1 rank × one micro-batch (≤ 1e-6 relative)
     assert rel_diff(after1, after2) <= 1e-6
     assert rel_diff(after2, other2) == 0.0  # ranks hold the same weights
-    for key in ("train/loss", "train/grad_norm", "train/entropy", "train/iw_mean", "train/approx_kl"):
+    for key in ("train/loss", "train/grad_norm", "train/entropy", "train/iw_mean", "train/behaviour_kl"):
         assert m2[key] == pytest.approx(m1[key], rel=1e-6, abs=1e-9), key
     assert m1["train/tokens"] == m2["train/tokens"] and m1["train/version"] == m2["train/version"] == 1
     assert m1["time/weights.publish"] > 0 and m1["train/iw_truncated_frac"] > 0  # the batch has off-policy tokens

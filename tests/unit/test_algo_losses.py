@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rollart.algo import PolicyObjective, aggregation_weights, k3_kl, policy_loss
+from rollart.algo import PolicyObjective, aggregation_weights, k3_kl, mini_batch_plan, policy_loss
 from rollart.config import TrainConfig
 
 
@@ -88,7 +88,8 @@ def test_first_step_gradient_is_importance_weighted_reinforce():
     expected = [-0.5 * 1.0 * 2.0, -0.5 * min(math.exp(1.3), 2.0) * 2.0, 0.0]
     assert lp.grad.tolist()[0] == pytest.approx(expected, rel=1e-6)
     assert stats["clipped"].item() == 0  # ratio is 1 at the proximal point
-    assert stats["approx_kl_sum"].item() == pytest.approx(0.5 * 1.3**2, rel=1e-6)
+    assert stats["behaviour_kl_sum"].item() == pytest.approx(0.5 * 1.3**2, rel=1e-6)
+    assert stats["approx_kl_sum"].item() == 0.0 and stats["ratio_max"].item() == 1.0
 
 
 def test_k3_kl_and_kl_term():
@@ -122,3 +123,70 @@ def test_objective_from_config_binds_the_coefficients():
     assert obj.uses_reference
     mask = torch.tensor([[1, 1]])
     close(obj.token_weights(mask, 4, 2), [[0.25, 0.25]])
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_the_clip_is_taken_exactly_when_the_ratio_leaves_the_band(advantage):
+    """r > 1 + ε_high with A > 0, or r < 1 − ε_low with A < 0: the clipped branch, zero gradient; else the
+    unclipped branch (PPO's pessimism also keeps it when r leaves the band the other way)."""
+    lo, hi = 0.2, 0.28
+    ratios = [0.5, 0.79, 0.81, 1.0, 1.27, 1.29, 2.0]
+    prox = torch.full((1, len(ratios)), -1.0)
+    lp = (prox + torch.log(torch.tensor([ratios]))).requires_grad_(True)
+    mask = torch.ones_like(prox)
+    loss, stats = policy_loss(lp, prox, torch.tensor([advantage]), mask, aggregation_weights(mask, "token_mean"),
+                              clip_low=lo, clip_high=hi, tis_cap=2.0, proximal_logprobs=prox)
+    loss.backward()
+    outside = [(r > 1 + hi) if advantage > 0 else (r < 1 - lo) for r in ratios]
+    assert stats["clipped"].item() == sum(outside) == 2
+    for r, out, g in zip(ratios, outside, lp.grad[0].tolist()):
+        assert (g == 0.0) == out, (r, g)
+    assert stats["ratio_max"].item() == pytest.approx(2.0, rel=1e-6)
+    assert stats["approx_kl_sum"].item() == pytest.approx(sum(0.5 * math.log(r) ** 2 for r in ratios), rel=1e-5)
+
+
+def test_proximal_equal_to_the_current_policy_is_the_one_step_objective():
+    """Passing π_prox = the detached current policy gives exactly the `proximal_logprobs=None` loss and grads."""
+    beh = torch.tensor([[-0.3, -2.5, -0.2, -1.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    w = aggregation_weights(mask, "seq_mean")
+    out = []
+    for prox in (None, "current"):
+        lp = torch.tensor([[-0.4, -1.2, -0.7, -5.0]], requires_grad=True)
+        loss, stats = policy_loss(lp, beh, torch.tensor([-1.5]), mask, w, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
+                                  proximal_logprobs=lp.detach() if prox else None)
+        loss.backward()
+        out.append((loss.item(), lp.grad.clone(), {k: v.item() for k, v in stats.items()}))
+    assert out[0][0] == out[1][0] and torch.equal(out[0][1], out[1][1]) and out[0][2] == out[1][2]
+    assert out[0][2]["clipped"] == 0 and out[0][2]["approx_kl_sum"] == 0.0 and out[0][2]["ratio_max"] == 1.0
+
+
+def test_importance_weights_off_weight_every_token_one():
+    lp = torch.tensor([[-0.3, -1.2]], requires_grad=True)
+    beh = torch.tensor([[-2.3, -0.2]])  # raw weights e² (truncated to 2) and e⁻¹
+    mask = torch.ones(1, 2)
+    w = aggregation_weights(mask, "token_mean")
+    kw = dict(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
+    _, on = policy_loss(lp, beh, torch.tensor([1.0]), mask, w, **kw)
+    loss, off = policy_loss(lp, beh, torch.tensor([1.0]), mask, w, importance_weights=False, **kw)
+    loss.backward()
+    assert on["iw_sum"].item() == pytest.approx(2.0 + math.exp(-1.0), rel=1e-6) and on["iw_truncated"].item() == 1
+    assert off["iw_sum"].item() == 2.0 and off["iw_truncated"].item() == 0
+    assert off["iw_max"].item() == pytest.approx(math.exp(2.0), rel=1e-6)  # still reported: the gap exists
+    assert lp.grad.tolist()[0] == pytest.approx([-0.5, -0.5])
+    assert off["behaviour_kl_sum"].item() == pytest.approx(0.5 * (4.0 + 1.0), rel=1e-6)
+
+
+def test_mini_batch_plan_covers_every_sample_once_per_epoch():
+    plan = mini_batch_plan(10, 4, 2, "0/7")
+    assert len(plan) == 8 and [len(s) for s in plan] == [3, 3, 2, 2] * 2
+    for epoch in (plan[:4], plan[4:]):
+        assert sorted(i for step in epoch for i in step) == list(range(10))
+    assert plan[:4] != plan[4:]  # a fresh split per epoch
+    assert mini_batch_plan(10, 4, 2, "0/7") == plan  # deterministic in the seed (a resume plans the same)
+    assert mini_batch_plan(10, 4, 2, "0/8") != plan
+    assert mini_batch_plan(5, 1, 2, "x") == [(0, 1, 2, 3, 4)] * 2  # one mini-batch: the batch, in order
+    with pytest.raises(ValueError, match="train.mini_batches=6"):
+        mini_batch_plan(5, 6, 1, "x")
+    obj = PolicyObjective.from_config(TrainConfig(mini_batches=2, epochs=3))
+    assert len(obj.update_plan(8, "s")) == 6

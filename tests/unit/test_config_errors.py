@@ -184,6 +184,11 @@ def test_batch_must_hold_whole_groups():
     assert "6 is not a multiple of rollout.group_size (4)" in _error(overrides=["rollout.batch_size=6"])
 
 
+def test_every_mini_batch_needs_a_sample_per_trainer_rank():
+    msg = _error(overrides=["rollout.batch_size=8", "train.mini_batches=4", "train.workers=3"])
+    assert "train.mini_batches" in msg and "rollout.batch_size ≥ train.mini_batches × train.workers" in msg
+
+
 def test_every_error_is_reported_at_once(tmp_path):
     path = _write(tmp_path, "rollout: {alpah: 2}\ntrain: {steps: x}\n")
     msg = _error(path, ["eval.evry=3"])

@@ -1,10 +1,12 @@
-"""A single-process Trainer: micro-batch split invariance, version checks, SFT on assistant tokens only."""
+"""A single-process Trainer: micro-batch split invariance, decoupled-PPO mini-batches, version checks, SFT on
+assistant tokens only, the KL reference is the weights RL started from."""
 
 import pytest
 import torch
 
 from rollart.algo import PolicyObjective
 from rollart.config import RunConfig
+from rollart.models import load_model
 from rollart.trainer import Trainer
 from rollart.trainer.sft_data import conversation_sample
 from rollart.types import TrainBatch, TrainSample
@@ -20,16 +22,23 @@ def batch(version=0):
     return TrainBatch(version, tuple(samples))
 
 
-def grads_after(trainer: Trainer) -> dict[str, torch.Tensor]:
-    """The (clipped) gradients of one step, captured just before the optimizer applies them."""
-    captured = {}
+def grads_after(trainer: Trainer, train_batch: TrainBatch | None = None):
+    """The (clipped) gradients of every optimizer step of one train step, captured just before each is
+    applied, and the step's metrics."""
+    captured: list[dict[str, torch.Tensor]] = []
 
     def capture(optimizer, args, kwargs):
-        captured.update({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+        captured.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
 
     trainer.optimizer.register_step_pre_hook(capture)
-    metrics = trainer.train_step(batch())
-    return captured, metrics
+    metrics = trainer.train_step(train_batch or batch())
+    return (captured[0] if len(captured) == 1 else captured), metrics
+
+
+def assert_same_grads(g1: dict[str, torch.Tensor], g2: dict[str, torch.Tensor], rel: float) -> None:
+    assert g1.keys() == g2.keys() and len(g1) > 10
+    for name in g1:  # per tensor, relative in norm (single near-zero coordinates carry float32 noise)
+        assert float((g2[name] - g1[name]).norm() / g1[name].norm()) <= rel, name
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean"])
@@ -40,9 +49,7 @@ def test_micro_batch_split_does_not_change_the_gradient(tiny_model_path, aggrega
                         train={"micro_batch_tokens": budget, "aggregation": aggregation})
         results.append(grads_after(Trainer(cfg, PolicyObjective.from_config(cfg.train))))
     (g1, m1), (g2, m2) = results
-    assert g1.keys() == g2.keys() and len(g1) > 10
-    for name in g1:  # per tensor, relative in norm (single near-zero coordinates carry float32 noise)
-        assert float((g2[name] - g1[name]).norm() / g1[name].norm()) <= 1e-5, name
+    assert_same_grads(g1, g2, 1e-5)
     assert m2["train/loss"] == pytest.approx(m1["train/loss"], rel=1e-6)
     assert m1["train/version"] == 1 and m1["train/tokens"] == 23
 
@@ -65,10 +72,78 @@ def test_sft_trains_assistant_tokens_and_lowers_their_loss(tiny_model_path):
     assert losses[-1] < losses[0] * 0.7 and trainer.version == 5
 
 
-def test_kl_to_the_initial_weights_is_zero_then_grows(tiny_model_path):
+def test_one_mini_batch_gives_the_importance_weighted_policy_gradient(tiny_model_path):
+    """mini_batches = epochs = 1 (the default) is one step of −Σ ω·m·min(π/μ, C)·A·∇log π, computed here by
+    hand from a plain forward pass: what the trainer did before decoupled PPO had mini-batches."""
+    from rollart.trainer.packing import collate
+
+    cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"grad_clip": 1e9, "aggregation": "seq_mean"})
+    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    grads, metrics = grads_after(trainer)
+    assert metrics["train/updates"] == 1 and metrics["train/clip_frac"] == 0 and metrics["train/approx_kl"] == 0
+
+    model = load_model(tiny_model_path, "float32", "cpu").train()
+    mb = collate(batch().samples, trainer.pad_id)
+    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)
+    m = mb.loss_mask
+    omega = m / (m.sum(1, keepdim=True) * m.shape[0])  # seq_mean: every sample has model tokens
+    iw = torch.exp(lp.detach() - mb.behaviour_logprobs).clamp(max=cfg.train.tis_cap)
+    (-(omega * m * iw * mb.advantages[:, None] * lp).sum()).backward()
+    by_hand = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert_same_grads(by_hand, grads, 1e-6)
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_mini_batch_gradients_do_not_depend_on_micro_batching(tiny_model_path, epochs):
+    """At a fixed mini-batch split, every optimizer step's gradient is the same whether the mini-batch runs
+    as one micro-batch or many; the steps really are several and the later ones really are clipped PPO."""
+    results = []
+    for budget in (4096, 24):
+        cfg = RunConfig(model={"path": str(tiny_model_path)},
+                        train={"micro_batch_tokens": budget, "mini_batches": 2, "epochs": epochs, "lr": 1e-2})
+        results.append(grads_after(Trainer(cfg, PolicyObjective.from_config(cfg.train)), big_batch()))
+    (steps1, m1), (steps2, m2) = results
+    assert len(steps1) == len(steps2) == 2 * epochs
+    assert_same_grads(steps1[0], steps2[0], 1e-5)  # same weights: only the summation order differs
+    # Later steps start from weights that differ by reduction-order noise, which Adam's per-coordinate
+    # normalisation amplifies (see test_trainer_ddp); a wrong normalisation would be off by O(1).
+    for g1, g2 in zip(steps1[1:], steps2[1:]):
+        assert_same_grads(g1, g2, 1e-3)
+    assert m1["train/updates"] == 2 * epochs and m1["train/version"] == 1  # one version per batch
+    assert m1["train/approx_kl"] > 0 and m1["train/ratio_max"] > 1  # later steps moved off the proximal policy
+    for key in ("train/loss", "train/clip_frac", "train/iw_mean", "train/approx_kl"):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-9), key
+
+
+def big_batch(n=16, version=0):
+    """Enough samples for several mini-batches; behaviour logprobs near the model's (about −ln 1024)."""
+    samples = []
+    for i in range(n):
+        length, k = 10 + (5 * i) % 17, 3 + i % 5
+        ids = tuple((11 * i + 5 * j) % 900 + 3 for j in range(length))
+        mask = (0,) * (length - k) + (1,) * k
+        samples.append(TrainSample(f"s{i}", f"g{i // 4}", "d", ids, mask, tuple(-6.9 * m for m in mask),
+                                   tuple(0 if m else -1 for m in mask), advantage=((-1) ** i) * (0.5 + i / n),
+                                   reward=0.0))
+    return TrainBatch(version, tuple(samples))
+
+
+def test_the_kl_reference_is_the_weights_rl_started_from(tiny_model_path, tmp_path):
+    """After a warm start (SFT steps) the reference is the warm-started weights, not the initial ones; a
+    checkpoint keeps it, so a resumed run anchors to the same weights."""
     cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"kl_coef": 0.1, "lr": 1e-3})
     trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
-    first = trainer.train_step(batch(version=0))
-    second = trainer.train_step(batch(version=1))
-    assert first["train/ref_kl"] == 0.0 and first["train/kl_loss"] == 0.0  # the reference is version 0
+    conv = [{"role": "user", "content": "Move"}, {"role": "assistant", "content": r"\boxed{Left}"}]
+    for _ in range(3):
+        trainer.sft_step([conv] * 4)
+    first = trainer.train_step(batch(version=3))
+    second = trainer.train_step(batch(version=4))
+    assert first["train/ref_kl"] == 0.0 and first["train/kl_loss"] == 0.0  # anchored at the warm-started weights
     assert second["train/ref_kl"] > 0.0 and second["train/kl_loss"] > 0.0
+    trainer.save(tmp_path / "ckpt", {})
+    resumed = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    resumed.load(tmp_path / "ckpt")
+    ref, back = trainer.ref_model.state_dict(), resumed.ref_model.state_dict()
+    assert ref.keys() == back.keys() and all(torch.equal(ref[k], back[k]) for k in ref)
+    assert resumed.train_step(batch(version=5))["train/ref_kl"] > 0.0
