@@ -42,6 +42,10 @@ class TinyModelConfig(Section):
 
 class ModelConfig(Section):
     path: str = Field("", description="local Hugging Face checkpoint directory; empty = built-in tiny model")
+    adapter: str = Field(
+        "", description="a PEFT LoRA adapter directory merged into model.path's weights when inference loads "
+        "them (`rollart eval` sets it for a LoRA checkpoint); empty = none"
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tiny: TinyModelConfig = TinyModelConfig()
 
@@ -312,6 +316,23 @@ class WarmStartConfig(Section):
     )
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(Section):
+    """LoRA with PEFT: the base weights stay frozen, low-rank adapters train, and only the adapters travel
+    through the weight store to inference (which merges them into its copy of the base)."""
+
+    rank: int = Field(8, ge=1, description="adapter rank r (PEFT's `r`)")
+    alpha: float = Field(16.0, gt=0, description="scale numerator: the weight update is (alpha / rank)·B·A")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LORA_TARGETS),
+        description="names (suffixes) of the linear modules to adapt, as PEFT's target_modules; the "
+        "default is every attention and MLP projection of Qwen/Llama models",
+    )
+
+
 class TrainConfig(Section):
     steps: int = Field(300, ge=1)
     lr: float = Field(3e-4, gt=0)
@@ -342,6 +363,9 @@ class TrainConfig(Section):
     threads: int = Field(1, ge=1, description="torch threads per trainer worker")
     timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on DDP collectives")
     warm_start: WarmStartConfig = WarmStartConfig()
+    lora: LoraConfig | None = Field(
+        None, description="train LoRA adapters (the warm start too) instead of all weights; null = full training"
+    )
 
 
 class WeightsConfig(Section):
@@ -452,6 +476,11 @@ class RunConfig(Section):
             problems.append("domains: at least one task domain is needed")
         elif sum(d.weight for d in self.domains.values()) <= 0:
             problems.append("domains.*.weight: at least one domain needs a weight > 0")
+        if self.train.lora is not None and self.inference.engine != "builtin":
+            problems.append(
+                f"train.lora: LoRA adapters are served by the builtin engine only (inference.engine="
+                f"{self.inference.engine!r} cannot apply them yet); use inference.engine=builtin or train.lora=null"
+            )
         if self.rollout.batch_size // self.train.mini_batches < self.train.workers:
             problems.append(
                 f"train.mini_batches: a batch of {self.rollout.batch_size} split into {self.train.mini_batches} "

@@ -65,7 +65,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def dump_config(cfg: RunConfig) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """The whole config as YAML; a default named entry the config removed is written as `name: null`, so
+    loading the text again (over the defaults) gives back the same config."""
+    data = cfg.model_dump(mode="json")
+    defaults = RunConfig()
+    for section in ("pools", "domains", "roles"):
+        for name in getattr(defaults, section):
+            data[section].setdefault(name, None)
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def write_resolved(cfg: RunConfig, run_dir: str | Path) -> Path:

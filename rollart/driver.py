@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from rollart.config import RunConfig
 from rollart.config_loader import ConfigError
@@ -32,7 +33,7 @@ from rollart.control import RolloutScheduler
 from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
 from rollart.run_dir import RunPaths
-from rollart.system import DRIVER_LANE, System, build_system
+from rollart.system import DRIVER_LANE, System, build_system, demonstration_batches
 from rollart.types import RunState, Span, TimedMetrics, Trajectory
 
 
@@ -48,6 +49,29 @@ def evaluate(cfg: RunConfig) -> dict[str, float]:
                 await system.close()
 
     return asyncio.run(run())
+
+
+def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
+                          on_step: Callable[[int, int, dict[str, float]], None] | None = None) -> Path:
+    """Only the warm start (`train.warm_start` on the trained domains' demonstrations, all weights — a
+    `train.lora` is ignored), in this process, written to `out_dir` as a Hugging Face checkpoint: a base
+    for LoRA runs (`model.path`) and for benchmarks that compare RL settings from one start."""
+    import torch
+
+    from rollart.algo import PolicyObjective
+    from rollart.trainer import Trainer
+
+    full = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lora": None})})
+    torch.set_num_threads(full.train.threads)
+    trainer = Trainer(full, PolicyObjective.from_config(full.train))
+    for step, conversations in enumerate(demonstration_batches(full)):
+        metrics = trainer.sft_step(conversations)
+        if on_step:
+            on_step(step, full.train.warm_start.steps, metrics)
+    out = Path(out_dir)
+    trainer.model.save_pretrained(out, safe_serialization=True)
+    trainer.tokenizer.save_pretrained(out)
+    return out
 
 
 def train(cfg: RunConfig) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 from rollart.algo import PolicyObjective, build_train_batch
 from rollart.config import RunConfig
@@ -131,13 +131,9 @@ class System:
     # --- supervised warm start on expert demonstrations ----------------------------------------------
     def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
         """`train.warm_start.steps` supervised steps on demonstrations, the trained domains in turn."""
-        ws = self.cfg.train.warm_start
-        domains = sorted(d for d, c in self.cfg.domains.items() if c.weight > 0)
-        picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
-        rng = random.Random(self.cfg.seed)
-        for step in range(ws.steps):
-            demos = [demonstrate(d, self.cfg.domains[d], rng.randrange(10**9), "train", ws.expert_prob) for d in picks]
-            on_step(step, ws.steps, self.trainer.sft_step([list(d.messages) for d in demos]))
+        steps = self.cfg.train.warm_start.steps
+        for step, conversations in enumerate(demonstration_batches(self.cfg)):
+            on_step(step, steps, self.trainer.sft_step(conversations))
 
     # --- validation -----------------------------------------------------------------------------------
     async def evaluate(self, tag: str) -> dict[str, float]:
@@ -175,6 +171,18 @@ class System:
             except Exception as exc:  # keep closing the rest
                 log.warning("stopping the scheduler: %s", exc)
         self._stack.close()
+
+
+def demonstration_batches(cfg: RunConfig) -> Iterator[list[list[dict[str, str]]]]:
+    """The warm start's batches: `train.warm_start.steps` batches of `batch_size` expert conversations, the
+    trained domains in turn, seeded by `cfg.seed` (the same demonstrations in every process)."""
+    ws = cfg.train.warm_start
+    domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0)
+    picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
+    rng = random.Random(cfg.seed)
+    for _ in range(ws.steps):
+        demos = [demonstrate(d, cfg.domains[d], rng.randrange(10**9), "train", ws.expert_prob) for d in picks]
+        yield [list(d.messages) for d in demos]
 
 
 def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True) -> System:

@@ -293,6 +293,25 @@ class RunState:
 
 
 @dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter in PEFT's format: what a LoRA run (`train.lora`) publishes instead of full weights.
+
+    Engine-agnostic: the two parts are exactly what PEFT writes as `adapter_config.json` (`config`: r,
+    lora_alpha, use_rslora, target_modules, …) and `adapter_model.safetensors` (`tensors`: names like
+    `base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight` → lora_A [r, in] / lora_B [out, r]).
+    The base weights are the run's `model.path` (the tiny model when empty), which every engine already
+    loaded; an engine serves W = W_base + s·B·A with s = lora_alpha / r (`rollart.models.lora`).
+    """
+
+    config: Mapping[str, Any]
+    tensors: Mapping[str, Any]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(t.numel()) * t.element_size() for t in self.tensors.values())
+
+
+@dataclass(frozen=True)
 class Affinity:
     """Where a worker wants to run: a preferred pool and compatible fallbacks, in order."""
 
@@ -354,15 +373,17 @@ class TurnGate(Protocol):
 
 @runtime_checkable
 class WeightPublisher(Protocol):
-    """The trainer's side of the weight store: publish the named tensors of one policy version."""
+    """The trainer's side of the weight store: publish one policy version — the named tensors of the full
+    weights, or a `LoraAdapter` (a LoRA run: only the adapter tensors travel)."""
 
-    def publish(self, version: int, named_tensors: Mapping[str, Any]) -> Mapping[str, float]: ...
+    def publish(self, version: int, weights: Mapping[str, Any] | LoraAdapter) -> Mapping[str, float]: ...
 
 
 @runtime_checkable
 class WeightSubscriber(Protocol):
-    """The inference side: newest published version, and that version's tensors (pulled in buckets)."""
+    """The inference side: newest published version, and that version's weights (pulled in buckets) —
+    `{name: tensor}` for full weights, a `LoraAdapter` for an adapter-only version."""
 
     def latest_version(self) -> int: ...
 
-    def pull(self, version: int) -> dict[str, Any]: ...
+    def pull(self, version: int) -> dict[str, Any] | LoraAdapter: ...

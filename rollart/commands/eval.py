@@ -2,7 +2,9 @@
 
 RUN_DIR: the run's resolved config.yaml and its newest checkpoint. CHECKPOINT: a checkpoint directory
 (RUN_DIR/checkpoints/step_N, or any Hugging Face checkpoint — then the default config, or overrides,
-say which domains to score).
+say which domains to score). A LoRA run's checkpoint is a PEFT adapter directory: it is scored as the
+run's base model (`model.path`; outside a run, the adapter's `base_model_name_or_path`) with the adapter
+merged in (`model.adapter`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from rollart.models.lora import ADAPTER_CONFIG
+
     target = Path(args.target)
     run_config = RunPaths.of(target).config
     if run_config.is_file():  # a run directory
@@ -33,13 +37,21 @@ def _eval(args: argparse.Namespace) -> int:
         if checkpoint is None:
             raise ConfigError(f"{target} is a run directory without checkpoints ({RunPaths.of(target).checkpoints}/step_*)")
         config_file: Path | None = run_config
-    elif (target / "config.json").is_file():  # a checkpoint
+    elif (target / "config.json").is_file() or (target / ADAPTER_CONFIG).is_file():  # a checkpoint
         checkpoint = target
         parent_run = RunPaths.of(target.parent.parent).config  # RUN_DIR/checkpoints/step_N
         config_file = parent_run if parent_run.is_file() else None
     else:
-        raise ConfigError(f"{target} is neither a run directory ({run_config.name}) nor a checkpoint (config.json)")
-    cfg = load_config(config_file, [f"model.path={checkpoint}", "resume=false", *args.overrides])
+        raise ConfigError(f"{target} is neither a run directory ({run_config.name}) nor a checkpoint (config.json, "
+                          f"or {ADAPTER_CONFIG} for a LoRA run's)")
+    if (checkpoint / ADAPTER_CONFIG).is_file():  # a LoRA checkpoint: the run's base model + this adapter
+        model = [f"model.adapter={checkpoint}"]
+        if config_file is None:  # no run config: the base PEFT recorded when the adapter was written
+            base = json.loads((checkpoint / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path") or ""
+            model.append(f"model.path={base}")
+    else:
+        model = [f"model.path={checkpoint}"]
+    cfg = load_config(config_file, [*model, "resume=false", *args.overrides])
     setup_logging(cfg)
     from rollart.driver import evaluate
 

@@ -24,6 +24,11 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   copied; bit-identical for equal dtypes) and drops the prefix cache; with `on_update="recompute"` it
   re-prefills every running request's prompt + tokens under the new weights on the next step, with
   `"keep"` running requests go on decoding over the KV the old weights computed.
+- A `LoraAdapter` (a LoRA run) is merged: each adapted weight becomes W_base + s·B·A, from a pristine copy
+  of W_base kept since the first adapter (`rollart.models.lora.merged_weights`). Merged, not run unmerged:
+  the forward pass stays the plain model's (no extra adapter matmuls per layer on every decode step, no
+  PEFT wrappers in the KV-cache path), at the cost of one copy of the adapted weights and one rank-r
+  product per adapted weight per swap — once per train step.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
   from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
@@ -51,7 +56,8 @@ from rollart.inference.generation import (
     check_weights,
 )
 from rollart.inference.sampling import choose_tokens, sampling_logprobs
-from rollart.types import FinishReason, GenerationRequest, GenerationResult, SamplingParams
+from rollart.models.lora import adapted_parameters, merged_weights
+from rollart.types import FinishReason, GenerationRequest, GenerationResult, LoraAdapter, SamplingParams
 
 
 @dataclass(kw_only=True)
@@ -121,6 +127,7 @@ class HFEngine:
         self._live: dict[str, _Seq] = {}
         self._aborts: list[str] = []
         self._suspended = False
+        self._lora_base: dict[str, torch.Tensor] = {}  # pristine copies of the weights a LoRA adapter adapts
         self._counters = dict.fromkeys(
             ("steps", "decode_steps", "decode_rows", "tokens_generated", "prompt_tokens", "prefill_tokens",
              "recompute_tokens", "requests_finished", "requests_aborted", "weight_updates", "swap_s_total"),
@@ -171,10 +178,14 @@ class HFEngine:
             results += self._prefill(joining)
         return results
 
-    def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
+    def update_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter) -> None:
         check_newer(version, self._version)
         start = time.perf_counter()
-        self._load(tensors)
+        if isinstance(tensors, LoraAdapter):
+            self._load(self._merge_adapter(tensors), partial=True)
+        else:
+            self._lora_base = {}  # new full weights: a later adapter applies to these
+            self._load(tensors)
         self._version = int(version)
         self._prefix.clear()  # KV of older weights is never reused
         if self.on_update == "recompute":
@@ -385,8 +396,18 @@ class HFEngine:
         self._live.pop(s.request.request_id, None)
         return s.result(reason, self.worker)
 
-    def _load(self, tensors: Mapping[str, Any]) -> None:
-        """Put `tensors` into the model after checking every name and shape (nothing changes on an error).
+    def _merge_adapter(self, adapter: LoraAdapter) -> dict[str, torch.Tensor]:
+        """Base + adapter for every adapted weight; the base of each is copied the first time it is adapted
+        (the weights the engine held then: the run's base model) and every later version merges from it."""
+        params = dict(self.model.named_parameters())
+        for name in adapted_parameters(adapter):
+            if name not in self._lora_base and name in params:
+                self._lora_base[name] = params[name].detach().clone()
+        return merged_weights(self._lora_base, adapter)
+
+    def _load(self, tensors: Mapping[str, Any], partial: bool = False) -> None:
+        """Put `tensors` into the model after checking every name and shape (nothing changes on an error);
+        every parameter must be given unless `partial` (a merged adapter changes only the weights it adapts).
 
         A torch tensor already of the parameter's dtype and device is adopted as the parameter's storage (a
         pointer swap, no copy: the weight store hands out fresh tensors, and the caller must not modify
@@ -395,7 +416,7 @@ class HFEngine:
         slots = dict(self.model.named_parameters(remove_duplicate=False))
         slots.update(self.model.named_buffers(remove_duplicate=False))
         check_weights(tensors, {n: tuple(t.shape) for n, t in slots.items()},
-                      required={n for n, _ in self.model.named_parameters()})
+                      required=set() if partial else {n for n, _ in self.model.named_parameters()})
         with torch.no_grad():
             for name, value in tensors.items():
                 slot = slots[name]

@@ -18,6 +18,14 @@ it one to one; weights onto an in-place reload plus a prefix-cache reset — see
   the KV the old weights computed. Either way no request admitted later reuses KV of older weights.
   Tokens produced earlier keep their old version stamp. Versions never go backwards (an older or equal
   version is a ValueError).
+- `update_weights(version, adapter)` with a `rollart.types.LoraAdapter` (a LoRA run publishes only its
+  adapter, in PEFT's format): the engine serves base + adapter, where the base is the model it loaded. The
+  built-in engine merges (W_base + s·B·A from a kept copy of W_base). `VLLMEngine` does not serve LoRA
+  yet (the config refuses `train.lora` with `inference.engine=vllm`); it would instead start
+  with `enable_lora=True` and `max_lora_rank ≥ train.lora.rank`, register each version as a new
+  `LoRARequest` (a fresh int id; the adapter written as a PEFT directory, or handed over in memory where
+  its version allows), tag every later request with it and drop the previous one — unmerged, so no
+  weight copy is touched.
 - `suspend()` stops admitting queued requests (running ones keep decoding); `resume()` undoes it.
 - `close()` releases what the engine holds (worker processes, memory); it serves no more afterwards.
 - Every result token carries its behaviour logprob (see `rollart.inference.sampling`) and the weight
@@ -28,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from rollart.types import GenerationRequest, GenerationResult
+from rollart.types import GenerationRequest, GenerationResult, LoraAdapter
 
 
 @runtime_checkable
@@ -52,7 +60,7 @@ class InferenceEngine(Protocol):
 
     def resume(self) -> None: ...
 
-    def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None: ...
+    def update_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter) -> None: ...
 
     def stats(self) -> dict[str, float]: ...
 

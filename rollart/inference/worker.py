@@ -59,7 +59,7 @@ def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> Infe
     from rollart.inference.hf_engine import HFEngine
 
     return HFEngine(
-        load_model(path, cfg.model.dtype, device),
+        load_model(path, cfg.model.dtype, device, adapter=cfg.model.adapter),
         load_tokenizer(path),
         max_batch_size=inf.max_batch_size,
         prefix_cache_mb=inf.prefix_cache_mb,

@@ -1,4 +1,5 @@
-"""Models: the built-in tiny Qwen3-architecture model and tokenizer, and loading local checkpoints.
+"""Models: the built-in tiny Qwen3-architecture model and tokenizer, loading local checkpoints, and LoRA
+adapters in PEFT's format (`rollart.models.lora`).
 
 A shared lower layer (like `resources`): the inference, trainer and env planes all load models and
 tokenizers through here, and nothing here imports a plane.

@@ -52,7 +52,8 @@ def load_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
+def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu", adapter: str | Path = ""):
+    """The causal LM at `path`; with `adapter` (a PEFT LoRA directory) its weights merged in, for serving."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -62,4 +63,8 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     model = AutoModelForCausalLM.from_pretrained(
         str(path), local_files_only=True, dtype=getattr(torch, dtype)
     )
+    if adapter:
+        from rollart.models.lora import merge_adapter_into, read_adapter
+
+        merge_adapter_into(model, read_adapter(adapter))
     return model.to(device)

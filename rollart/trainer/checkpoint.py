@@ -4,11 +4,14 @@ In: a run directory and, from the trainer, its model, tokenizer, optimizer/sched
 the control plane's opaque `extra_state`. Out, one directory per checkpoint:
 
     config.json, model.safetensors, generation_config.json, tokenizer files
-                         — a Hugging Face checkpoint: `AutoModelForCausalLM.from_pretrained(dir)` loads it
+                         — a Hugging Face checkpoint: `AutoModelForCausalLM.from_pretrained(dir)` loads it;
+                           a LoRA run writes instead PEFT's adapter_config.json + adapter_model.safetensors
+                           (`PeftModel.from_pretrained(base, dir)` loads it on the run's `model.path`)
     trainer_state.pt     — version, optimizer(s), LR scheduler (torch.save)
     rng/rank<r>.pt       — torch (CPU and CUDA), Python and numpy RNG states of every rank
     extra_state.pt       — what the control plane handed in (sampler, buffer …), returned on load
-    reference.safetensors — the KL reference's weights (the weights RL started from), when the loss has a KL
+    reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
+                            when the loss has a KL term
 
 Guarantees: a checkpoint appears under its final name only once complete (written to a hidden temporary
 directory, then renamed), so `latest_checkpoint` never returns a partial one; `finalize` keeps the newest

@@ -16,6 +16,10 @@ one rank would; then gradient clipping to `train.grad_clip` and one AdamW step. 
 LR-scheduler step, version + 1. An SFT step is one such optimizer step on the whole batch. Statistics are
 summed over steps and micro-batches and all-reduced, so every rank returns the same metrics.
 
+With `train.lora` the model is a PEFT model: the base weights are frozen, the optimizers update only the
+adapters, `published_weights()` is the adapter alone (a `LoraAdapter`) and checkpoints are PEFT adapter
+directories (adapter_config.json + adapter_model.safetensors; the base is `model.path`).
+
 The KL reference (when the objective uses one) is a frozen copy of the weights at the first RL step — what
 RL started from, after any warm start — kept in checkpoints so a resumed run keeps the same anchor.
 
@@ -41,12 +45,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from rollart.config import RunConfig
 from rollart.models import load_model, load_tokenizer, resolve_model_path
+from rollart.models.lora import adapter_of, attach_lora, load_adapter_state, set_adapter_state
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
 from rollart.trainer.packing import MicroBatch, collate, global_totals, micro_batches, pad_rows, shard
 from rollart.trainer.schedule import lr_multiplier
 from rollart.trainer.sft_data import conversation_sample
-from rollart.types import TrainBatch, TrainSample
+from rollart.types import LoraAdapter, TrainBatch, TrainSample
 
 _SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "behaviour_kl_sum",
              "ref_kl_sum", "pg_loss", "kl_loss", "entropy_sum", "lag_sum")
@@ -71,7 +76,13 @@ class Trainer:
         self.model_path = Path(model_path) if model_path else resolve_model_path(cfg.model, cfg.seed)
         self.tokenizer = load_tokenizer(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        if cfg.model.adapter:
+            raise ValueError(f"model.adapter={cfg.model.adapter!r} is for serving and evaluation; to continue a LoRA "
+                             "run use resume=true in its run_dir")
         self.model = load_model(self.model_path, cfg.model.dtype, device)
+        self.lora = train.lora
+        if self.lora is not None:  # frozen base, trainable adapters (PEFT)
+            self.model = attach_lora(self.model, self.lora)
         self.model.train()
         self.ref_model: torch.nn.Module | None = None  # the KL anchor, set at the first RL step (or loaded)
         self.ddp = None
@@ -79,7 +90,7 @@ class Trainer:
             self.ddp = DistributedDataParallel(
                 self.model, device_ids=[self.device.index or 0] if self.device.type == "cuda" else None
             )
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+        self.optimizer = torch.optim.AdamW(self.trainable(), lr=train.lr, weight_decay=train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_multiplier(train.schedule, train.warmup_steps, train.steps)
         )
@@ -175,7 +186,7 @@ class Trainer:
         if total_tokens == 0:
             raise ValueError("sft_step: no loss-masked tokens in the batch")
         if self.sft_optimizer is None:
-            self.sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.train.warm_start.lr,
+            self.sft_optimizer = torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr,
                                                    weight_decay=self.cfg.train.weight_decay)
         sums = {"loss": 0.0}
 
@@ -213,7 +224,7 @@ class Trainer:
 
     def _apply(self, optimizer: torch.optim.Optimizer) -> float:
         """Clip the accumulated gradient, take one optimizer step, clear it; the norm before clipping."""
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable(), self.cfg.train.grad_clip))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return grad_norm
@@ -260,9 +271,18 @@ class Trainer:
         return {k: float(top[i]) if k in _MAX_KEYS else float(add[i]) for i, k in enumerate(keys)}
 
     # --- weights and checkpoints -----------------------------------------------------------------
+    def trainable(self) -> list[torch.nn.Parameter]:
+        """The parameters the optimizers update: all of them, or only the adapters of a LoRA run."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The current weights by Hugging Face parameter name (tied names share one tensor)."""
+        """The current weights by Hugging Face parameter name (tied names share one tensor); a LoRA run's
+        names are PEFT's (base layers and adapters)."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def published_weights(self) -> dict[str, torch.Tensor] | LoraAdapter:
+        """What inference needs to serve the current version: all weights, or only the adapter (LoRA)."""
+        return adapter_of(self.model) if self.lora is not None else self.state_dict()
 
     def save(self, directory: str | Path, extra_state: Mapping[str, Any] | None) -> None:
         """Write this rank's part of a checkpoint into `directory` (rank 0: everything but other ranks' RNG)."""
@@ -274,8 +294,11 @@ class Trainer:
         self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
         ckpt.save_extra(path, dict(extra_state or {}))
-        if self.ref_model is not None:
-            safetensors.torch.save_model(self.ref_model, str(path / ckpt.REFERENCE_FILE))
+        if self.ref_model is not None:  # a LoRA run's reference differs from the base by its adapter only
+            if self.lora is not None:
+                safetensors.torch.save_file(dict(adapter_of(self.ref_model).tensors), str(path / ckpt.REFERENCE_FILE))
+            else:
+                safetensors.torch.save_model(self.ref_model, str(path / ckpt.REFERENCE_FILE))
         torch.save(
             {
                 "version": self.version,
@@ -292,20 +315,26 @@ class Trainer:
         path = Path(directory)
         if not (path / ckpt.STATE_FILE).is_file():
             raise FileNotFoundError(f"{path} is not a complete rollart checkpoint (no {ckpt.STATE_FILE})")
-        loaded = load_model(path, self.cfg.model.dtype, str(self.device))
-        with torch.no_grad():
-            self.model.load_state_dict(loaded.state_dict())
-        del loaded
+        if self.lora is not None:  # a PEFT adapter directory: the base is model.path, unchanged
+            load_adapter_state(self.model, path)
+        else:
+            loaded = load_model(path, self.cfg.model.dtype, str(self.device))
+            with torch.no_grad():
+                self.model.load_state_dict(loaded.state_dict())
+            del loaded
         state = torch.load(path / ckpt.STATE_FILE, weights_only=False, map_location=self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if state["sft_optimizer"] is not None:
-            self.sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.train.warm_start.lr)
+            self.sft_optimizer = torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr)
             self.sft_optimizer.load_state_dict(state["sft_optimizer"])
         self.version = int(state["version"])
         if (path / ckpt.REFERENCE_FILE).is_file():
             self.ref_model = _frozen_copy(self.model)
-            safetensors.torch.load_model(self.ref_model, str(path / ckpt.REFERENCE_FILE), device=str(self.device))
+            if self.lora is not None:
+                set_adapter_state(self.ref_model, safetensors.torch.load_file(str(path / ckpt.REFERENCE_FILE)))
+            else:
+                safetensors.torch.load_model(self.ref_model, str(path / ckpt.REFERENCE_FILE), device=str(self.device))
         ckpt.load_rng(path, self.rank)  # a rank the checkpoint did not have keeps its seeded RNG
         return ckpt.load_extra(path)
 

@@ -2,8 +2,8 @@
 
 In: the `RunConfig`, the injected `Objective` and `WeightPublisher` (the trainer never imports the algo or
 weights planes), this rank, the world size, its worker name and torch device (from its placement).
-Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights after every
-update (and at setup: version 0, or the version a checkpoint restored), other ranks hold the same weights.
+Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights (a LoRA run:
+the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored), other ranks hold the same weights.
 
 Life: constructed cheaply by the resource plane, then `rendezvous` (rank 0 offers a file store on its node
 and a TCP address), `setup(init_method, checkpoint)` (process group — gloo on CPU, NCCL on CUDA — the
@@ -99,7 +99,7 @@ class TrainerWorker:
         """Rank 0 publishes the current weights under the current version; other ranks do nothing."""
         if self.rank != 0:
             return {}
-        return dict(self.publisher.publish(self._t().version, self._t().state_dict()))
+        return dict(self.publisher.publish(self._t().version, self._t().published_weights()))
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         return self._t().train_step(batch) | self.publish()

@@ -1,8 +1,9 @@
 """`StorePublisher` — the trainer's end of the weight store (implements `rollart.types.WeightPublisher`).
 
-In: a policy version and the trainer's named tensors (its `state_dict()`). Out: the version's buckets in
-the Ray object store, registered with the store actor; metrics `time/weights.publish` (pack + put +
-register), `weights/publish_mb`, `weights/buckets`.
+In: a policy version and the trainer's weights: its named tensors (`state_dict()`), or a `LoraAdapter` (a
+LoRA run: only the adapter tensors, plus PEFT's adapter config, which the store keeps beside the version).
+Out: the version's buckets in the Ray object store, registered with the store actor; metrics
+`time/weights.publish` (pack + put + register), `weights/publish_mb`, `weights/buckets`.
 
 Guarantees: the bytes put are exactly the tensors' bytes at the time of the call (the object store holds
 its own copy: training may go on at once); `publish` returns only once the store holds the version, so a
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 
 import ray
 
+from rollart.types import LoraAdapter
 from rollart.weights.buckets import pack
 from rollart.weights.store import wait
 from rollart.weights.timing import PUBLISH
@@ -28,11 +30,13 @@ class StorePublisher:
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.timeout_s = timeout_s
 
-    def publish(self, version: int, named_tensors: Mapping[str, Any]) -> Mapping[str, float]:
+    def publish(self, version: int, weights: Mapping[str, Any] | LoraAdapter) -> Mapping[str, float]:
         start = time.perf_counter()
-        buckets, metas = pack(named_tensors, self.bucket_bytes)
+        adapter_config = dict(weights.config) if isinstance(weights, LoraAdapter) else None
+        buckets, metas = pack(weights.tensors if isinstance(weights, LoraAdapter) else weights, self.bucket_bytes)
         refs = [ray.put(b.arrays) for b in buckets]
         nbytes = sum(b.nbytes for b in buckets)
-        wait(self.store.register.remote(version, refs, metas, nbytes), self.timeout_s, f"register(v{version})")
+        wait(self.store.register.remote(version, refs, metas, nbytes, adapter_config), self.timeout_s,
+             f"register(v{version})")
         return {PUBLISH: time.perf_counter() - start, "weights/publish_mb": nbytes / 2**20,
                 "weights/buckets": float(len(buckets))}

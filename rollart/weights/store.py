@@ -1,6 +1,7 @@
 """The versioned weight store: a named Ray actor that holds the bucket refs of the last K versions.
 
-In: from publishers, `register(version, bucket refs, metas)`; from subscribers, `latest()` and
+In: from publishers, `register(version, bucket refs, metas, nbytes, adapter_config)` (the config is PEFT's
+adapter config for an adapter-only version of a LoRA run, None for full weights); from subscribers, `latest()` and
 `get(version)` (the driver-side handle that creates it is `rollart.weights.client.WeightStore`). Out: the refs (the buckets themselves stay in the Ray object store; the actor never
 touches their bytes, so it needs no CPU and no memory beyond the refs).
 
@@ -26,14 +27,15 @@ STORE_NAME = "rollart_weight_store"
 class WeightStoreActor:
     def __init__(self, keep_versions: int) -> None:
         self._keep = keep_versions
-        self._versions: dict[int, tuple[list[ray.ObjectRef], list[TensorMeta], int]] = {}
+        self._versions: dict[int, tuple[list[ray.ObjectRef], list[TensorMeta], int, dict | None]] = {}
         self._latest = -1
 
-    def register(self, version: int, refs: list[ray.ObjectRef], metas: list[TensorMeta], nbytes: int) -> list[int]:
+    def register(self, version: int, refs: list[ray.ObjectRef], metas: list[TensorMeta], nbytes: int,
+                 adapter_config: dict | None = None) -> list[int]:
         """Hold `refs` (a list, so Ray passes the refs, not their values) as `version`; returns dropped versions."""
         if version <= self._latest:
             raise ValueError(f"weight version {version} is not newer than the latest published ({self._latest})")
-        self._versions[version] = (list(refs), list(metas), int(nbytes))
+        self._versions[version] = (list(refs), list(metas), int(nbytes), adapter_config)
         self._latest = version
         dropped = sorted(self._versions)[: -self._keep]
         for v in dropped:
@@ -43,18 +45,18 @@ class WeightStoreActor:
     def latest(self) -> int:
         return self._latest
 
-    def get(self, version: int) -> tuple[list[ray.ObjectRef], list[TensorMeta]]:
+    def get(self, version: int) -> tuple[list[ray.ObjectRef], list[TensorMeta], dict | None]:
         if version not in self._versions:
             raise KeyError(
                 f"weight version {version} is not in the store (held: {sorted(self._versions)}; "
                 f"it keeps the last {self._keep}); pull latest_version() instead"
             )
-        refs, metas, _ = self._versions[version]
-        return refs, metas
+        refs, metas, _, adapter_config = self._versions[version]
+        return refs, metas, adapter_config
 
     def versions(self) -> dict[int, int]:
         """{version: bytes} of the versions held."""
-        return {v: n for v, (_, _, n) in sorted(self._versions.items())}
+        return {v: n for v, (_, _, n, _) in sorted(self._versions.items())}
 
 
 def wait(ref: Any, timeout_s: float, what: str) -> Any:

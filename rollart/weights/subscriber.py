@@ -2,7 +2,7 @@
 
 In: calls from the inference plane (usually from a background thread, while it keeps generating):
 `latest_version()`, then `pull(version)`. Out: `{name: torch.Tensor}` on CPU, bit-identical to what the
-trainer published for that version; `last_metrics` after each pull (`time/weights.pull`,
+trainer published for that version (a `LoraAdapter` of such tensors when the version is adapter-only); `last_metrics` after each pull (`time/weights.pull`,
 `weights/pull_mb`); `version`, the newest version pulled so far.
 
 Guarantees: a subscriber's version never goes backwards — `pull(v)` with v older than a version it already
@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from rollart.types import LoraAdapter
 from rollart.weights.buckets import Bucket, unpack
 from rollart.weights.store import wait
 from rollart.weights.timing import PULL
@@ -41,13 +42,13 @@ class StoreSubscriber:
         """The newest version the store holds (-1 before the trainer published version 0)."""
         return wait(self.store.latest.remote(), self.timeout_s, "latest()")
 
-    def pull(self, version: int) -> dict[str, Any]:
+    def pull(self, version: int) -> dict[str, Any] | LoraAdapter:
         if version < self._version:
             raise ValueError(
                 f"pull(v{version}) would take this worker's weights backwards (it already pulled v{self._version})"
             )
         start = time.perf_counter()
-        refs, metas = wait(self.store.get.remote(version), self.timeout_s, f"get(v{version})")
+        refs, metas, adapter_config = wait(self.store.get.remote(version), self.timeout_s, f"get(v{version})")
         arrays = wait(refs, self.timeout_s, f"fetching the {len(refs)} buckets of v{version}")
         tensors = unpack([Bucket(tuple(a)) for a in arrays], metas)
         with self._lock:
@@ -60,4 +61,4 @@ class StoreSubscriber:
             PULL: time.perf_counter() - start,
             "weights/pull_mb": sum(a.nbytes for arr in arrays for a in arr) / 2**20,
         }
-        return tensors
+        return LoraAdapter(adapter_config, tensors) if adapter_config is not None else tensors

@@ -93,3 +93,21 @@ def test_a_subscriber_version_never_goes_backwards(store):
     assert seen and seen == sorted(set(seen)) and seen[-1] == 5
     with pytest.raises(ValueError, match="backwards"):
         sub.pull(4)
+
+
+def test_an_adapter_version_travels_with_its_config(store):
+    """A LoRA run publishes only adapter tensors; the subscriber gets a LoraAdapter: same config, same bits."""
+    from rollart.types import LoraAdapter
+
+    pub, sub = store.publisher(), store.subscriber()
+    pub.publish(0, weights(0))
+    g = torch.Generator().manual_seed(7)
+    adapter = LoraAdapter({"r": 2, "lora_alpha": 4.0, "target_modules": ["q_proj"]},
+                          {"base_model.model.q_proj.lora_A.weight": torch.randn(2, 8, generator=g),
+                           "base_model.model.q_proj.lora_B.weight": torch.randn(8, 2, generator=g)})
+    m = pub.publish(1, adapter)
+    assert m["weights/publish_mb"] * 2**20 == adapter.nbytes == 2 * 16 * 4
+    got = sub.pull(1)
+    assert isinstance(got, LoraAdapter) and got.config == adapter.config
+    assert same_bits(dict(got.tensors), dict(adapter.tensors))
+    assert isinstance(store.subscriber().pull(0), dict)  # a full-weights version stays a plain mapping

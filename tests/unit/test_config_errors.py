@@ -189,6 +189,10 @@ def test_every_mini_batch_needs_a_sample_per_trainer_rank():
     assert "train.mini_batches" in msg and "rollout.batch_size ≥ train.mini_batches × train.workers" in msg
 
 
+def test_lora_with_an_engine_that_cannot_serve_it_is_refused():
+    assert "served by the builtin engine only" in _error(overrides=["train.lora.rank=8", "inference.engine=vllm"])
+
+
 def test_every_error_is_reported_at_once(tmp_path):
     path = _write(tmp_path, "rollout: {alpah: 2}\ntrain: {steps: x}\n")
     msg = _error(path, ["eval.evry=3"])

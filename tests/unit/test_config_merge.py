@@ -50,3 +50,10 @@ def test_resolved_config_round_trips_through_the_run_dir(tmp_path):
     again = load_config(out)
     assert again == cfg
     assert dump_config(again) == dump_config(cfg)
+
+
+def test_a_removed_default_domain_stays_removed_through_the_run_dir(tmp_path):
+    """`rollart eval RUN_DIR` reloads the resolved config over the defaults: a removed entry must not return."""
+    cfg = load_config(None, ["domains.math=null", "domains.pick.env=pick_env:PickEnv"])
+    again = load_config(write_resolved(cfg, tmp_path / "run"))
+    assert sorted(again.domains) == ["frozenlake", "pick"] and again == cfg
