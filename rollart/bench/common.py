@@ -27,6 +27,7 @@ class BenchResult:
     ratios: dict[str, float]
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)  # more top-level JSON keys (e.g. a study's raw runs)
 
 
 def machine_info() -> dict[str, Any]:
@@ -76,6 +77,7 @@ def to_json(result: BenchResult, quick: bool, argv: list[str]) -> dict[str, Any]
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "command": "rollart " + " ".join(argv),
         "quick": quick,
+        **result.data,
     }
 
 

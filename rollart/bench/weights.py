@@ -19,7 +19,13 @@ and are not weight movement. After every swap the inference weights are checked 
 trainer's for that version.
 
 `exposed_fraction_<model>` = median exposed ÷ median naive, for the default tiny model and a ~100 M
-parameter Qwen3 built locally from a config (full run only). The swap assigns the pulled tensors (they are
+parameter Qwen3 built locally from a config (full run only).
+
+LoRA rows (`train.lora` rank 8 on every attention and MLP projection, PEFT): the trainer publishes only the
+adapter (`LoraAdapter`), the inference side merges it into its kept copy of the base (the engine's
+`rollart.models.lora.merged_weights`) at the swap, and is checked bit-identical to PEFT's own
+`merge_and_unload()` of the trainer's model after every swap. `lora_sync_bytes_fraction_<model>` = bytes
+per adapter sync ÷ bytes per full sync. The swap assigns the pulled tensors (they are
 fresh, owned copies, so it is a pointer swap); `_copy_swap` variants copy them into the existing
 parameters instead, as an engine that keeps its buffers in place would. Paper: 9.6 s of 157 s (6%) for
 Qwen3-32B; target ≤ 0.10.
@@ -27,6 +33,7 @@ Qwen3-32B; target ≤ 0.10.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import threading
 import time
@@ -37,8 +44,10 @@ import ray
 import torch
 
 from rollart.bench.common import BenchResult
-from rollart.config import ModelConfig, RunConfig, WeightsConfig
+from rollart.config import LoraConfig, ModelConfig, RunConfig, WeightsConfig
 from rollart.models import load_model, resolve_model_path
+from rollart.models.lora import adapter_of, attach_lora, merged_weights
+from rollart.types import LoraAdapter
 from rollart.resources import Runtime
 from rollart.weights import WeightStore
 
@@ -46,6 +55,7 @@ BATCH, PROMPT, NEW_TOKENS = 16, 16, 32
 HUNDRED_M = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                  num_attention_heads=12, num_key_value_heads=4, head_dim=64)
 TIMEOUT_S = 300.0
+LORA_RANK = 8
 
 
 def build_model(spec: str, seed: int = 0) -> torch.nn.Module:
@@ -71,24 +81,30 @@ def digest(model: torch.nn.Module) -> bytes:
 
 @ray.remote(num_cpus=0)
 class _TrainerSide:
-    def __init__(self, spec: str, publisher: Any) -> None:
+    def __init__(self, spec: str, publisher: Any, lora_rank: int = 0) -> None:
         torch.set_num_threads(1)
         self.model = build_model(spec)
+        self.lora = lora_rank > 0
+        if self.lora:
+            self.model = attach_lora(self.model, LoraConfig(rank=lora_rank, alpha=2.0 * lora_rank))
         self.publisher = publisher
 
     def params(self) -> tuple[int, float]:
-        n = sum(p.numel() for p in self.model.parameters())
-        distinct = {t.data_ptr(): t.nbytes for t in self.model.state_dict().values()}  # tied: counted once
-        return n, sum(distinct.values()) / 2**20
+        base = self.model.get_base_model() if self.lora else self.model
+        n = sum(p.numel() for n_, p in base.named_parameters() if "lora_" not in n_)
+        distinct = {t.data_ptr(): t.nbytes for n_, t in base.state_dict().items() if "lora_" not in n_}
+        return n, sum(distinct.values()) / 2**20  # tied weights counted once
 
     def publish(self, version: int) -> dict[str, float]:
         with torch.no_grad():  # a new version: a cheap in-place change standing in for an optimizer step
             for p in self.model.parameters():
-                p.add_(1e-3)
-        return dict(self.publisher.publish(version, self.model.state_dict()))
+                if p.requires_grad:  # all weights, or only the adapters of a LoRA model
+                    p.add_(1e-3)
+        return dict(self.publisher.publish(version, adapter_of(self.model) if self.lora else self.model.state_dict()))
 
     def digest(self) -> bytes:
-        return digest(self.model)
+        """Of the served weights: PEFT's own merge (on a copy) for a LoRA model."""
+        return digest(copy.deepcopy(self.model).merge_and_unload() if self.lora else self.model)
 
 
 @ray.remote(num_cpus=0)
@@ -98,6 +114,7 @@ class _InferenceSide:
     def __init__(self, spec: str, subscriber: Any, copy_swap: bool) -> None:
         torch.set_num_threads(1)
         self.model = build_model(spec).eval()
+        self.base = {n: p.detach().clone() for n, p in self.model.named_parameters()}  # what adapters merge into
         self.sub, self.copy_swap = subscriber, copy_swap
         self.vocab = self.model.config.vocab_size
         self.cond = threading.Condition()
@@ -169,9 +186,12 @@ class _InferenceSide:
                 raise TimeoutError("rollout did not finish")
         return time.perf_counter() - start
 
-    def _swap(self, tensors: dict[str, torch.Tensor]) -> float:
+    def _swap(self, tensors: dict[str, torch.Tensor] | LoraAdapter) -> float:
         start = time.perf_counter()
-        self.model.load_state_dict(tensors, assign=not self.copy_swap)
+        if isinstance(tensors, LoraAdapter):  # merge from the kept base, like the engine
+            self.model.load_state_dict(merged_weights(self.base, tensors), strict=False, assign=not self.copy_swap)
+        else:
+            self.model.load_state_dict(tensors, assign=not self.copy_swap)
         return time.perf_counter() - start
 
     def pull_and_swap(self, version: int) -> dict[str, float]:
@@ -203,10 +223,10 @@ class _InferenceSide:
         self.resume()
 
 
-def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[str, Any]:
+def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float, lora_rank: int = 0) -> dict[str, Any]:
     store = WeightStore(WeightsConfig(bucket_mb=bucket_mb, keep_versions=2, timeout_s=TIMEOUT_S),
                         name=f"bench-ws-{uuid.uuid4().hex[:8]}")
-    trainer = _TrainerSide.remote(spec, store.publisher())
+    trainer = _TrainerSide.remote(spec, store.publisher(), lora_rank)
     infer = _InferenceSide.remote(spec, store.subscriber(), copy_swap)
     get = lambda ref: ray.get(ref, timeout=TIMEOUT_S)  # noqa: E731
 
@@ -217,11 +237,13 @@ def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[
     try:
         params, mb = get(trainer.params.remote())
         version = 0
-        naive, publish_naive, pull_naive, swap_naive = [], [], [], []
+        med = statistics.median
+        naive, publish_naive, pull_naive, swap_naive, sync_mb = [], [], [], [], []
         for _ in range(rounds):  # naive: stop, push, pull, swap, go on
             get(infer.suspend.remote())
             start = time.perf_counter()
             pub = get(trainer.publish.remote(version))
+            sync_mb.append(pub["weights/publish_mb"])
             got = get(infer.pull_and_swap.remote(version))
             naive.append(time.perf_counter() - start)
             get(infer.resume.remote())
@@ -242,10 +264,10 @@ def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[
             pull.append(got["pull"])
             check_same_weights(version)
             version += 1
-        med = statistics.median
         return {
             "model": spec, "swap": "copy" if copy_swap else "assign", "params_m": round(params / 1e6, 1),
-            "weights_mb": round(mb, 1), "rounds": rounds, "bucket_mb": bucket_mb,
+            "lora_rank": lora_rank, "weights_mb": round(mb, 1), "sync_mb": round(med(sync_mb), 3),
+            "sync_fraction": round(med(sync_mb) / mb, 4), "rounds": rounds, "bucket_mb": bucket_mb,
             "naive_s": round(med(naive), 4), "naive_publish_s": round(med(publish_naive), 4),
             "naive_pull_s": round(med(pull_naive), 4), "naive_swap_s": round(med(swap_naive), 4),
             "overlap_publish_s": round(med(publish), 4), "overlap_pull_s": round(med(pull), 4),
@@ -262,20 +284,30 @@ def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float) -> dict[
 
 def run(quick: bool) -> BenchResult:
     cfg = RunConfig(cluster={"object_store_mb": 3072})
-    plans = [("tiny", 3, False, 1.0)] if quick else [
-        ("tiny", 5, False, 1.0), ("tiny", 5, True, 1.0), ("100m", 3, False, 64.0), ("100m", 3, True, 64.0),
+    plans = [("tiny", 3, False, 1.0, 0), ("tiny", 3, False, 1.0, LORA_RANK)] if quick else [
+        ("tiny", 5, False, 1.0, 0), ("tiny", 5, True, 1.0, 0), ("tiny", 5, False, 1.0, LORA_RANK),
+        ("100m", 3, False, 64.0, 0), ("100m", 3, True, 64.0, 0), ("100m", 3, False, 64.0, LORA_RANK),
     ]
     rows = []
     with Runtime(cfg, handle_signals=False):
-        for spec, rounds, copy_swap, bucket_mb in plans:
-            rows.append(_measure(spec, rounds, copy_swap, bucket_mb))
+        for spec, rounds, copy_swap, bucket_mb, lora_rank in plans:
+            rows.append(_measure(spec, rounds, copy_swap, bucket_mb, lora_rank))
     ratios = {
-        f"exposed_fraction_{r['model']}" + ("_copy_swap" if r["swap"] == "copy" else ""): r["exposed_fraction"]
+        f"exposed_fraction_{r['model']}" + ("_copy_swap" if r["swap"] == "copy" else "")
+        + (f"_lora{r['lora_rank']}" if r["lora_rank"] else ""): r["exposed_fraction"]
         for r in rows
     }
+    full = {r["model"]: r for r in rows if not r["lora_rank"] and r["swap"] == "assign"}
+    for r in rows:
+        if r["lora_rank"]:  # bytes per sync and naive stop time, LoRA vs full, same model, same run
+            ratios[f"lora_sync_bytes_fraction_{r['model']}"] = round(r["sync_mb"] / full[r["model"]]["sync_mb"], 4)
+            ratios[f"lora_naive_sync_time_fraction_{r['model']}"] = round(r["naive_s"] / full[r["model"]]["naive_s"], 4)
     notes = [
         "exposed and naive are timed from the moment generation stopped (a decode-step boundary) to the "
-        "moment it may go on; inference weights verified bit-identical to the trainer's after every swap",
+        "moment it may go on; inference weights verified bit-identical to the trainer's after every swap "
+        "(LoRA rows: to PEFT's merge_and_unload of the trainer's model)",
+        f"LoRA rows: rank {LORA_RANK}, alpha {2 * LORA_RANK}, q/k/v/o/gate/up/down projections; only the adapter "
+        "is published, the inference side merges it into its kept base copy at the swap (swap_s includes the merge)",
         "paper (Qwen3-32B, 400 Gbps cluster): 9.6 s of 157 s exposed = 0.06; target <= 0.10",
     ]
     return BenchResult(bench="weights", ratios=ratios, rows=rows, notes=notes)

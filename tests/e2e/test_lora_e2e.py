@@ -44,6 +44,6 @@ def test_a_lora_run_raises_the_score_syncs_only_adapters_and_its_checkpoint_eval
     checkpoint = run / "checkpoints" / "step_00000012"
     assert (checkpoint / "adapter_config.json").is_file() and not (checkpoint / "model.safetensors").exists()
     scored = json.loads(rollart("eval", str(run)).strip().splitlines()[-1])
-    assert scored["checkpoint"] == str(checkpoint.resolve()) or Path(scored["checkpoint"]).name == checkpoint.name
+    assert Path(scored["checkpoint"]).name == checkpoint.name  # the run's newest checkpoint
     assert set(scored["scores"]) == {"pick"}
     assert scored["mean"] - summary["eval_first"] >= 0.25, (scored, summary)
