@@ -33,6 +33,7 @@ process-wide switches (thread count, deterministic algorithms) are the actor's t
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -53,6 +54,7 @@ from rollart.trainer.schedule import lr_multiplier
 from rollart.trainer.sft_data import conversation_sample
 from rollart.types import LoraAdapter, TrainBatch, TrainSample
 
+log = logging.getLogger("rollart.trainer")
 _SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "behaviour_kl_sum",
              "ref_kl_sum", "pg_loss", "kl_loss", "entropy_sum", "lag_sum")
 _MAX_KEYS = ("iw_max", "ratio_max", "lag_max")
@@ -329,6 +331,9 @@ class Trainer:
             self.sft_optimizer = torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr)
             self.sft_optimizer.load_state_dict(state["sft_optimizer"])
         self.version = int(state["version"])
+        if self.objective.uses_reference and not (path / ckpt.REFERENCE_FILE).is_file():
+            log.warning("%s holds no KL reference (written with kl_coef=0?): the reference becomes the weights "
+                        "at the next RL step, not the ones this run started RL from", path)
         if (path / ckpt.REFERENCE_FILE).is_file():
             self.ref_model = _frozen_copy(self.model)
             if self.lora is not None:
