@@ -38,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -167,22 +168,22 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 
 @contextmanager
 def heavy_lock(path: str) -> Iterator[None]:
-    """Hold the machine's heavy-job lock (flock on `path`; "" = no lock) for one piece, saying when it waits."""
+    """Hold the machine's heavy-job lock (flock on `path`; "" = no lock) for one piece, saying while it waits.
+
+    A blocking flock (in a thread, so the wait can be bounded and reported): it queues fairly with other
+    `flock` users, where polling with LOCK_NB would lose every race to them."""
     if not path:
         yield
         return
     with open(path, "a") as f:
+        acquired = threading.Event()
+        threading.Thread(target=lambda: (fcntl.flock(f, fcntl.LOCK_EX), acquired.set()), daemon=True).start()
         start = time.time()
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.time() - start > LOCK_WAIT_S:
-                    raise TimeoutError(f"{path} stayed held by another heavy job for {LOCK_WAIT_S / 3600:.0f} h") from None
-                if int(time.time() - start) % 60 == 0:
-                    print(f"waiting for {path} (another heavy job holds it) …", flush=True)
-                time.sleep(1)
+        while not acquired.wait(60):
+            if time.time() - start > LOCK_WAIT_S:
+                raise TimeoutError(f"{path} stayed held by other heavy jobs for {LOCK_WAIT_S / 3600:.0f} h")
+            print(f"waiting for {path} (held by another heavy job) for {(time.time() - start) / 60:.0f} min …",
+                  flush=True)
         try:
             yield
         finally:
