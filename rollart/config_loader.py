@@ -24,6 +24,7 @@ from rollart.config import RunConfig
 from rollart.run_dir import RunPaths
 
 Location = tuple[str, ...]
+_NAMED_SECTIONS = ("pools", "domains", "roles")  # name → entry mappings (merged entry by entry)
 
 
 class ConfigError(ValueError):
@@ -47,11 +48,18 @@ class _Provenance:
         return "the defaults"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *,
+                resolved: bool = False) -> RunConfig:
+    """`resolved=True`: the file is a run's resolved config (RUN_DIR/config.yaml), whose named-entry
+    sections are complete — a default entry it lacks was removed by that run and stays removed."""
     data: dict[str, Any] = RunConfig().model_dump(mode="python")
     prov = _Provenance()
     if path is not None:
         file_data = _read_yaml(Path(path), prov)
+        if resolved:
+            for section in _NAMED_SECTIONS:
+                if isinstance(file_data.get(section), dict):
+                    data[section] = {k: v for k, v in data[section].items() if k in file_data[section]}
         _merge(data, file_data)
     for item in overrides or []:
         key, value = _parse_override(item)
@@ -65,14 +73,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def dump_config(cfg: RunConfig) -> str:
-    """The whole config as YAML; a default named entry the config removed is written as `name: null`, so
-    loading the text again (over the defaults) gives back the same config."""
-    data = cfg.model_dump(mode="json")
-    defaults = RunConfig()
-    for section in ("pools", "domains", "roles"):
-        for name in getattr(defaults, section):
-            data[section].setdefault(name, None)
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
 
 
 def write_resolved(cfg: RunConfig, run_dir: str | Path) -> Path:

@@ -51,7 +51,7 @@ def _eval(args: argparse.Namespace) -> int:
             model.append(f"model.path={base}")
     else:
         model = [f"model.path={checkpoint}"]
-    cfg = load_config(config_file, [*model, "resume=false", *args.overrides])
+    cfg = load_config(config_file, [*model, "resume=false", *args.overrides], resolved=True)
     setup_logging(cfg)
     from rollart.driver import evaluate
 

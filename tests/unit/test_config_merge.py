@@ -53,7 +53,9 @@ def test_resolved_config_round_trips_through_the_run_dir(tmp_path):
 
 
 def test_a_removed_default_domain_stays_removed_through_the_run_dir(tmp_path):
-    """`rollart eval RUN_DIR` reloads the resolved config over the defaults: a removed entry must not return."""
+    """`rollart eval RUN_DIR` reloads the resolved config: a default entry the run removed must not return."""
     cfg = load_config(None, ["domains.math=null", "domains.pick.env=pick_env:PickEnv"])
-    again = load_config(write_resolved(cfg, tmp_path / "run"))
-    assert sorted(again.domains) == ["frozenlake", "pick"] and again == cfg
+    path = write_resolved(cfg, tmp_path / "run")
+    again = load_config(path, ["eval.episodes_per_domain=3"], resolved=True)
+    assert sorted(again.domains) == ["frozenlake", "pick"] and again.eval.episodes_per_domain == 3
+    assert sorted(load_config(path).domains) == ["frozenlake", "math", "pick"]  # a run file adds to the defaults
