@@ -46,6 +46,7 @@ from typing import Any, Iterator
 
 from rollart.bench.common import BenchResult, machine_info
 from rollart.observability import read_metrics
+from rollart.run_dir import RunPaths
 
 STEPS, EVAL_EVERY, EPISODES = 150, 25, 32
 QUICK_STEPS, QUICK_EVAL_EVERY, QUICK_EPISODES = 20, 10, 16
@@ -147,12 +148,13 @@ def _run_piece(arm: str, seed: int, work: Path, lock: str, quick: bool) -> dict[
 def read_run(run_dir: Path) -> dict[str, Any]:
     """A finished run's eval curve (step, seconds since the first evaluation = RL start, mean score) and the
     staleness it trained on."""
-    records = read_metrics(run_dir / "metrics.jsonl")
+    metrics = RunPaths.of(run_dir).metrics
+    records = read_metrics(metrics)
     # eval times from the eval lines themselves (read_metrics merges a step's lines, and its wall_s with them)
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     evals = [(int(r["step"]), float(r["wall_s"]), float(r["eval/mean"])) for r in lines if "eval/mean" in r]
     if not evals:
-        raise RuntimeError(f"{run_dir}: no evaluation in metrics.jsonl")
+        raise RuntimeError(f"{metrics}: no evaluation in it")
     t0 = evals[0][1]
     steps = [r for r in records if "buffer/staleness_max" in r]
     trained = [r for r in records if "train/version_lag_max" in r]

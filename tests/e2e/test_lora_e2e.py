@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rollart.run_dir import RunPaths
+
 from test_train_e2e import PICK, USERENV, metrics_by_step, rollart_train
 
 pytestmark = [pytest.mark.slow]
@@ -41,7 +43,7 @@ def test_a_lora_run_raises_the_score_syncs_only_adapters_and_its_checkpoint_eval
     m = metrics_by_step(run)
     full_mb = (base / "model.safetensors").stat().st_size / 2**20
     assert 0 < m[11]["weights/publish_mb"] < full_mb / 10  # adapter only: rank 8 of 2 layers ≈ 0.15 MB of 2.5
-    checkpoint = run / "checkpoints" / "step_00000012"
+    checkpoint = RunPaths.of(run).checkpoints / "step_00000012"
     assert (checkpoint / "adapter_config.json").is_file() and not (checkpoint / "model.safetensors").exists()
     scored = json.loads(rollart("eval", str(run)).strip().splitlines()[-1])
     assert Path(scored["checkpoint"]).name == checkpoint.name  # the run's newest checkpoint
