@@ -3,7 +3,7 @@
 Each subcommand lives in its own module under `rollart/commands/` with a `register(subparsers)` that
 adds its parser and sets `func(args) -> int`. Errors meant for the user exit with one readable message,
 never a traceback: a bad config or a missing file with code 2, a resource problem (a pool missing, full or
-unreachable) with code 1.
+unreachable) or a code sandbox that cannot have `reward.sandbox.min_isolation` with code 1.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:
         from rollart.resources.errors import ResourceError  # no Ray import: errors.py is plain Python
+        from rollart.reward.sandbox import SandboxUnavailable
 
-        if not isinstance(exc, ResourceError):
+        if not isinstance(exc, (ResourceError, SandboxUnavailable)):
             raise
-        print(f"rollart: {exc}", file=sys.stderr)  # a pool missing, full or unreachable: said in one message
+        # a pool missing, full or unreachable, or a code sandbox that cannot isolate: said in one message
+        print(f"rollart: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rollart: interrupted", file=sys.stderr)

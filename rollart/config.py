@@ -257,6 +257,15 @@ class SandboxConfig(Section):
         "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
         "else python3 from /usr/bin"
     )
+    max_output_kb: int = Field(
+        1024, ge=1, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is killed and "
+        "the result says so"
+    )
+    min_isolation: Literal["full", "landlock", "rlimits"] = Field(
+        "full", description="the weakest isolation code rewards may run with; below it they refuse to run. "
+        "full: own uid (never root), rlimits, Landlock reads+writes, PID/mount and network namespaces; "
+        "landlock: no namespaces; rlimits: resource limits only (files protected by permissions alone)"
+    )
 
 
 class RewardConfig(Section):

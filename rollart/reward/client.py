@@ -7,11 +7,13 @@ the control plane ends that trajectory FAILED with the reason and the batch goes
 - `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
   `Idempotency-Key: <trajectory_id>` (the service scores a key once and answers retries from its ledger),
   `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (when the first try left: cold-start detection). Retried: connection
-  errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429/5xx. Not retried: other
-  4xx (bad token, payload too large, bad payload) — retrying cannot fix them.
+  errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429 (the standard "try again
+  later") and 5xx but 501. Not retried: every other 4xx (bad token, payload too large, bad payload, a key
+  conflict) and 501 (the service cannot run the reward) — retrying cannot fix them.
 - `LocalRewardClient` (backend `local`): awaits the reward function in this process (sync functions in a
   worker thread; `math` and `code` use their own process pool / sandbox processes), bounded by
-  `reward.timeout_s` per try; an exception or timeout is retried the same way.
+  `reward.timeout_s` per try; an exception or timeout is retried the same way, except a
+  `RewardInputError` (the trajectory cannot be scored) or `SandboxUnavailable` (the sandbox refuses).
 Both: at most `reward.max_in_flight` tries at once per client (waiting in backoff does not hold a slot);
 backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s · 2^(k-1))] ("full jitter").
 httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per event loop.
@@ -31,10 +33,12 @@ import httpx
 
 from rollart.config import RewardConfig
 from rollart.reward.metrics import BusyClock, LatencyWindow
-from rollart.reward.protocol import RewardFn, call_reward, to_payload
+from rollart.reward.protocol import RewardFn, RewardInputError, call_reward, to_payload
+from rollart.reward.sandbox import SandboxUnavailable
 from rollart.types import RewardResult, Trajectory
 
-RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+# 501: the service cannot run this reward at all (e.g. its code sandbox refuses) — retrying cannot help
+RETRYABLE_STATUS = frozenset({408, 429}) | (frozenset(range(500, 600)) - {501})
 
 
 def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random) -> float:
@@ -193,7 +197,8 @@ class LocalRewardClient:
             except asyncio.TimeoutError:
                 return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s"
             except Exception as exc:  # noqa: BLE001 — a failing reward becomes a failed result, never a raise
-                return None, True, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}"
+                retryable = not isinstance(exc, (RewardInputError, SandboxUnavailable))
+                return None, retryable, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}"
             details = dict(out.details)
             if out.per_turn is not None:
                 details["per_turn"] = out.per_turn

@@ -1,14 +1,21 @@
-"""Built-in `code` reward: the fraction of hidden tests the model's program passes, run in the sandbox.
+"""Built-in `code` reward: the fraction of hidden tests the model's program passes, scored so it cannot be forged.
 
 In: a trajectory whose `reference` holds `tests` (a list of test snippets, e.g. `assert f(2) == 5`, or
 one test program as a string) and optionally `entry_point` (for HumanEval-style `check(candidate)` tests)
 and `language` (only "python"); the program is the last action's last fenced code block (```python ...```),
 else its last `\\boxed{...}`, else the whole action (the same rule as the env plane's `extract_code`).
-Out: `RewardOutput(passed / total, details={"passed", "total", "isolation", "timed_out", "error"})`.
-A program with no code scores 0.0; tests that the sandbox killed (CPU, memory, wall time) count as failed.
-A missing or empty `tests` is an error (the trajectory ends FAILED).
+Out: `RewardOutput(passed / total, details={"passed", "total", "isolation", "timed_out", "output_capped",
+"error"})`. A program with no code scores 0.0; tests that the sandbox killed (CPU, memory, wall time,
+output cap) count as failed. A missing or empty `tests` is a `RewardInputError` (the request's fault).
 
-Each call runs `sandbox.run_sandboxed` in a worker thread, at most `SandboxConfig.max_concurrent` at once.
+Scoring never happens where the candidate runs (`sandbox.run_pair`): the candidate program runs in one
+sandbox (code_candidate.py) holding no tests, no expected values and no verdicts; the tests run in a
+second sandbox (code_judge.py), calling the candidate's functions with plain data over a pipe and getting
+plain data back, which they decode themselves. This process reads the verdicts from the judge's stdout
+only — lines it parses itself; nothing the candidate prints or returns can write there.
+
+Each call runs in a worker thread, at most `SandboxConfig.max_concurrent` at once. If the sandbox cannot
+give `reward.sandbox.min_isolation`, scoring raises `SandboxUnavailable` and nothing runs.
 """
 
 from __future__ import annotations
@@ -16,16 +23,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import secrets
 import threading
 from pathlib import Path
 
 from rollart.config import SandboxConfig
-from rollart.reward.protocol import RewardOutput, boxed_contents, final_action
-from rollart.reward.sandbox import probe_isolation, run_sandboxed, sandbox_python
+from rollart.reward.protocol import RewardInputError, RewardOutput, boxed_contents, final_action
+from rollart.reward.sandbox import Program, check_isolation, run_pair
 from rollart.types import Trajectory
 
-HARNESS = Path(__file__).with_name("code_harness.py")
+_HERE = Path(__file__).parent
+JUDGE, CANDIDATE, WIRE = (_HERE / n for n in ("code_judge.py", "code_candidate.py", "code_wire.py"))
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*\n(.*?)```", re.DOTALL)
 
 
@@ -37,19 +44,18 @@ def extract_program(text: str) -> str:
     return boxed[-1].strip() if boxed else text.strip()
 
 
-def count_passes(stdout: str, nonce: str, total: int) -> tuple[int, str]:
-    """Passed tests from the harness's nonce-tagged lines, and the first failure's message."""
+def count_passes(verdicts: str, total: int) -> tuple[int, str]:
+    """Passed tests from the judge's verdict lines, and the first failure's message. Lines that are not a
+    well-formed verdict for a test index in range are ignored; a test passes only on `"ok": true`."""
     passed: set[int] = set()
     first_error = ""
-    for line in stdout.splitlines():
-        if not line.startswith(nonce + " "):
-            continue
+    for line in verdicts.splitlines():
         try:
-            rec = json.loads(line[len(nonce) + 1 :])
-        except json.JSONDecodeError:
+            rec = json.loads(line)
+        except ValueError:
             continue
-        i = rec.get("i")
-        if isinstance(i, int) and 0 <= i < total:
+        i = rec.get("i") if isinstance(rec, dict) else None
+        if type(i) is int and 0 <= i < total:
             if rec.get("ok") is True:
                 passed.add(i)
             elif not first_error:
@@ -63,19 +69,22 @@ class CodeReward:
         self._slots = threading.BoundedSemaphore(cfg.max_concurrent)  # held in the worker thread
 
     def _run(self, program: str, tests: list[str], entry_point: str | None) -> RewardOutput:
-        nonce = secrets.token_hex(16)
-        files = {
-            "main.py": HARNESS.read_text(),
-            "solution.py": program,
-            "tests.json": json.dumps({"tests": tests, "entry_point": entry_point}),
-        }
+        wire = WIRE.read_text()
+        spec = {"tests": tests, "entry_point": entry_point, "max_message_bytes": self.cfg.max_output_kb * 1024}
+        judge = Program({"judge.py": JUDGE.read_text(), "wire.py": wire, "solution.py": program,
+                         "tests.json": json.dumps(spec)}, ["python", "judge.py"])
+        candidate = Program({"candidate.py": CANDIDATE.read_text(), "wire.py": wire, "solution.py": program},
+                            ["python", "candidate.py"])
         with self._slots:
-            res = run_sandboxed(files, ["python", "main.py"], self.cfg, stdin=(nonce + "\n").encode())
-        passed, error = count_passes(res.stdout, nonce, len(tests))
-        if res.killed_by_limit and passed < len(tests):
-            error = error or ("wall timeout" if res.timed_out else f"killed by signal {res.signal}")
-        elif not error and passed < len(tests):
-            error = res.stderr.strip()[-300:] or f"exit code {res.exit_code}"
+            res, cand = run_pair(judge, candidate, self.cfg)
+        passed, error = count_passes(res.stdout, len(tests))
+        if passed < len(tests):
+            if res.output_capped:
+                error = f"output over reward.sandbox.max_output_kb={self.cfg.max_output_kb}: the sandbox was stopped"
+            elif res.timed_out:
+                error = error or f"wall timeout ({self.cfg.wall_timeout_s:g}s)"
+            elif not error:
+                error = (res.stderr.strip() or cand.stderr.strip())[-300:] or f"judge exit code {res.exit_code}"
         return RewardOutput(
             passed / len(tests),
             details={
@@ -83,14 +92,15 @@ class CodeReward:
                 "total": len(tests),
                 "isolation": res.isolation,
                 "timed_out": res.timed_out,
+                "output_capped": res.output_capped,
                 "error": error,
             },
         )
 
     def warm(self) -> None:
-        """Probe the sandbox's isolation and interpreter now (a few process starts, once per process)."""
-        probe_isolation()
-        sandbox_python(self.cfg.python)
+        """Probe the sandbox now (a few process starts, once per process); `SandboxUnavailable` if it cannot
+        give `min_isolation`."""
+        check_isolation(self.cfg)
 
     async def __call__(self, trajectory: Trajectory) -> RewardOutput:
         ref = trajectory.reference
@@ -98,12 +108,12 @@ class CodeReward:
         if isinstance(tests, str):
             tests = [tests]
         if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
-            raise ValueError(
+            raise RewardInputError(
                 f"code reward: trajectory {trajectory.trajectory_id} needs reference['tests'] as a non-empty "
                 f"list of strings (or one string), got {type(tests).__name__}"
             )
         if ref.get("language", "python") != "python":
-            raise ValueError(f"code reward: language {ref.get('language')!r} is not supported (only 'python')")
+            raise RewardInputError(f"code reward: language {ref.get('language')!r} is not supported (only 'python')")
         program = extract_program(final_action(trajectory))
         if not program:
             return RewardOutput(0.0, details={"passed": 0, "total": len(tests), "error": "no code in the answer"})

@@ -12,7 +12,9 @@ Per request, in order:
 4. exactly once — the idempotency key (`Idempotency-Key` header, else the trajectory id) is claimed in the
    ledger (ledger.py). Done → the stored answer, `replayed: true`. Busy → wait for the owner's answer.
    Owner → score (bounded by `reward.timeout_s`), record, answer; a scoring error releases the key and
-   answers 500 `reward_failed` (retryable) with the error text.
+   answers with the error text: 422 `bad_request` when the trajectory cannot be scored (`RewardInputError`),
+   501 `reward_unavailable` when this service cannot run the reward (the code sandbox refuses), else 500
+   `reward_failed` (retryable).
 5. cold start — a request sent (`X-Rollart-Sent-At`, client wall clock) before this replica existed was
    waiting for a replica to start: `cold_start: true` in the answer.
 Faults (`ServiceFaults`) can be injected after a score is recorded — a 500 or a delay past the client's
@@ -31,8 +33,9 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 
 from rollart.config import RunConfig
 from rollart.reward.metrics import BusyClock
-from rollart.reward.protocol import PayloadError, call_reward, trajectory_from_payload
+from rollart.reward.protocol import PayloadError, RewardInputError, call_reward, trajectory_from_payload
 from rollart.reward.registry import BUILTINS, RewardFns
+from rollart.reward.sandbox import SandboxUnavailable
 
 
 @dataclass(frozen=True)
@@ -154,10 +157,15 @@ class RewardHandler:
         self.busy.enter()
         try:
             out = await asyncio.wait_for(call_reward(self.fns.get(spec), trajectory, spec), self.cfg.reward.timeout_s)
-        except Exception as exc:  # noqa: BLE001 — any reward failure becomes a retryable JSON error
+        except Exception as exc:  # noqa: BLE001 — any reward failure becomes a JSON error
             await self.ledger.release(key, token)
             detail = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
-            return error(500, "reward_failed", f"reward fn {spec!r} failed on {trajectory.trajectory_id}: {detail}")
+            message = f"reward fn {spec!r} failed on {trajectory.trajectory_id}: {detail}"
+            if isinstance(exc, RewardInputError):  # the request's fault: retrying cannot help
+                return error(422, "bad_request", message)
+            if isinstance(exc, SandboxUnavailable):  # this service cannot run it at all
+                return error(501, "reward_unavailable", message)
+            return error(500, "reward_failed", message)
         finally:
             self.busy.exit()
             self.ledger.report(self.replica, self.busy.busy_s, self.busy.alive_s)

@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from rollart.reward.protocol import RewardOutput, final_action
+from rollart.reward.protocol import RewardInputError, RewardOutput, final_action
 from rollart.types import Trajectory
 
 _GRACE_S = 2.0
@@ -34,7 +34,7 @@ def verify_answer(gold: str, answer: str, timeout_s: int) -> dict[str, Any]:
 
     parsed_gold = parse(gold, parsing_timeout=timeout_s)
     if not parsed_gold:
-        raise ValueError(f"reference answer {gold!r} cannot be parsed by math-verify")
+        raise RewardInputError(f"math reward: reference answer {gold!r:.200} cannot be parsed by math-verify")
     parsed = parse(answer, parsing_timeout=timeout_s)
     if not parsed:
         return {"correct": False, "parsed": False}
@@ -72,7 +72,7 @@ class MathReward:
     async def __call__(self, trajectory: Trajectory) -> RewardOutput:
         gold = trajectory.reference.get("answer")
         if gold is None or str(gold).strip() == "":
-            raise ValueError(
+            raise RewardInputError(
                 f"math reward: trajectory {trajectory.trajectory_id} has no reference['answer'] "
                 f"(reference keys: {sorted(trajectory.reference)})"
             )

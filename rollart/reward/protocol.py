@@ -33,7 +33,7 @@ Payload (JSON, `v` = 1), built by `to_payload` and read back by `trajectory_from
 Answer (200): {"trajectory_id", "reward": float, "per_turn": [float] | null, "details": {...},
      "replayed": bool, "cold_start": bool, "replica": str, "score_s": float}
 Errors: {"error": message, "code": one of unauthorized | payload_too_large | bad_request | reward_failed |
-     busy | not_found}, with HTTP 401 / 413 / 400 or 422 / 500 / 503 / 404.
+     reward_unavailable | busy | not_found}, with HTTP 401 / 413 / 400 or 422 / 500 / 501 / 503 / 404.
 """
 
 from __future__ import annotations
@@ -65,6 +65,11 @@ RewardFn = Callable[[Trajectory], Union[RewardValue, Awaitable[RewardValue]]]
 
 class PayloadError(ValueError):
     """A reward request whose JSON does not follow the payload above; the message names the field."""
+
+
+class RewardInputError(ValueError):
+    """A trajectory a reward fn cannot score because of what it holds (e.g. no `reference['answer']`): the
+    request's fault, so retrying cannot help (HTTP 422 from the service; FAILED locally)."""
 
 
 def final_action(trajectory: Trajectory) -> str:

@@ -12,8 +12,8 @@ A callable passed in `fns={domain: callable}` replaces that domain's configured 
 (a Python callable cannot be sent to a remote service).
 
 Lifecycle (the driver's, from a RunConfig, inside a started `rollart.resources.Runtime`):
-    router = RewardRouter(cfg)      # checks specs and backends; starts nothing
-    router.start()                  # starts the Serve app if a domain uses `serverless`; returns self
+    router = RewardRouter(cfg)      # checks specs, backends and the code sandbox's isolation; starts nothing
+    router.start()                  # warms local fns, starts the Serve app if a domain uses it; returns self
     result = await router.score(t)  # RewardResult, any number concurrently
     router.metrics()                # {"reward/...": float}; router.replica_timeline() → [(t, replicas)]
     router.stop()                   # stops what start() started; idempotent
@@ -31,6 +31,7 @@ from rollart.config import RunConfig
 from rollart.reward.client import BackendStats, HttpRewardClient, LocalRewardClient
 from rollart.reward.protocol import RewardFn
 from rollart.reward.registry import RewardFns, check_spec, import_reward
+from rollart.reward.sandbox import check_isolation
 from rollart.types import RewardResult, Trajectory
 
 if TYPE_CHECKING:
@@ -68,6 +69,11 @@ class RewardRouter:
                 f"reward.serverless.pool: {sl_pool!r} is not a declared serverless pool "
                 f"(serverless pools: {sorted(n for n, p in cfg.pools.items() if p.kind == 'serverless')})"
             )
+        # the code sandbox runs here (local) or on this machine's Ray (serverless, embedded): refuse now,
+        # before any work, if it cannot have reward.sandbox.min_isolation
+        if any(cfg.domains[d].reward.fn == "code" and (b == "local" or (b == "serverless" and not cfg.cluster.address))
+               for d, b in self.backends.items()):
+            check_isolation(cfg.reward.sandbox)
         http_domains = sorted(d for d, b in self.backends.items() if b == "http")
         if http_domains and not cfg.reward.http.url:
             raise ValueError(f"reward.http.url is empty but domains {http_domains} use the http reward backend")
@@ -100,6 +106,11 @@ class RewardRouter:
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> RewardRouter:
+        """Warm the local reward fns (process pools, models: the first trajectory must not pay for them) and
+        start the serverless service if a domain uses it."""
+        local = sorted({self.cfg.domains[d].reward.fn for d, b in self.backends.items()
+                        if b == "local" and d not in self._custom})
+        self._fns.warm(local)
         if self.serverless is None and "serverless" in self.backends.values():
             from rollart.reward.service import RewardService
 

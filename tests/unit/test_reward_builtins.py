@@ -70,9 +70,10 @@ def test_extract_program_prefers_the_last_fence_then_boxed():
     assert extract_program("  def f(): pass ") == "def f(): pass"
 
 
-def test_count_passes_ignores_lines_without_the_nonce():
-    out = 'abc {"i": 0, "ok": true}\nabc {"i": 1, "ok": false, "error": "E"}\nxyz {"i": 1, "ok": true}\nabc {"i": 9, "ok": true}\n'
-    assert count_passes(out, "abc", 2) == (1, "E")
+def test_count_passes_reads_only_well_formed_verdicts_in_range():
+    out = ('{"i": 0, "ok": true}\n{"i": 1, "ok": false, "error": "E"}\nnoise {"i": 2, "ok": true}\n'
+           '{"i": 9, "ok": true}\n{"i": true, "ok": true}\n{"i": 2, "ok": 1}\n[1, 2]\n{"i": 0, "ok": true}\n')
+    assert count_passes(out, 3) == (1, "E")
 
 
 CODE_REF = {"entry_point": "f", "tests": ["assert f(1) == 3", "assert f(2) == 5", "assert f(0) == 1"],

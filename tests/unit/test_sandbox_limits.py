@@ -1,18 +1,25 @@
-"""The code sandbox stops an infinite loop, a memory bomb and a fork bomb, keeps writes in its directory,
-has no network, and says which isolation it had."""
+"""The code sandbox stops an infinite loop, a memory bomb, a fork bomb and an output bomb, confines reads and
+writes to its directory, has no network, says which isolation it had — and refuses to run (never as root)
+when the isolation the config asks for cannot be had."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import secrets
 import socket
+import threading
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
+import rollart
 from rollart.config import SandboxConfig
-from rollart.reward.sandbox import probe_isolation, run_sandboxed
+from rollart.reward import sandbox
+from rollart.reward.sandbox import SandboxUnavailable, probe_isolation, run_sandboxed
 
 CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_processes=8)
 
@@ -34,12 +41,14 @@ def processes_with_marker(marker: str) -> list[int]:
     return found
 
 
-def test_isolation_is_reported():
-    res = run("print('ok')")
-    assert res.exit_code == 0 and res.stdout == "ok\n"
+def test_full_isolation_is_had_and_reported():
+    res = run("import os\nprint('ok', os.getuid(), os.geteuid())")
+    assert res.exit_code == 0, res.stderr
+    word, uid, euid = res.stdout.split()
+    assert word == "ok" and int(uid) != 0 and int(euid) != 0  # never root
     iso = probe_isolation()
-    assert res.isolation.startswith("process+rlimits")
-    assert ("netns" in res.isolation) == iso.netns and ("pidns" in res.isolation) == iso.pidns
+    assert iso.level("deny") == "full", f"this machine must give the sandbox full isolation: {iso.missing}"
+    assert res.isolation == "process+rlimits+" + ("uid" if iso.root else "user") + "+landlock+netns+pidns"
 
 
 def test_infinite_loop_is_stopped():
@@ -102,3 +111,145 @@ def test_working_dir_is_removed_afterwards():
 def test_file_names_cannot_escape():
     with pytest.raises(ValueError, match="outside the working dir"):
         run_sandboxed({"../evil.py": "x"}, ["python", "evil.py"], CFG)
+
+
+def test_reads_are_confined_to_the_interpreter_and_the_working_dir():
+    project_file = Path(rollart.__file__)
+    targets = ["/etc/passwd", "/etc/shadow", str(project_file), str(project_file.parent), "/proc/1/cmdline",
+               f"/proc/{os.getpid()}/cmdline", "/proc/self/status", "/tmp", "/root", "/home", str(Path.cwd())]
+    code = (
+        "import os, sys\n"
+        f"for p in {targets!r}:\n"
+        "    try:\n"
+        "        os.listdir(p) if os.path.isdir(p) else open(p, 'rb').read(1)\n"
+        "        print('READ', p)\n"
+        "    except OSError:\n"
+        "        print('DENIED', p)\n"
+        "print('OWN', open('main.py').read(6), len(os.listdir('.')))\n"
+        "import json, collections, fractions  # the standard library stays readable\n"
+    )
+    res = run(code)
+    assert res.exit_code == 0, res.stderr
+    assert "READ" not in res.stdout and res.stdout.count("DENIED") == len(targets), res.stdout
+    assert "OWN import 1" in res.stdout
+
+
+def _peak_rss_growth(fn) -> tuple[object, float]:
+    """fn()'s result and how much this process's RSS grew above its start while fn ran (MB, sampled)."""
+    proc = psutil.Process()
+    base = peak = proc.memory_info().rss
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, proc.memory_info().rss)
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = fn()
+    finally:
+        done.set()
+        sampler.join()
+    return result, (peak - base) / 2**20
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_output_bomb_is_capped_and_the_parent_stays_small(stream):
+    cfg = SandboxConfig(max_output_kb=1024, wall_timeout_s=20, cpu_time_s=20)
+    code = f"import sys\nchunk = 'x' * 2**20\nfor _ in range(3 * 1024):  # 3 GiB\n    sys.{stream}.write(chunk)\n"
+    res, growth = _peak_rss_growth(lambda: run(code, cfg))
+    assert res.output_capped and res.killed_by_limit and not res.timed_out
+    assert len(getattr(res, stream)) == 1024 * 1024
+    assert growth < 50, f"the scoring process grew {growth:.0f} MB"
+    assert res.wall_s < 10
+
+
+def test_wall_limit_holds_whatever_the_program_prints():
+    cfg = SandboxConfig(wall_timeout_s=2.0, cpu_time_s=30, max_output_kb=64)
+    res = run("import time\nwhile True:\n    print('still here', flush=True)\n    time.sleep(0.01)\n", cfg)
+    assert res.timed_out and not res.output_capped and "still here" in res.stdout
+    assert res.wall_s < cfg.wall_timeout_s + 2
+
+
+@pytest.fixture
+def machine_without(monkeypatch):
+    """Make the sandbox believe this machine lacks some mechanisms (the probe's answer, nothing else)."""
+
+    def lacking(*, landlock: bool = True, namespaces: bool = True) -> None:
+        real = probe_isolation()
+        fake = dataclasses.replace(
+            real,
+            unshare_prefix=real.unshare_prefix if namespaces else (),
+            netns=real.netns and namespaces, pidns=real.pidns and namespaces,
+            landlock_abi=real.landlock_abi if landlock else 0,
+            missing=(() if namespaces else ("no namespaces (test)",)) + (() if landlock else ("no landlock (test)",)),
+        )
+        monkeypatch.setattr(sandbox, "probe_isolation", lambda: fake)
+
+    return lacking
+
+
+def test_refuses_without_namespaces_unless_landlock_is_accepted(machine_without):
+    machine_without(namespaces=False)
+    with pytest.raises(SandboxUnavailable, match=r"level 'full' \(reward.sandbox.min_isolation\).*only 'landlock': no namespaces"):
+        run("print('ran')")
+    res = run("print('ran')", CFG.model_copy(update={"min_isolation": "landlock"}))
+    assert res.stdout == "ran\n" and "landlock" in res.isolation and "pidns" not in res.isolation
+
+
+def test_refuses_without_landlock_unless_rlimits_are_accepted(machine_without):
+    machine_without(landlock=False)
+    for level in ("full", "landlock"):
+        with pytest.raises(SandboxUnavailable, match=f"needs isolation level '{level}'.*no landlock"):
+            run("print('ran')", CFG.model_copy(update={"min_isolation": level}))
+    res = run("print('ran')", CFG.model_copy(update={"min_isolation": "rlimits"}))
+    assert res.stdout == "ran\n" and "landlock" not in res.isolation
+
+
+def test_never_runs_as_root(tmp_path):
+    """As root, an interpreter the sandbox uid cannot reach is refused at every level — the program never
+    falls back to running as root. (As another user, programs run as that user: asserted too.)"""
+    if os.geteuid() != 0:
+        res = run("import os\nprint(os.geteuid())")
+        assert int(res.stdout) == os.geteuid() != 0
+        return
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    marker = tmp_path / "ran-as-root"
+    python = private / "python3"
+    python.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    python.chmod(0o755)
+    cfg = CFG.model_copy(update={"python": str(python), "min_isolation": "rlimits"})
+    with pytest.raises(SandboxUnavailable, match="never runs a program as root.*reward.sandbox.python"):
+        run("print('ran')", cfg)
+    assert not marker.exists()
+
+
+def test_code_rewards_refuse_before_anything_starts(machine_without):
+    """A run whose code domain cannot have its isolation fails when the router is built, naming the setting;
+    the service answers 501 (not retried) instead of scoring."""
+    import asyncio
+
+    from rollart.config import DomainConfig, RunConfig
+    from rollart.reward import RewardRouter
+    from rollart.reward.handler import RewardHandler
+    from rollart.reward.ledger import SharedLedger
+    from rollart.reward.protocol import to_payload
+    from rollart.types import Task, Trajectory, Turn
+
+    machine_without(landlock=False)
+    cfg = RunConfig(domains={"code": DomainConfig(env="code", reward="code")})
+    with pytest.raises(SandboxUnavailable, match="reward.sandbox.min_isolation=rlimits"):
+        RewardRouter(cfg)
+    traj = Trajectory("c/0", Task("c/0", "code", "code", 0, "g"), 0, (Turn((), (), (), (), action="def f(): pass"),),
+                      reference={"tests": ["assert f() is None"]})
+    handler = RewardHandler(cfg, SharedLedger(10**6, 60, 30), token=None, replica="r")
+
+    async def body():
+        yield json.dumps(to_payload(traj, "code")).encode()
+
+    status, answer = asyncio.run(handler.handle({}, body()))
+    assert (status, answer["code"]) == (501, "reward_unavailable") and "min_isolation" in answer["error"]
