@@ -276,8 +276,12 @@ class RewardConfig(Section):
     backoff_max_s: float = Field(5.0, ge=0)
     max_in_flight: int = Field(64, ge=1, description="requests in flight per backend")
     max_payload_mb: float = Field(4.0, gt=0, description="largest request the service accepts")
-    dedupe_max_keys: int = Field(100_000, ge=1, description="idempotency keys the service remembers (LRU)")
-    dedupe_ttl_s: float = Field(3600.0, gt=0, description="how long the service remembers a key")
+    dedupe_max_mb: float = Field(
+        64.0, gt=0, description="memory the service's idempotency ledger may hold (keys, payload digests and "
+        "stored answers); past it the oldest entries are forgotten first"
+    )
+    dedupe_ttl_s: float = Field(3600.0, gt=0, description="how long the service remembers a scored key (then "
+                                "it is dropped, whether or not anyone asks)")
     math_timeout_s: float = Field(5.0, gt=0)
     math_workers: int = Field(1, ge=1, description="processes of the math reward's pool")
     judge_model: str = Field("", description="checkpoint of the `judge` reward; empty = the run's model")

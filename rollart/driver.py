@@ -34,7 +34,7 @@ from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
 from rollart.run_dir import RunPaths
 from rollart.system import DRIVER_LANE, System, build_system, demonstration_batches
-from rollart.types import RunState, Span, TimedMetrics, Trajectory
+from rollart.types import Span, TimedMetrics, Trajectory
 
 
 def evaluate(cfg: RunConfig) -> dict[str, float]:
@@ -145,7 +145,7 @@ class _RLLoop:
             if checkpoint_due or system.served_version < version - alpha:
                 await self.land_train_step()
             if checkpoint_due:  # after landing: the checkpoint holds every step before `step`
-                await system.save_checkpoint(RunState(step, scheduler.state_dict(), recorder.eval_first))
+                await system.save_checkpoint(system.run_state(step, scheduler.state_dict(), recorder.eval_first))
             batch = await self.get_batch(version)                         # 1
             if not overlap:
                 scheduler.pause_admission()
@@ -161,7 +161,7 @@ class _RLLoop:
 
         await self.land_train_step()
         await self.evaluate(steps, "last")
-        await system.save_checkpoint(RunState(steps, scheduler.state_dict(), recorder.eval_first))
+        await system.save_checkpoint(system.run_state(steps, scheduler.state_dict(), recorder.eval_first))
         return recorder.flush()
 
     # --- the named steps -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
 from rollart.resources import Cluster, Resources, Runtime
-from rollart.reward.router import RewardRouter
+from rollart.reward.router import RewardRouter, new_run_id
 from rollart.trainer import TrainerGroup, latest_checkpoint
 from rollart.types import RunState, Span, Task, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
@@ -124,6 +124,10 @@ class System:
         metrics = await asyncio.to_thread(self.trainer.train_step, batch)
         return TimedMetrics(metrics, Span("train", start, time.time(), TRAINER_LANE))
 
+    def run_state(self, step: int, scheduler_state: Any, eval_first: Any) -> RunState:
+        """The `RunState` to checkpoint at `step`: the driver's progress and this run's identity."""
+        return RunState(step, scheduler_state, eval_first, self.reward.run_id, self.reward.attempt)
+
     async def save_checkpoint(self, state: RunState) -> None:
         """The trainer's checkpoint with `state` in it; in a thread, so rollout callbacks keep running."""
         await asyncio.to_thread(self.trainer.save_checkpoint, state.to_checkpoint())
@@ -142,6 +146,7 @@ class System:
         An episode's score is its reward clipped to [0, 1]: format penalties shape training but are not a
         negative score, and a failed episode scores 0. Greedy unless `eval.temperature` > 0."""
         n = self.cfg.eval.episodes_per_domain
+        scorer = self.reward.for_run(new_run_id())  # an evaluation is a run of its own (reward keys)
         tasks = [
             Task(f"eval/{tag}/{domain}/{i}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}",
                  split="val")
@@ -153,7 +158,7 @@ class System:
             traj = await self.env_router.run(task, self.served_version)
             if traj.status is None or not traj.status.trainable:
                 return task.domain, 0.0
-            result = await self.reward.score(traj)
+            result = await scorer.score(traj)
             return task.domain, min(max(result.reward, 0.0), 1.0) if result.ok else 0.0
 
         max_turns = max(domain_cfg.max_turns for domain_cfg in self.cfg.domains.values())
@@ -221,9 +226,11 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             gate = TurnGateClient(res.spawn(TurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
         env_router = EnvRouter.place(res, cfg, proxy, gate=gate, model_path=model_path)
         stack.callback(env_router.shutdown)
-        reward = RewardRouter(cfg).start()
-        stack.callback(reward.stop)
         resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
+        run_id, attempt = resumed.restart_identity(new_run_id())  # a resume keeps the run id
+        log.info("run id %s, attempt %d", run_id, attempt)
+        reward = RewardRouter(cfg, run_id=run_id, attempt=attempt).start()
+        stack.callback(reward.stop)
         return System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
                       _stack=stack)
     except BaseException:

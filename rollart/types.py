@@ -271,16 +271,22 @@ class RunState:
     `step`: RL steps done (the next step to run; 0 for a fresh run). `scheduler`: the control plane's
     `state_dict()`, so a resumed run admits the same groups in the same order (None: start afresh).
     `eval_first`: the scores of the run's first evaluation, the baseline every summary compares with (None
-    until it has run). The trainer stores it opaquely in the checkpoint's `extra_state`, as the plain dict
-    of `to_checkpoint`; `from_checkpoint` is the one place that dict is read.
+    until it has run). `run_id`: the run's random id ("" before it has one) and `attempt`: how many times it
+    was started before the start that wrote this state — together they keep the run's reward idempotency
+    keys apart from every other run's and from its own earlier starts (a resume keeps the id, one more
+    attempt: `restart_identity`). The trainer stores it opaquely in the checkpoint's `extra_state`, as the
+    plain dict of `to_checkpoint`; `from_checkpoint` is the one place that dict is read.
     """
 
     step: int = 0
     scheduler: Mapping[str, Any] | None = None
     eval_first: Mapping[str, float] | None = None
+    run_id: str = ""
+    attempt: int = 0
 
     def to_checkpoint(self) -> dict[str, Any]:
-        return {"step": self.step, "scheduler": self.scheduler, "eval_first": self.eval_first}
+        return {"step": self.step, "scheduler": self.scheduler, "eval_first": self.eval_first,
+                "run_id": self.run_id, "attempt": self.attempt}
 
     @classmethod
     def from_checkpoint(cls, extra_state: Mapping[str, Any]) -> RunState:
@@ -289,7 +295,14 @@ class RunState:
             step=int(extra_state.get("step", 0)),
             scheduler=extra_state.get("scheduler"),
             eval_first=extra_state.get("eval_first"),
+            run_id=str(extra_state.get("run_id") or ""),
+            attempt=int(extra_state.get("attempt", 0)),
         )
+
+    def restart_identity(self, fresh_run_id: str) -> tuple[str, int]:
+        """(run id, attempt) of a start from this state: the same run one attempt later, or — when this state
+        has no run id (a fresh run) — `fresh_run_id` at attempt 0."""
+        return (self.run_id, self.attempt + 1) if self.run_id else (fresh_run_id, 0)
 
 
 @dataclass(frozen=True)

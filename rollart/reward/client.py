@@ -5,7 +5,8 @@ that still fails after `reward.retries` further tries comes back as `ok=False` w
 the control plane ends that trajectory FAILED with the reason and the batch goes on.
 
 - `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
-  `Idempotency-Key: <trajectory_id>` (the service scores a key once and answers retries from its ledger),
+  `Idempotency-Key: <run id>/<attempt>/<trajectory id>` (`run_key` = run id and attempt, see router.py; the
+  service scores a key once, answers retries from its ledger, and refuses the key with another payload),
   `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (when the first try left: cold-start detection). Retried: connection
   errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429 (the standard "try again
   later") and 5xx but 501. Not retried: every other 4xx (bad token, payload too large, bad payload, a key
@@ -22,8 +23,10 @@ httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per eve
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
+import secrets
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -129,8 +132,11 @@ class HttpRewardClient:
         backend: str = "http",
         transport: httpx.AsyncBaseTransport | None = None,
         seed: int | None = None,
+        run_key: str | None = None,
     ) -> None:
+        """`run_key`: `<run id>/<attempt>` prefixed to every idempotency key (default: a fresh random run)."""
         self.url = url
+        self.run_key = run_key or f"{secrets.token_hex(16)}/0"
         self.cfg = cfg
         self.token = token
         self.backend = backend
@@ -146,9 +152,17 @@ class HttpRewardClient:
             self._clients[loop] = httpx.AsyncClient(transport=self.transport, limits=limits, timeout=self.cfg.timeout_s)
         return self._clients[loop]
 
-    async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
+    def idempotency_key(self, trajectory: Trajectory, run_key: str | None = None) -> str:
+        """`<run key>/<trajectory id>` (an over-long trajectory id by its digest: keys are ≤ 256 chars)."""
+        key = f"{run_key or self.run_key}/{trajectory.trajectory_id}"
+        if len(key) > 256 or not key.isascii() or not key.isprintable() or " " in key:
+            key = f"{run_key or self.run_key}/sha256:{hashlib.sha256(trajectory.trajectory_id.encode()).hexdigest()}"
+        return key
+
+    async def score(self, trajectory: Trajectory, fn: str, run_key: str | None = None) -> RewardResult:
+        """Score on the service; `run_key` overrides the client's (an evaluation's own run)."""
         body = json.dumps(to_payload(trajectory, fn)).encode()
-        headers = {"content-type": "application/json", "idempotency-key": trajectory.trajectory_id}
+        headers = {"content-type": "application/json", "idempotency-key": self.idempotency_key(trajectory, run_key)}
         if self.token:
             headers["authorization"] = f"Bearer {self.token}"
         # when the first try left: a replica created after it means this scoring waited for a cold start

@@ -1,36 +1,45 @@
-"""Idempotency ledger: the service's memory of which trajectories it has scored, so each is scored once.
+"""Idempotency ledger: the service's memory of what it has scored, so each request is scored once.
 
-In: idempotency keys (the trajectory id) from requests, and the scorer's outcome. Out, for `claim(key)`:
-- `("done", answer)` — already scored; the stored answer is returned again (a retried request);
+In: idempotency keys — `<principal>|<run id>/<attempt>/<trajectory id>`, the principal being the job the
+request's token belongs to (tokens.py), so two jobs, two runs or two evaluations never share a key — with
+the SHA-256 of the request body; and the scorer's outcome. Out, for `claim(key, digest)`:
+- `("done", answer)` — already scored with this same payload; the stored answer is returned again;
 - `("owner", token)` — nobody holds the key: the caller scores it, then `complete(key, token, answer)`, or
   `release(key, token)` if scoring failed (the key is free again; a failure is not a scoring);
-- `("busy", None)` — another request is scoring it now: `await wait(key, timeout)` for its answer.
+- `("busy", None)` — another request with this payload is scoring it now: `await wait(key, timeout)`;
+- `("conflict", None)` — the key was used with a different payload: never a replay (HTTP 409).
 
 Guarantees (single event loop; the Ray actor in `service.py` hosts one for all replicas):
 - At most one owner per key at a time. A claim whose owner vanished (a replica died mid-scoring) expires
   after `lease_s`; then a new owner may take it, and if the old owner still completes, its answer is
   dropped (first answer wins) and counted in `late_completions`.
-- `scorings[key]` counts completed scorings while the key is remembered; `duplicates` counts completions
+- `scorings(key)` counts completed scorings while the key is remembered; `duplicates` counts completions
   of a key that was already done (0 when exactly-once held).
-- Bounded memory: at most `max_keys` done keys (least recently used evicted first), each for `ttl_s`.
-  A retry that arrives after its key was evicted is scored again — the documented limit of exactly-once.
+- Bounded memory: keys, digests and stored answers together stay under `max_bytes` (oldest entries are
+  evicted first, counted in `evicted`), and an entry is dropped `ttl_s` after it was stored (`expired`)
+  by `expire()`, which every call runs and `SharedLedger` also runs on its own every `ttl_s / 4` (at most
+  every 30 s), so an idle service does not keep them. A retry that arrives after its key is gone is
+  scored again — the documented limit of exactly-once. `stats()` says how much is held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-ClaimState = Literal["done", "owner", "busy"]
+ClaimState = Literal["done", "owner", "busy", "conflict"]
+ENTRY_OVERHEAD = 256  # bytes charged per entry for the dict slot, the record and the timestamps
 
 
 @dataclass
 class _Pending:
     token: int
+    digest: str
     expires: float
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -38,69 +47,91 @@ class _Pending:
 @dataclass
 class _Done:
     answer: dict[str, Any]
+    digest: str
     stored: float
+    size: int
     scorings: int = 1
 
 
 class IdempotencyLedger:
     def __init__(
-        self, max_keys: int, ttl_s: float, lease_s: float, clock: Callable[[], float] = time.monotonic
+        self, max_bytes: int, ttl_s: float, lease_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.max_keys, self.ttl_s, self.lease_s, self.clock = max_keys, ttl_s, lease_s, clock
-        self._done: OrderedDict[str, _Done] = OrderedDict()
+        self.max_bytes, self.ttl_s, self.lease_s, self.clock = max_bytes, ttl_s, lease_s, clock
+        self._done: OrderedDict[str, _Done] = OrderedDict()  # oldest stored first
         self._pending: dict[str, _Pending] = {}
         self._tokens = itertools.count(1)
+        self.bytes = 0
         self.completed = 0
         self.duplicates = 0
         self.late_completions = 0
         self.replays = 0
+        self.conflicts = 0
         self.evicted = 0
+        self.expired = 0
         self.lease_expiries = 0
 
-    def _lookup(self, key: str) -> _Done | None:
-        done = self._done.get(key)
-        if done is None:
-            return None
-        if self.clock() - done.stored > self.ttl_s:
-            del self._done[key]
-            self.evicted += 1
-            return None
-        self._done.move_to_end(key)
-        return done
+    def expire(self) -> int:
+        """Drop every entry stored more than `ttl_s` ago; how many went."""
+        cutoff, n = self.clock() - self.ttl_s, 0
+        while self._done:
+            key, done = next(iter(self._done.items()))
+            if done.stored > cutoff:
+                break
+            self._drop(key)
+            n += 1
+        self.expired += n
+        return n
 
-    def claim(self, key: str) -> tuple[ClaimState, Any]:
-        done = self._lookup(key)
+    def _drop(self, key: str) -> None:
+        self.bytes -= self._done.pop(key).size
+
+    def claim(self, key: str, digest: str) -> tuple[ClaimState, Any]:
+        self.expire()
+        done = self._done.get(key)
         if done is not None:
+            if done.digest != digest:
+                self.conflicts += 1
+                return "conflict", None
             self.replays += 1
             return "done", done.answer
         pending = self._pending.get(key)
         now = self.clock()
+        if pending is not None and pending.digest != digest:
+            self.conflicts += 1
+            return "conflict", None
         if pending is not None and now < pending.expires:
             return "busy", None
         if pending is not None:  # the owner's lease ran out: hand the key on, wake its waiters
             self.lease_expiries += 1
             pending.event.set()
         token = next(self._tokens)
-        self._pending[key] = _Pending(token, now + self.lease_s)
+        self._pending[key] = _Pending(token, digest, now + self.lease_s)
         return "owner", token
 
     def complete(self, key: str, token: int, answer: dict[str, Any]) -> bool:
-        """Store the answer of the owner `token`. False when the key was already done (answer dropped)."""
+        """Store the answer of owner `token` (first answer wins). False when it was not stored: the key was
+        already done (counted in `duplicates`) or is no longer known at all."""
         pending = self._pending.get(key)
         if pending is not None and pending.token == token:
             del self._pending[key]
             pending.event.set()
         elif pending is not None or key in self._done:
-            self.late_completions += 1
-        done = self._lookup(key)
+            self.late_completions += 1  # a stale owner, its lease handed on
+        self.expire()
         self.completed += 1
+        done = self._done.get(key)
         if done is not None:
             done.scorings += 1
             self.duplicates += 1
             return False
-        self._done[key] = _Done(answer, self.clock())
-        while len(self._done) > self.max_keys:
-            self._done.popitem(last=False)
+        if pending is None:
+            return False  # released or forgotten meanwhile: no payload digest to store it under
+        size = len(key) + len(pending.digest) + len(json.dumps(answer, default=repr)) + ENTRY_OVERHEAD
+        self._done[key] = _Done(answer, pending.digest, self.clock(), size)
+        self.bytes += size
+        while self.bytes > self.max_bytes and self._done:
+            self._drop(next(iter(self._done)))
             self.evicted += 1
         return True
 
@@ -120,7 +151,7 @@ class IdempotencyLedger:
                 await asyncio.wait_for(pending.event.wait(), remaining)
             except asyncio.TimeoutError:
                 return None
-        done = self._lookup(key)
+        done = self._done.get(key)
         return done.answer if done is not None else None
 
     def scorings(self, key: str) -> int:
@@ -128,14 +159,20 @@ class IdempotencyLedger:
         return done.scorings if done is not None else 0
 
     def stats(self) -> dict[str, int]:
+        """What the ledger holds now and what it did (reading it changes nothing)."""
+        pending_bytes = sum(len(k) + len(p.digest) + ENTRY_OVERHEAD for k, p in self._pending.items())
         return {
             "keys": len(self._done),
             "pending": len(self._pending),
+            "bytes": self.bytes + pending_bytes,
+            "max_bytes": self.max_bytes,
             "completed": self.completed,
             "duplicates": self.duplicates,
             "late_completions": self.late_completions,
             "replays": self.replays,
+            "conflicts": self.conflicts,
             "evicted": self.evicted,
+            "expired": self.expired,
             "lease_expiries": self.lease_expiries,
         }
 
@@ -143,14 +180,28 @@ class IdempotencyLedger:
 class SharedLedger:
     """The ledger as the service's replicas use it (the `Ledger` protocol of handler.py): async methods,
     plus each replica's busy and alive seconds for the reward pool's utilisation. Hosted in-process for a
-    single handler, or as one Ray actor shared by every Serve replica (service.py)."""
+    single handler, or as one Ray actor shared by every Serve replica (service.py). Runs `expire()` every
+    `ttl_s / 4` (at most every 30 s) on the event loop it is used from."""
 
-    def __init__(self, max_keys: int, ttl_s: float, lease_s: float) -> None:
-        self.ledger = IdempotencyLedger(max_keys, ttl_s, lease_s)
+    def __init__(self, max_bytes: int, ttl_s: float, lease_s: float) -> None:
+        self.ledger = IdempotencyLedger(max_bytes, ttl_s, lease_s)
+        self.sweep_s = min(ttl_s / 4, 30.0)
         self.replicas: dict[str, tuple[float, float]] = {}  # replica → (busy_s, alive_s), latest report
+        self._sweeper: asyncio.Task | None = None
 
-    async def claim(self, key: str) -> tuple[ClaimState, Any]:
-        return self.ledger.claim(key)
+    def _sweep_here(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._sweeper is None or self._sweeper.done() or self._sweeper.get_loop() is not loop:
+            self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            self.ledger.expire()
+
+    async def claim(self, key: str, digest: str) -> tuple[ClaimState, Any]:
+        self._sweep_here()
+        return self.ledger.claim(key, digest)
 
     async def complete(self, key: str, token: int, answer: dict[str, Any]) -> bool:
         return self.ledger.complete(key, token, answer)

@@ -25,7 +25,9 @@ What a reward function may read (the same on every backend):
 Token ids, logprobs and versions are NOT sent to remote backends: there a reward function sees the same
 trajectory with empty token tuples.
 
-Payload (JSON, `v` = 1), built by `to_payload` and read back by `trajectory_from_payload`:
+Payload (JSON, `v` = 1), built by `to_payload` and read back by `parse_payload`, strictly: exact JSON types
+(a string is never a number, `true` is never 1), finite numbers, 64-bit ints, ids of at most 512
+characters, no unknown keys; anything else is a `PayloadError` naming the field (HTTP 422):
     {"v": 1, "trajectory_id": str, "domain": str, "fn": str,
      "task": {"task_id", "env", "seed", "group_id", "split"}, "start_version": int,
      "status": str | null, "status_reason": str, "env_return": float, "reference": {...},
@@ -43,7 +45,9 @@ import inspect
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Union
+from typing import Any, Awaitable, Callable, Literal, Mapping, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollart.types import Status, Task, Trajectory, Turn
 
@@ -64,7 +68,11 @@ RewardFn = Callable[[Trajectory], Union[RewardValue, Awaitable[RewardValue]]]
 
 
 class PayloadError(ValueError):
-    """A reward request whose JSON does not follow the payload above; the message names the field."""
+    """A reward request whose JSON does not follow the payload above; the message and `field` name the field."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class RewardInputError(ValueError):
@@ -121,79 +129,89 @@ def to_payload(trajectory: Trajectory, fn: str) -> dict[str, Any]:
     }
 
 
-def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in d:
-        raise PayloadError(f"{where}{key}: missing")
-    value = d[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        names = "/".join(k.__name__ for k in _as_tuple(kind))
-        raise PayloadError(f"{where}{key}: expected {names}, got {type(value).__name__} {value!r:.60}")
-    return value
+_INT64 = 2**63 - 1
 
 
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
+class _Strict(BaseModel):
+    """Payload parts: exact JSON types (no "1" for 1, no true for 1), finite floats, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class _TurnPayload(_Strict):
+    observation: str = ""
+    action: str
+    reward: float = 0.0
+    format_ok: bool = True
+    finish_reason: Literal["stop", "length", "abort"] = "stop"
+
+
+class _TaskPayload(_Strict):
+    task_id: str | None = Field(None, max_length=512)
+    env: str = Field("", max_length=512)
+    seed: int = Field(0, ge=-_INT64, le=_INT64)
+    group_id: str = Field("", max_length=512)
+    split: Literal["train", "val"] = "train"
+
+
+class _Payload(_Strict):
+    v: int  # strict: 1.0 and true are not 1 (a Literal[1] would take them)
+    trajectory_id: str = Field(min_length=1, max_length=512)
+    domain: str = Field(max_length=256)
+    fn: str | None = Field(None, max_length=512)
+    task: _TaskPayload
+    start_version: int = Field(0, ge=0, le=_INT64)
+    status: Literal[tuple(s.value for s in Status)] | None = None  # type: ignore[valid-type]
+    status_reason: str = ""
+    env_return: float = 0.0
+    reference: dict[str, Any] = Field(default_factory=dict)
+    turns: list[_TurnPayload]
+
+    @field_validator("v")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != PAYLOAD_VERSION:
+            raise ValueError(f"payload version {PAYLOAD_VERSION} expected")
+        return v
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def parse_payload(payload: Any) -> tuple[Trajectory, str | None]:
+    """The trajectory a remote reward function scores (token tuples empty) and the payload's `fn`.
+    Raises `PayloadError` naming the first bad field and what would be valid."""
+    if not isinstance(payload, dict):
+        raise PayloadError(f"body: expected a JSON object, got {type(payload).__name__}", "body")
+    try:
+        p = _Payload.model_validate(payload)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        where = _field_path(err["loc"])
+        got = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {type(err['input']).__name__} " \
+            f"{repr(err['input'])[:60]})"
+        raise PayloadError(f"{where}: {err['msg']}{got}", where) from None
+    tid = p.trajectory_id
+    turns = tuple(
+        Turn((), (), (), (), observation=u.observation, action=u.action, reward=u.reward,
+             finish_reason=u.finish_reason, format_ok=u.format_ok)
+        for u in p.turns
+    )
+    task = Task(p.task.task_id or tid, p.domain, p.task.env, p.task.seed, p.task.group_id, p.task.split)
+    return Trajectory(
+        trajectory_id=tid, task=task, start_version=p.start_version, turns=turns,
+        status=Status(p.status) if p.status is not None else None, status_reason=p.status_reason,
+        env_return=p.env_return, reference=p.reference,
+    ), p.fn
 
 
 def trajectory_from_payload(payload: Any) -> Trajectory:
-    """Rebuild the trajectory a remote reward function scores (token tuples empty). Raises PayloadError."""
-    if not isinstance(payload, dict):
-        raise PayloadError(f"body: expected a JSON object, got {type(payload).__name__}")
-    if payload.get("v") != PAYLOAD_VERSION:
-        raise PayloadError(f"v: expected {PAYLOAD_VERSION}, got {payload.get('v')!r}")
-    trajectory_id = _get(payload, "trajectory_id", str, "")
-    if not trajectory_id:
-        raise PayloadError("trajectory_id: must not be empty")
-    domain = _get(payload, "domain", str, "")
-    task = _get(payload, "task", dict, "")
-    split = task.get("split", "train")
-    if split not in ("train", "val"):
-        raise PayloadError(f"task.split: expected 'train' or 'val', got {split!r}")
-    status_raw = payload.get("status")
-    try:
-        status = Status(status_raw) if status_raw is not None else None
-    except ValueError:
-        raise PayloadError(f"status: {status_raw!r} is not one of {[s.value for s in Status]}") from None
-    turns = []
-    for i, u in enumerate(_get(payload, "turns", list, "")):
-        if not isinstance(u, dict):
-            raise PayloadError(f"turns[{i}]: expected an object")
-        finish = u.get("finish_reason", "stop")
-        if finish not in ("stop", "length", "abort"):
-            raise PayloadError(f"turns[{i}].finish_reason: {finish!r} is not stop/length/abort")
-        turns.append(
-            Turn(
-                prompt_token_ids=(),
-                response_token_ids=(),
-                logprobs=(),
-                versions=(),
-                observation=str(u.get("observation", "")),
-                action=_get(u, "action", str, f"turns[{i}]."),
-                reward=float(_get(u, "reward", (int, float), f"turns[{i}].")) if "reward" in u else 0.0,
-                finish_reason=finish,
-                format_ok=bool(u.get("format_ok", True)),
-            )
-        )
-    reference = payload.get("reference", {})
-    if not isinstance(reference, dict):
-        raise PayloadError(f"reference: expected an object, got {type(reference).__name__}")
-    return Trajectory(
-        trajectory_id=trajectory_id,
-        task=Task(
-            trajectory_id=str(task.get("task_id", trajectory_id)),
-            domain=domain,
-            env=str(task.get("env", "")),
-            seed=int(task.get("seed", 0)),
-            group_id=str(task.get("group_id", "")),
-            split=split,
-        ),
-        start_version=int(payload.get("start_version", 0)),
-        turns=tuple(turns),
-        status=status,
-        status_reason=str(payload.get("status_reason", "")),
-        env_return=float(payload.get("env_return", 0.0)),
-        reference=reference,
-    )
+    """The trajectory of a payload (see `parse_payload`)."""
+    return parse_payload(payload)[0]
 
 
 def normalise(value: Any, trajectory: Trajectory, fn_name: str) -> RewardOutput:

@@ -11,6 +11,11 @@ Dispatch: by `trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_rewa
 A callable passed in `fns={domain: callable}` replaces that domain's configured fn and is scored locally
 (a Python callable cannot be sent to a remote service).
 
+Run ids: remote scorings carry `Idempotency-Key: <run id>/<attempt>/<trajectory id>`. The run id is random
+per run (the driver keeps it in checkpoints, so a resumed run keeps it) and `attempt` counts the run's
+(re)starts, so trajectory ids that repeat — in every run, in a resume, in every evaluation (`for_run` gives
+each its own run id) — never meet another scoring's key.
+
 Lifecycle (the driver's, from a RunConfig, inside a started `rollart.resources.Runtime`):
     router = RewardRouter(cfg)      # checks specs, backends and the code sandbox's isolation; starts nothing
     router.start()                  # warms local fns, starts the Serve app if a domain uses it; returns self
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from typing import TYPE_CHECKING, Mapping
 
@@ -49,10 +55,15 @@ class RewardRouter:
         fns: Mapping[str, RewardFn] | None = None,
         service: RewardService | None = None,
         seed: int | None = None,
+        run_id: str | None = None,
+        attempt: int = 0,
     ) -> None:
         """`service`: an already started `RewardService` to use for `serverless` domains (else start() makes
-        one). `seed`: retry-jitter seed (tests)."""
+        one). `seed`: retry-jitter seed (tests). `run_id`, `attempt`: the run these trajectories belong to
+        and how many times it was (re)started (default: a fresh random run) — see the module docstring."""
         self.cfg = cfg
+        self.run_id, self.attempt = run_id or new_run_id(), attempt
+        self.run_key = f"{self.run_id}/{attempt}"
         self._custom = dict(fns or {})
         unknown = sorted(set(self._custom) - set(cfg.domains))
         if unknown:
@@ -85,7 +96,8 @@ class RewardRouter:
             if not token:
                 log.warning("env var %s is not set: requests to %s carry no bearer token",
                             cfg.reward.http.token_env, cfg.reward.http.url)
-            self.http = HttpRewardClient(cfg.reward.http.url, cfg.reward, token=token, backend="http", seed=seed)
+            self.http = HttpRewardClient(cfg.reward.http.url, cfg.reward, token=token, backend="http", seed=seed,
+                                         run_key=self.run_key)
         self._seed = seed
         self.service = service
         self._own_service = False
@@ -102,7 +114,7 @@ class RewardRouter:
     def _connect_serverless(self) -> None:
         assert self.service is not None and self.service.url, "the reward service is not started"
         self.serverless = HttpRewardClient(self.service.url, self.cfg.reward, token=self.service.token,
-                                           backend="serverless", seed=self._seed)
+                                           backend="serverless", seed=self._seed, run_key=self.run_key)
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> RewardRouter:
@@ -134,7 +146,8 @@ class RewardRouter:
         self.stop()
 
     # --- scoring ----------------------------------------------------------------------------------
-    async def score(self, trajectory: Trajectory) -> RewardResult:
+    async def score(self, trajectory: Trajectory, run_key: str | None = None) -> RewardResult:
+        """Score one trajectory of this run (`run_key`: of another run, see `for_run`); never raises."""
         domain = trajectory.domain
         backend = self.backends.get(domain)
         if backend is None:
@@ -149,7 +162,12 @@ class RewardRouter:
         if client is None:
             return RewardResult(trajectory.trajectory_id, 0.0, ok=False, attempts=0, backend=backend,
                                 error="the serverless reward service is not started (call RewardRouter.start())")
-        return await client.score(trajectory, spec)
+        return await client.score(trajectory, spec, run_key)
+
+    def for_run(self, run_id: str) -> RunScorer:
+        """A `RewardScorer` for another run on the same clients — an evaluation is a run of its own, so its
+        ids (`eval/<tag>/<domain>/<i>`, the same in every evaluation) never meet another's keys."""
+        return RunScorer(self, f"{run_id}/0")
 
     # --- metrics ----------------------------------------------------------------------------------
     def replica_timeline(self) -> list[tuple[float, float]]:
@@ -186,3 +204,18 @@ class RewardRouter:
                     out[f"reward/serverless/{k}"] = float(stats[k])
         out.update({f"reward/{k}": v for k, v in totals.items()})
         return out
+
+
+class RunScorer:
+    """`RewardRouter.for_run(run_id)`: scores through the router under another run's idempotency keys."""
+
+    def __init__(self, router: RewardRouter, run_key: str) -> None:
+        self.router, self.run_key = router, run_key
+
+    async def score(self, trajectory: Trajectory) -> RewardResult:
+        return await self.router.score(trajectory, self.run_key)
+
+
+def new_run_id() -> str:
+    """A fresh random run id (128 bits, hex): what keeps one run's idempotency keys from another's."""
+    return secrets.token_hex(16)

@@ -50,8 +50,8 @@ class ActorLedger:
     def __init__(self, handle: Any) -> None:
         self.h = handle
 
-    async def claim(self, key: str) -> tuple[str, Any]:
-        return await self.h.claim.remote(key)
+    async def claim(self, key: str, digest: str) -> tuple[str, Any]:
+        return await self.h.claim.remote(key, digest)
 
     async def complete(self, key: str, token: int, answer: dict[str, Any]) -> bool:
         return await self.h.complete.remote(key, token, answer)
@@ -143,7 +143,7 @@ class RewardService:
         self._ledger = (
             ray.remote(SharedLedger)
             .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000)
-            .remote(self.cfg.reward.dedupe_max_keys, self.cfg.reward.dedupe_ttl_s, lease)
+            .remote(int(self.cfg.reward.dedupe_max_mb * 2**20), self.cfg.reward.dedupe_ttl_s, lease)
         )
         port = self._start_serve()
         self.url = f"http://{sl.host}:{port}{sl.route}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rollart.reward.ledger import IdempotencyLedger
+from rollart.reward.ledger import IdempotencyLedger, SharedLedger
 from rollart.reward.metrics import BusyClock, LatencyWindow, Timeline, percentile
 
 
@@ -16,28 +16,41 @@ class FakeClock:
         return self.t
 
 
+MB = 2**20
+
+
 def test_claim_complete_then_replay():
-    led = IdempotencyLedger(max_keys=10, ttl_s=100, lease_s=5, clock=FakeClock())
-    state, token = led.claim("k")
+    led = IdempotencyLedger(max_bytes=MB, ttl_s=100, lease_s=5, clock=FakeClock())
+    state, token = led.claim("k", "d1")
     assert state == "owner"
-    assert led.claim("k") == ("busy", None)
+    assert led.claim("k", "d1") == ("busy", None)
     assert led.complete("k", token, {"reward": 1.0})
-    assert led.claim("k") == ("done", {"reward": 1.0})
+    assert led.claim("k", "d1") == ("done", {"reward": 1.0})
     assert led.scorings("k") == 1 and led.stats()["duplicates"] == 0 and led.stats()["replays"] == 1
 
 
+def test_same_key_with_another_payload_is_a_conflict_never_a_replay():
+    led = IdempotencyLedger(MB, 100, 5, clock=FakeClock())
+    _, token = led.claim("k", "d1")
+    assert led.claim("k", "d2") == ("conflict", None)  # while it is being scored
+    led.complete("k", token, {"reward": 1.0})
+    assert led.claim("k", "d2") == ("conflict", None)  # and once it is done
+    assert led.claim("k", "d1") == ("done", {"reward": 1.0})
+    assert led.stats()["conflicts"] == 2 and led.stats()["replays"] == 1
+
+
 def test_release_frees_the_key_and_is_not_a_scoring():
-    led = IdempotencyLedger(10, 100, 5, clock=FakeClock())
-    _, token = led.claim("k")
+    led = IdempotencyLedger(MB, 100, 5, clock=FakeClock())
+    _, token = led.claim("k", "d")
     led.release("k", token)
-    state, token2 = led.claim("k")
+    state, token2 = led.claim("k", "d")
     assert state == "owner" and token2 != token and led.stats()["completed"] == 0
 
 
 def test_waiter_gets_the_owners_answer():
     async def scenario():
-        led = IdempotencyLedger(10, 100, 5)
-        _, token = led.claim("k")
+        led = IdempotencyLedger(MB, 100, 5)
+        _, token = led.claim("k", "d")
         waiter = asyncio.create_task(led.wait("k", timeout_s=5))
         await asyncio.sleep(0)
         led.complete("k", token, {"reward": 0.25})
@@ -48,28 +61,45 @@ def test_waiter_gets_the_owners_answer():
 
 def test_expired_lease_hands_the_key_on_and_late_answer_is_counted_not_stored_twice():
     clock = FakeClock()
-    led = IdempotencyLedger(10, 100, lease_s=5, clock=clock)
-    _, old = led.claim("k")
+    led = IdempotencyLedger(MB, 100, lease_s=5, clock=clock)
+    _, old = led.claim("k", "d")
     clock.t = 6.0
-    state, new = led.claim("k")
+    state, new = led.claim("k", "d")
     assert state == "owner" and led.stats()["lease_expiries"] == 1
     assert led.complete("k", new, {"reward": 1.0})
     assert not led.complete("k", old, {"reward": 0.0})  # the stale owner's answer is dropped
-    assert led.claim("k") == ("done", {"reward": 1.0})
+    assert led.claim("k", "d") == ("done", {"reward": 1.0})
     assert led.stats()["late_completions"] == 1 and led.stats()["duplicates"] == 1 and led.scorings("k") == 2
 
 
-def test_memory_is_bounded_by_lru_and_ttl():
+def test_memory_is_bounded_in_bytes_oldest_first_and_says_so():
     clock = FakeClock()
-    led = IdempotencyLedger(max_keys=2, ttl_s=10, lease_s=5, clock=clock)
-    for key in ("a", "b"):
-        led.complete(key, led.claim(key)[1], {"k": key})
-    led.claim("a")  # touch a: b is now least recently used
-    led.complete("c", led.claim("c")[1], {"k": "c"})
-    assert led.claim("b")[0] == "owner" and led.claim("a")[0] == "done"
-    clock.t = 20.0
-    assert led.claim("a")[0] == "owner"  # expired by TTL
-    assert led.stats()["evicted"] >= 2
+    led = IdempotencyLedger(max_bytes=4096, ttl_s=100, lease_s=5, clock=clock)
+    big_key = "k" * 3000  # a huge key is charged in full
+    led.complete(big_key, led.claim(big_key, "d")[1], {"x": 1})
+    for i in range(20):
+        key = f"run/0/g{i}"
+        led.complete(key, led.claim(key, "d")[1], {"reward": float(i), "details": {"e": "x" * 50}})
+    stats = led.stats()
+    assert stats["bytes"] <= 4096 and stats["max_bytes"] == 4096 and stats["evicted"] >= 1
+    assert led.claim(big_key, "d")[0] == "owner"  # the oldest went first
+    assert led.claim("run/0/g19", "d")[0] == "done"  # the newest stayed
+    assert stats["keys"] == len([k for k in (f"run/0/g{i}" for i in range(20)) if led.scorings(k)])
+
+
+def test_entries_expire_without_being_asked():
+    """An idle service forgets: the shared ledger's sweeper drops expired entries on its own."""
+
+    async def scenario():
+        shared = SharedLedger(MB, ttl_s=0.2, lease_s=5)
+        _, token = await shared.claim("k", "d")
+        await shared.complete("k", token, {"reward": 1.0})
+        assert shared.stats()["keys"] == 1
+        await asyncio.sleep(0.5)  # no call in between: only the sweeper can expire it
+        return shared.stats()
+
+    stats = asyncio.run(scenario())
+    assert stats["keys"] == 0 and stats["expired"] == 1 and stats["bytes"] == 0
 
 
 def test_percentiles_and_latency_window():
