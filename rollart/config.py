@@ -14,15 +14,46 @@ Guarantees:
 
 from __future__ import annotations
 
+import ipaddress
+import math
+import typing
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback IP (127.0.0.0/8, ::1, ::ffff:127.x); any other name counts as remote (no DNS)."""
+    host = host.strip().strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def _numeric(annotation: Any) -> bool:
+    """int or float (optionally `| None`), where a YAML `true` must not pass for 1."""
+    args = typing.get_args(annotation) or (annotation,)
+    return bool(args) and all(a in (int, float, type(None)) for a in args) and any(a in (int, float) for a in args)
 
 
 class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, assignments are validated."""
+    """Base of every config section: unknown keys are errors, assignments are validated, numbers are finite
+    and a boolean is never taken for a number (`alpha: true` is an error, not 1)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, got the boolean {str(value).lower()}")
+        return value
 
 
 # --- model -------------------------------------------------------------------------------------------
@@ -60,6 +91,10 @@ class ClusterConfig(Section):
     namespace: str = "rollart"
     placement_timeout_s: float = Field(10.0, gt=0, description="how long a placement may stay pending")
     start_timeout_s: float = Field(120.0, gt=0, description="how long a placed worker's constructor may take")
+    allow_unauthenticated: bool = Field(
+        False, description="join a non-loopback cluster.address without Ray's token auth (then anyone who can "
+        "reach the cluster can run code on it); by default rollart keeps token auth on for such addresses"
+    )
 
 
 class PoolConfig(Section):
@@ -285,9 +320,29 @@ class RewardConfig(Section):
     math_timeout_s: float = Field(5.0, gt=0)
     math_workers: int = Field(1, ge=1, description="processes of the math reward's pool")
     judge_model: str = Field("", description="checkpoint of the `judge` reward; empty = the run's model")
+    allow_plain_http: bool = Field(
+        False, description="serve (reward.serverless.host) or send (reward.http.url) bearer tokens over plain HTTP "
+        "on a non-loopback address; off, such a config is refused (use a TLS proxy, or allow it inside a "
+        "trusted network)"
+    )
     serverless: ServerlessConfig = ServerlessConfig()
     http: HttpRewardConfig = HttpRewardConfig()
     sandbox: SandboxConfig = SandboxConfig()
+
+    def plain_http_problem(self, serving: bool, sending: bool) -> str:
+        """Why this config would put a bearer token on the network in clear, or ''."""
+        if self.allow_plain_http:
+            return ""
+        if serving and not is_loopback_host(self.serverless.host):
+            return (f"reward.serverless.host: {self.serverless.host!r} is not a loopback address, so the reward "
+                    "service would take bearer tokens over plain HTTP from the network; keep 127.0.0.1 (put a "
+                    "TLS proxy in front), or set reward.allow_plain_http=true inside a trusted network")
+        url = urlsplit(self.http.url)
+        if sending and url.scheme == "http" and not is_loopback_host(url.hostname or ""):
+            return (f"reward.http.url: {self.http.url!r} is plain HTTP to a non-loopback host, so the bearer token "
+                    "would cross the network in clear; use https://, or set reward.allow_plain_http=true inside "
+                    "a trusted network")
+        return ""
 
 
 # --- control plane -----------------------------------------------------------------------------------
@@ -500,6 +555,10 @@ class RunConfig(Section):
                 f"mini-batches leaves fewer samples than train.workers ({self.train.workers}) in one; make "
                 "rollout.batch_size ≥ train.mini_batches × train.workers"
             )
+        backends = {self.domain_reward_backend(d) for d in self.domains}
+        plain = self.reward.plain_http_problem(serving="serverless" in backends, sending="http" in backends)
+        if plain:
+            problems.append(plain)
         if self.rollout.batch_size % self.rollout.group_size:
             problems.append(
                 f"rollout.batch_size: {self.rollout.batch_size} is not a multiple of rollout.group_size "

@@ -2,7 +2,9 @@
 
 In: an optional YAML path and a list of `a.b.c=value` strings (values parsed as YAML scalars/lists).
 Out: a validated `RunConfig`, or a `ConfigError` whose message names every bad key or value, where it came
-from (file and line, or the command line) and what would be valid. Nothing is started before this succeeds.
+from (file and line, or the command line) and what would be valid — a key written twice in the file, a
+boolean for a number and a non-finite number included. Nothing is started before this succeeds. What the
+config names outside itself (env classes, reward functions, run_dir) is checked by `rollart.preflight`.
 
 Merge rules: the file and then the overrides are merged over the defaults key by key; named entries
 (`pools.<name>`, `domains.<name>`, `roles.<name>`) merge into the default entry of the same name, a new
@@ -108,10 +110,17 @@ def _read_yaml(path: Path, prov: _Provenance) -> dict[str, Any]:
 
 
 def _record_lines(node: yaml.Node | None, loc: Location, path: Path, prov: _Provenance) -> None:
+    """Where each key was written; a key written twice in one mapping is an error (YAML keeps the last)."""
     if isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
         for key_node, value_node in node.value:
-            sub = loc + (str(key_node.value),)
-            prov.sources[sub] = f"{path} line {key_node.start_mark.line + 1}"
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            if key in first_line:
+                raise ConfigError(f"{path} line {line}: duplicate key '{'.'.join(loc + (key,))}' (first at line "
+                                  f"{first_line[key]}); a key may appear once — which one did you mean?")
+            first_line[key] = line
+            sub = loc + (key,)
+            prov.sources[sub] = f"{path} line {line}"
             _record_lines(value_node, sub, path, prov)
 
 

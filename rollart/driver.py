@@ -30,15 +30,19 @@ from typing import Any, Callable
 from rollart.config import RunConfig
 from rollart.config_loader import ConfigError
 from rollart.control import RolloutScheduler
+from rollart.preflight import check_config
 from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
 from rollart.run_dir import RunPaths
 from rollart.system import DRIVER_LANE, System, build_system, demonstration_batches
+from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
 from rollart.types import Span, TimedMetrics, Trajectory
 
 
 def evaluate(cfg: RunConfig) -> dict[str, float]:
     """Score `cfg.model.path` on every domain's validation split (blocking)."""
+
+    check_config(cfg)
 
     async def run() -> dict[str, float]:
         with Runtime(cfg) as runtime:
@@ -80,7 +84,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
 
 def check_run_dir(cfg: RunConfig) -> None:
-    """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir."""
+    """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir;
+    never resume from checkpoints that hold a pickle (loading one can run code)."""
     paths = RunPaths.of(cfg.run_dir)
     used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
     if used and not cfg.resume:
@@ -88,10 +93,16 @@ def check_run_dir(cfg: RunConfig) -> None:
             f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
             "it, or give another run_dir"
         )
+    if cfg.resume:
+        try:
+            check_no_pickles(paths.checkpoints)
+        except UnsafeCheckpointError as exc:
+            raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None
 
 
 async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:
-    check_run_dir(cfg)  # before anything starts
+    check_config(cfg)  # before anything starts
+    check_run_dir(cfg)
     started_at = time.time()
     with Runtime(cfg) as runtime:
         system = build_system(cfg, runtime)

@@ -22,3 +22,53 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class ListeningSockets:
+    """Every listening socket of a process tree, sampled in a thread while it runs: `with
+    ListeningSockets(pid) as seen: ...`; then `seen.found` maps (ip, port) → the process command line."""
+
+    def __init__(self, pid: int, poll_s: float = 0.25) -> None:
+        import threading
+
+        self.pid, self.poll_s = pid, poll_s
+        self.found: dict[tuple[str, int], str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                conns = proc.net_connections(kind="inet")
+                name = " ".join(proc.cmdline())[:120] or proc.name()
+            except psutil.Error:
+                continue
+            for c in conns:
+                if c.status == psutil.CONN_LISTEN:
+                    self.found.setdefault((c.laddr.ip, c.laddr.port), name)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.poll_s)
+
+    def public(self) -> dict[tuple[str, int], str]:
+        """The sockets listening beyond loopback."""
+        from rollart.config import is_loopback_host
+
+        return {addr: who for addr, who in self.found.items() if not is_loopback_host(addr[0])}
+
+    def __enter__(self) -> ListeningSockets:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -18,11 +18,15 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run config of a command line, checked down to what it names (preflight.py): exit 2 if not."""
     from rollart.config_loader import load_config
+    from rollart.preflight import check_config
 
     items = list(args.items)
     path = items.pop(0) if items and "=" not in items[0] else None
-    return load_config(path, items)
+    cfg = load_config(path, items)
+    check_config(cfg)
+    return cfg
 
 
 def setup_logging(cfg: RunConfig) -> None:

@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config exits 2 here, before Ray starts
+    from rollart.config_loader import ConfigError
+
+    if problem := cfg.reward.plain_http_problem(serving=True, sending=False):
+        raise ConfigError(f"invalid config:\n  - {problem}")
 
     from rollart.resources.errors import ResourceError
     from rollart.resources.runtime import Runtime

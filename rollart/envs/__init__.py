@@ -2,7 +2,8 @@
 
 Public API (what the driver and other planes call):
 - `resolve_env(spec, options)` / `make_env` — a factory from a domain's `env` spec (built-in name,
-  `gem:<id>`, `gym:<id>`, `module.path:Class`); `BUILTIN_ENVS`.
+  `gem:<id>`, `gym:<id>`, `module.path:Class`); `check_env_spec(spec)` — that it names something real;
+  `BUILTIN_ENVS`.
 - `EnvManager` — one trajectory's lifecycle → `Trajectory`.
 - `EnvWorker` — the actor (on the `env` hardware pool) holding many EnvManagers; `EnvRouter` — the
   `TrajectoryRunner` that routes trajectories to several of them (`EnvRouter.place(resources, cfg, llm, gate)`).
@@ -21,7 +22,7 @@ from rollart.envs.protocol import AsyncEnv, Env, EnvFactory
 from rollart.envs.router import EnvRouter
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.seeds import episode_seed
-from rollart.envs.spec import BUILTIN_ENVS, EnvSpecError, make_env, resolve_env
+from rollart.envs.spec import BUILTIN_ENVS, EnvSpecError, check_env_spec, make_env, resolve_env
 from rollart.envs.worker import ActorLLMClient, EnvWorker
 
 __all__ = [
@@ -46,5 +47,6 @@ __all__ = [
     "make_env",
     "random_action",
     "resolve_env",
+    "check_env_spec",
     "sample_latency",
 ]

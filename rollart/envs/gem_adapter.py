@@ -28,18 +28,32 @@ def _with_suffix(obs: str, info: dict[str, Any]) -> str:
     return obs + ("" if obs.endswith("\n") or not obs else "\n") + str(suffix)
 
 
+def _import_gem() -> Any:
+    """`import gem`, undoing the root-logger configuration it does at import."""
+    import logging
+
+    root_handlers = list(logging.getLogger().handlers)
+    root_level = logging.getLogger().level
+    import gem
+
+    logging.getLogger().handlers[:] = root_handlers
+    logging.getLogger().setLevel(root_level)
+    return gem
+
+
+def registered_gem_ids() -> list[str]:
+    """Every env id GEM knows (imports GEM: a few seconds)."""
+    _import_gem()
+    from gem.envs.registration import ENV_REGISTRY
+
+    return sorted(ENV_REGISTRY)
+
+
 class GemEnv:
     """A GEM env made by `gem.make(env_id, **options)`."""
 
     def __init__(self, env_id: str, **options: Any) -> None:
-        import logging
-
-        root_handlers = list(logging.getLogger().handlers)
-        root_level = logging.getLogger().level
-        import gem  # configures the root logger at import; undo it below
-
-        logging.getLogger().handlers[:] = root_handlers
-        logging.getLogger().setLevel(root_level)
+        gem = _import_gem()
         try:
             with _GEM_LOCK:  # constructors may draw from the global RNGs too
                 self.env = gem.make(env_id, **options)

@@ -13,6 +13,7 @@ envs themselves are built lazily, one per trajectory.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import os
@@ -24,7 +25,7 @@ from rollart.envs.domains.frozenlake import FrozenLakeEnv
 from rollart.envs.domains.guess_number import GuessNumberEnv
 from rollart.envs.domains.math_env import MathEnv
 from rollart.envs.domains.sokoban import SokobanEnv
-from rollart.envs.gem_adapter import GemEnv
+from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
 from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
 
@@ -81,6 +82,28 @@ def env_constructor(spec: str) -> Callable[..., Any]:
         if kind and all(p.isidentifier() for p in kind.split(".")):
             return _import_user_class(spec)
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
+
+
+def check_env_spec(spec: str) -> None:
+    """Raise `EnvSpecError` unless `spec` names something that can be built: a built-in, a user class that
+    imports, or an id GEM or gymnasium has registered (checking one imports that package: seconds for GEM).
+    Nothing is constructed."""
+    env_constructor(spec)
+    kind, _, env_id = spec.strip().partition(":")
+    if kind == "gem":
+        known = registered_gem_ids()
+        if env_id not in known:
+            close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join('gem:' + c for c in close)}? " if close else ""
+            raise EnvSpecError(f"env spec {spec!r}: GEM has no env {env_id!r}; {hint}ids start with game:, rg:, "
+                               f"math:, code:, qa: ({len(known)} registered)")
+    elif kind == "gym":
+        import gymnasium
+
+        try:
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error as exc:
+            raise EnvSpecError(f"env spec {spec!r}: gymnasium has no env {env_id!r} ({exc})") from None
 
 
 def resolve_env(spec: str, options: Mapping[str, Any] | None = None) -> EnvFactory:

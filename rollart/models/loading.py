@@ -1,7 +1,8 @@
 """Load a local Hugging Face checkpoint (model and tokenizer), building the tiny one when none is given.
 
 In: `ModelConfig` (path empty = built-in tiny model) and a cache directory. Out: a checkpoint path, and
-models/tokenizers loaded from it with `local_files_only` (nothing is ever fetched from a hub).
+models/tokenizers loaded from it with `local_files_only` (nothing is ever fetched from a hub); weights from
+safetensors only (a `pytorch_model.bin` is a pickle, which can run code when loaded: refused).
 
 Guarantee: `resolve_model_path` with an empty `model.path` always returns the same checkpoint for the same
 tiny config and seed (cached by a hash of both), so every process of a run loads identical weights.
@@ -60,8 +61,9 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu", ad
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    # safetensors only: a pytorch_model.bin is a pickle, and unpickling a crafted one can run code
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), local_files_only=True, dtype=getattr(torch, dtype)
+        str(path), local_files_only=True, dtype=getattr(torch, dtype), use_safetensors=True
     )
     if adapter:
         from rollart.models.lora import merge_adapter_into, read_adapter

@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# Before anything imports Ray (NOTES.md): loopback only, no token auth on loopback clusters, no usage
-# stats. Ray reads the first at import time. setdefault: an operator's explicit choice wins.
+# Before anything imports Ray: loopback only, no token auth on loopback clusters (runtime.py turns it on
+# for a non-loopback cluster.address), no usage stats. Ray reads the first at import time. setdefault: an operator's explicit choice wins.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# whether rollart (not the operator) turned token auth off: joining a non-loopback cluster turns it back on
+AUTH_MODE_DEFAULTED = "RAY_AUTH_MODE" not in os.environ
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Serve's proxy asks each replica for its queue length within 0.1 s by default; on a busy 2-core machine

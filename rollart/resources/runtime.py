@@ -9,7 +9,8 @@ Modes:
   `cluster.object_store_mb`, and one custom resource `pool_<name>` per pool with `pools.<name>.capacity`
   — serverless pools included: their resource caps how many Ray-hosted replicas (Ray Serve) run at once.
 - joined (`cluster.address` set): connects to that cluster and starts no Ray process (a `host:port` where
-  nothing listens fails within 5 s; Ray's own join would retry for minutes); every declared
+  nothing listens fails within 5 s; Ray's own join would retry for minutes); a non-loopback address keeps
+  Ray's token auth on (`keep_token_auth`); every declared
   gpu/cpu pool must exist there as a resource, else `ClusterError` names the missing pools and the
   `ray start --resources` line that declares them. A serverless pool may be missing (its reward may be an
   external HTTP endpoint): a WARNING says so and the pool has no capacity.
@@ -25,6 +26,7 @@ runtime started outlives it.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
@@ -33,7 +35,8 @@ from typing import Any, Literal
 
 import ray
 
-from rollart.config import RunConfig
+from rollart.config import ClusterConfig, RunConfig, is_loopback_host
+from rollart.resources import AUTH_MODE_DEFAULTED
 from rollart.resources.errors import ClusterError
 from rollart.resources.manager import MANAGER_NAME
 from rollart.resources.names import pool_resource
@@ -114,10 +117,11 @@ class Runtime:
         if ray.is_initialized():
             return "attached"
         if cl.address:
+            keep_token_auth(cl)
             _check_reachable(cl.address)
             try:
                 ray.init(address=cl.address, namespace=cl.namespace)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
+            except (ConnectionError, ValueError, RuntimeError, ray.exceptions.AuthenticationError) as exc:
                 raise ClusterError(f"cannot join the Ray cluster at {cl.address} (cluster.address): {exc}") from exc
             return "joined"
         if ray._private.ray_constants.ENABLE_RAY_CLUSTER:
@@ -152,6 +156,37 @@ class Runtime:
                 f"resource named pool_<name>, declared on the nodes that should host it; start such a node "
                 f"with:\n  {declare_hint(pools, hard, self.cfg.cluster.address)}"
             )
+
+
+def address_host(address: str) -> str:
+    """The host of a `host:port`, `[v6]:port` or `ray://host:port` cluster address."""
+    rest = address.split("://", 1)[-1]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0]
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+
+
+def keep_token_auth(cl: ClusterConfig) -> None:
+    """Joining a cluster at a non-loopback address keeps Ray's token auth on: rollart's own loopback default
+    (RAY_AUTH_MODE=disabled, set when `rollart.resources` is imported) is switched back to token auth (the
+    token comes from RAY_AUTH_TOKEN or ~/.ray/auth_token); an operator's explicit RAY_AUTH_MODE=disabled is
+    refused unless `cluster.allow_unauthenticated`. `auto` and loopback addresses are left as they are."""
+    if cl.address == "auto" or is_loopback_host(address_host(cl.address)) or cl.allow_unauthenticated:
+        return
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if mode == "token":
+        return
+    if mode == "disabled" and not AUTH_MODE_DEFAULTED:
+        raise ClusterError(
+            f"cluster.address={cl.address} is not a loopback address but RAY_AUTH_MODE=disabled: without token "
+            "auth anyone who can reach the cluster can run code on it. Unset RAY_AUTH_MODE (Ray's token auth, "
+            "token in RAY_AUTH_TOKEN or ~/.ray/auth_token), or set cluster.allow_unauthenticated=true"
+        )
+    # Ray reads the mode when it is imported: its own switch sets the variable and refreshes its config
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+    _enable_token_auth()
+    log.info("cluster.address %s is not loopback: Ray token auth is on", cl.address)
 
 
 def _check_reachable(address: str, timeout_s: float = _CONNECT_TIMEOUT_S) -> None:

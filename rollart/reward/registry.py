@@ -17,6 +17,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
+import sys
+
 from rollart.config import RunConfig
 from rollart.reward.protocol import RewardFn
 
@@ -52,26 +55,44 @@ def _make_builtin(name: str, cfg: RunConfig) -> RewardFn:
     raise AssertionError(name)
 
 
-def import_reward(spec: str) -> RewardFn:
-    """`module.path:callable` → the callable (a class is instantiated with no arguments)."""
+def _target(spec: str) -> object:
+    """The object `module.path:callable` names (imported, not called; the current directory importable)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"reward fn {spec!r}: expected a built-in {list(BUILTINS)} or 'module.path:callable'")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
+        obj: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"reward fn {spec!r} cannot be loaded: {exc}") from exc
-    if inspect.isclass(obj):
-        obj = obj()
     if not callable(obj):
         raise ValueError(f"reward fn {spec!r} is a {type(obj).__name__}, not a callable")
     return obj
 
 
-def check_spec(spec: str, where: str) -> None:
-    """Fail early (before anything starts) on a spec that can never resolve."""
-    if spec not in BUILTINS and ":" not in spec:
+def import_reward(spec: str) -> RewardFn:
+    """`module.path:callable` → the callable (a class is instantiated with no arguments)."""
+    obj = _target(spec)
+    return obj() if inspect.isclass(obj) else obj  # type: ignore[return-value]
+
+
+def check_spec(spec: str, where: str, *, here: bool = True) -> None:
+    """Fail early (before anything starts) on a spec that can never resolve: a built-in, or a
+    `module.path:callable` that — when it runs `here` (backends local and serverless; an `http` service has
+    its own) — imports (not instantiated)."""
+    if spec in BUILTINS:
+        return
+    if ":" not in spec:
         raise ValueError(f"{where}: {spec!r} is not a built-in reward {list(BUILTINS)} nor 'module.path:callable'")
+    if not here:
+        return
+    try:
+        _target(spec)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 class RewardFns:

@@ -70,10 +70,10 @@ class RewardRouter:
             raise ValueError(f"RewardRouter fns: domains {unknown} are not configured (domains: {sorted(cfg.domains)})")
         self.backends: dict[str, str] = {}
         for name, dom in cfg.domains.items():
-            check_spec(dom.reward.fn, f"domains.{name}.reward.fn")
             self.backends[name] = "local" if name in self._custom else cfg.domain_reward_backend(name)
+            check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=self.backends[name] != "http")
             if self.backends[name] == "local" and ":" in dom.reward.fn and name not in self._custom:
-                import_reward(dom.reward.fn)  # fail now, not on the first trajectory
+                import_reward(dom.reward.fn)  # a class's constructor fails now, not on the first trajectory
         sl_pool = cfg.reward.serverless.pool
         if "serverless" in self.backends.values() and (sl_pool not in cfg.pools or cfg.pools[sl_pool].kind != "serverless"):
             raise ValueError(

@@ -14,8 +14,10 @@ What runs where:
   from it whichever replica it lands on (exactly-once across replicas).
 - a poller thread samples the number of running replicas every `poll_s` (replicas over time, the
   denominator of the pool's utilisation).
-Serve's HTTP proxy binds `reward.serverless.host` (127.0.0.1 by default). If Serve is already running
-in this Ray (another app), its HTTP options stay and the URL uses its port.
+Serve's HTTP proxy binds `reward.serverless.host` (127.0.0.1 by default; a non-loopback host needs
+`reward.allow_plain_http`, since bearer tokens would cross the network in clear), and each replica's
+internal gRPC server binds the node's IP, not every interface (`_replica_grpc_off_public_interfaces`). If
+Serve is already running in this Ray (another app), its HTTP options stay and the URL uses its port.
 """
 
 from __future__ import annotations
@@ -66,11 +68,40 @@ class ActorLedger:
         self.h.report.remote(replica, busy_s, alive_s)  # fire and forget: stats only
 
 
+def _replica_grpc_off_public_interfaces() -> None:
+    """Ray Serve 2.60 starts every replica's inter-deployment gRPC server on `[::]:0` — every interface —
+    with no option to change it (`ray.serve._private.replica`, `_on_initialized`, which runs right after
+    this deployment's constructor and calls the module-level `add_port_to_grpc_server`). Called first thing
+    in the constructor, this makes that call bind the node's own IP instead (127.0.0.1 on an embedded or
+    loopback cluster), which is where Serve connects to it. If a Ray upgrade moves the call, this warns, and
+    the listening-socket test of a live run fails."""
+    from ray.serve._private import replica as replica_module
+
+    original = getattr(replica_module, "add_port_to_grpc_server", None)
+    if original is None:
+        log.warning("Ray Serve changed: cannot keep the replica's gRPC server off public interfaces")
+        return
+    if getattr(original, "rollart_loopback", False):
+        return
+    node_ip = ray.util.get_node_ip_address()
+    host = f"[{node_ip}]" if ":" in node_ip else node_ip
+
+    def bind_node_ip(server: Any, address: str) -> int:
+        if address.startswith("[::]:"):
+            address = f"{host}:{address[len('[::]:'):]}"
+        return original(server, address)
+
+    bind_node_ip.rollart_loopback = True  # type: ignore[attr-defined]
+    replica_module.add_port_to_grpc_server = bind_node_ip
+
+
 class RewardDeployment:
     """One Serve replica: POST → score (handler.py); GET → health."""
 
     def __init__(self, cfg_data: dict[str, Any], ledger_name: str, token: str | None, faults: ServiceFaults | None) -> None:
         from starlette.responses import JSONResponse
+
+        _replica_grpc_off_public_interfaces()
 
         self._json = JSONResponse
         cfg = RunConfig.model_validate(cfg_data)
@@ -138,6 +169,8 @@ class RewardService:
 
     def _start(self) -> str:
         sl = self.cfg.reward.serverless
+        if problem := self.cfg.reward.plain_http_problem(serving=True, sending=False):
+            raise ValueError(problem)
         ledger_name = f"{self.app_name}-ledger"
         lease = self.cfg.reward.timeout_s + 5.0
         self._ledger = (

@@ -1,21 +1,28 @@
-"""Checkpoint files under RUN_DIR/checkpoints/step_<version>/ — writing, finding, pruning.
+"""Checkpoint files under RUN_DIR/checkpoints/step_<version>/ — writing, finding, pruning, refusing pickles.
 
 In: a run directory and, from the trainer, its model, tokenizer, optimizer/scheduler state, RNG states and
-the control plane's opaque `extra_state`. Out, one directory per checkpoint:
+the control plane's opaque `extra_state`. Out, one directory per checkpoint — data only, no pickles:
 
     config.json, model.safetensors, generation_config.json, tokenizer files
                          — a Hugging Face checkpoint: `AutoModelForCausalLM.from_pretrained(dir)` loads it;
                            a LoRA run writes instead PEFT's adapter_config.json + adapter_model.safetensors
                            (`PeftModel.from_pretrained(base, dir)` loads it on the run's `model.path`)
-    trainer_state.pt     — version, optimizer(s), LR scheduler (torch.save)
-    rng/rank<r>.pt       — torch (CPU and CUDA), Python and numpy RNG states of every rank
-    extra_state.pt       — what the control plane handed in (sampler, buffer …), returned on load
+    trainer_state.json   — version, world size, LR scheduler, optimizer param groups;
+    trainer_state.safetensors — the optimizers' tensors (moments, step counts), referenced from the JSON
+    rng/rank<r>.json (+ .safetensors) — Python, numpy and torch (CPU and CUDA) RNG states of every rank
+    extra_state.json     — what the control plane handed in (step, run id and attempt, sampler …)
     reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
                             when the loss has a KL term
 
+Each `<name>.json` (+ `<name>.safetensors`) pair is written and read by `state_files.save_state` /
+`load_state`: plain JSON with tensors by name (the encoding is in state_files.py). To add state, put plain
+data (or tensors) into `extra_state` or the trainer state dict; nothing else is needed.
+
 Guarantees: a checkpoint appears under its final name only once complete (written to a hidden temporary
 directory, then renamed), so `latest_checkpoint` never returns a partial one; `finalize` keeps the newest
-`train.keep_checkpoints`.
+`train.keep_checkpoints`. Nothing here unpickles: `check_no_pickles` refuses a run whose checkpoints hold a
+pickle file (a `torch.save` file, or anything named .pt/.pth/.pkl/.pickle/.bin/.ckpt — including
+checkpoints of an older rollart), naming the file, before anything is loaded.
 """
 
 from __future__ import annotations
@@ -31,11 +38,18 @@ import numpy as np
 import torch
 
 from rollart.run_dir import RunPaths
+from rollart.trainer.state_files import has_state, load_state, save_state
 
-STATE_FILE = "trainer_state.pt"
-EXTRA_FILE = "extra_state.pt"
+STATE = "trainer_state"
+EXTRA = "extra_state"
 REFERENCE_FILE = "reference.safetensors"
 _STEP = re.compile(r"^step_(\d+)$")
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt")
+DATA_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".md")  # parsed as data, never unpickled
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint directory holds a file rollart would have to unpickle (which can run code)."""
 
 
 def checkpoints_root(run_dir: str | Path) -> Path:
@@ -51,7 +65,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     root = checkpoints_root(run_dir)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and (p / STATE_FILE).is_file()]
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and has_state(p / STATE)]
     return [p for _, p in sorted(found)]
 
 
@@ -91,29 +105,67 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def rng_path(ckpt: Path, rank: int) -> Path:
-    return ckpt / "rng" / f"rank{rank}.pt"
+def _is_pickle(path: Path) -> bool:
+    suffix = path.suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        return True
+    if suffix in DATA_SUFFIXES:
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    # a raw pickle (protocol 2+), or torch.save's zip archive (its data.pkl is a pickle)
+    return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK\x03\x04"
+
+
+def check_no_pickles(root: str | Path) -> None:
+    """Raise `UnsafeCheckpointError` naming the first pickle file under `root` (a checkpoint, or a run's
+    checkpoints directory); nothing is loaded."""
+    root = Path(root)
+    if not root.exists():
+        return
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if _is_pickle(path):
+            raise UnsafeCheckpointError(
+                f"{path} is a pickle file (or named like one): loading it could run arbitrary code, and rollart "
+                "checkpoints hold none (JSON + safetensors). Refusing to resume from this run directory: remove "
+                "the file if it is not yours, or start a fresh run_dir (checkpoints written by an older rollart "
+                "with .pt files cannot be resumed safely)"
+            )
+
+
+def rng_stem(ckpt: Path, rank: int) -> Path:
+    return ckpt / "rng" / f"rank{rank}"
 
 
 def save_rng(ckpt: Path, rank: int) -> None:
-    path = rng_path(ckpt, rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(rng_state(), path)
+    save_state(rng_stem(ckpt, rank), rng_state())
 
 
 def load_rng(ckpt: Path, rank: int) -> bool:
     """Restore this rank's RNG; False when the checkpoint has none for it (written with fewer ranks)."""
-    path = rng_path(ckpt, rank)
-    if not path.is_file():
+    stem = rng_stem(ckpt, rank)
+    if not has_state(stem):
         return False
-    set_rng_state(torch.load(path, weights_only=False))
+    set_rng_state(load_state(stem))
     return True
 
 
 def save_extra(ckpt: Path, extra_state: dict[str, Any]) -> None:
-    torch.save(dict(extra_state), ckpt / EXTRA_FILE)
+    save_state(ckpt / EXTRA, dict(extra_state))
 
 
 def load_extra(ckpt: Path) -> dict[str, Any]:
-    path = ckpt / EXTRA_FILE
-    return torch.load(path, weights_only=False) if path.is_file() else {}
+    return load_state(ckpt / EXTRA) if has_state(ckpt / EXTRA) else {}
+
+
+def save_trainer_state(ckpt: Path, state: dict[str, Any]) -> None:
+    save_state(ckpt / STATE, state)
+
+
+def load_trainer_state(ckpt: Path, device: str | torch.device) -> dict[str, Any]:
+    if not has_state(ckpt / STATE):
+        raise FileNotFoundError(f"{ckpt} is not a complete rollart checkpoint (no {STATE}.json)")
+    return load_state(ckpt / STATE, device)

@@ -3,7 +3,8 @@
 In: the `RunConfig` (model, seed, `train.*`), an `Objective` (the policy loss, injected), this rank and
 the world size (the process group must already be initialised when world_size > 1), a torch device.
 Out: `train_step(batch)` and `sft_step(samples)` return metrics; `state_dict()` gives the weights to
-publish; `save(dir, extra)` / `load(dir)` write and read checkpoints (checkpoint.py).
+publish; `save(dir, extra)` / `load(dir)` write and read checkpoints (checkpoint.py: JSON +
+safetensors, never a pickle).
 
 One RL step (`train_step`) trains one batch in the optimizer steps the objective plans
 (`train.mini_batches` × `train.epochs`, each a mini-batch of the batch's samples). With more than one, the
@@ -301,22 +302,19 @@ class Trainer:
                 safetensors.torch.save_file(dict(adapter_of(self.ref_model).tensors), str(path / ckpt.REFERENCE_FILE))
             else:
                 safetensors.torch.save_model(self.ref_model, str(path / ckpt.REFERENCE_FILE))
-        torch.save(
-            {
-                "version": self.version,
-                "world_size": self.world_size,
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "sft_optimizer": self.sft_optimizer.state_dict() if self.sft_optimizer else None,
-            },
-            path / ckpt.STATE_FILE,
-        )
+        ckpt.save_trainer_state(path, {
+            "version": self.version,
+            "world_size": self.world_size,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "sft_optimizer": self.sft_optimizer.state_dict() if self.sft_optimizer else None,
+        })
 
     def load(self, directory: str | Path) -> dict[str, Any]:
         """Restore weights, optimizer(s), scheduler, version and this rank's RNG; returns `extra_state`."""
         path = Path(directory)
-        if not (path / ckpt.STATE_FILE).is_file():
-            raise FileNotFoundError(f"{path} is not a complete rollart checkpoint (no {ckpt.STATE_FILE})")
+        ckpt.check_no_pickles(path)
+        state = ckpt.load_trainer_state(path, self.device)
         if self.lora is not None:  # a PEFT adapter directory: the base is model.path, unchanged
             load_adapter_state(self.model, path)
         else:
@@ -324,7 +322,6 @@ class Trainer:
             with torch.no_grad():
                 self.model.load_state_dict(loaded.state_dict())
             del loaded
-        state = torch.load(path / ckpt.STATE_FILE, weights_only=False, map_location=self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if state["sft_optimizer"] is not None:

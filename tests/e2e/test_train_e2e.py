@@ -4,10 +4,13 @@
   environment (`module.path:Class`), and the clip acts.
 - α = 0 with no barrier produces the same samples and losses as the batch-synchronous loop (α = 0,
   barrier=batch): the async pipeline degenerates exactly to sync.
+- Injected env faults and redundancy lose and duplicate nothing; every socket that run listens on, Serve's
+  included, is bound to loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,17 +18,28 @@ import sys
 from pathlib import Path
 
 import pytest
+from testutil import ListeningSockets
 
 pytestmark = [pytest.mark.slow]
 USERENV = Path(__file__).parent / "userenv"
 
 
-def rollart_train(run_dir: Path, *overrides: str, cwd: Path | None = None, timeout: int = 420) -> dict:
+def rollart_train(run_dir: Path, *overrides: str, cwd: Path | None = None, timeout: int = 420,
+                  sockets: ListeningSockets | None = None) -> dict:
+    """Run `rollart train`; with `sockets`, sample every listening socket of its process tree meanwhile."""
     cmd = [sys.executable, "-m", "rollart.cli", "train", f"run_dir={run_dir}", "observability.progress=plain",
            "observability.tensorboard=false", *overrides]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.returncode == 0, f"rollart train failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+        if sockets is not None:
+            sockets.pid = proc.pid
+        with sockets or contextlib.nullcontext():
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+    assert proc.returncode == 0, f"rollart train failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-5000:]}"
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -78,12 +92,18 @@ def test_alpha0_without_barrier_equals_the_synchronous_loop(tmp_path):
 
 def test_injected_env_faults_and_redundancy_lose_and_duplicate_nothing(tmp_path):
     run = tmp_path / "faulty"
+    sockets = ListeningSockets(0)
     rollart_train(
         run, "train.steps=3", "rollout.batch_size=8", "train.warm_start.steps=2", "eval.episodes_per_domain=2",
         "domains.frozenlake.max_turns=3", "rollout.redundancy.extra_per_group=1",
         "domains.frozenlake.inject.reset_fail_prob=0.2", "domains.frozenlake.inject.step_fail_prob=0.15",
         "domains.math.inject.step_fail_prob=0.2", "envs.reset_retries=1", "envs.retry_backoff_s=0.01",
+        sockets=sockets,
     )
+    # loopback means loopback: every socket the run listened on (Ray, its workers, Serve's proxy and the
+    # reward replicas' gRPC servers included) was bound to 127.0.0.1 / ::1
+    assert sockets.found and not sockets.public(), sockets.public()
+    assert any("ServeReplica" in who for who in sockets.found.values()), "no reward replica was seen: vacuous"
     last = metrics_by_step(run)[2]
     assert last["buffer/ledger_violations"] == 0
     assert last["buffer/failed"] > 0 and last["rollout/replacements"] > 0  # faults happened and were replaced

@@ -1,7 +1,7 @@
 """The `code` reward, attacked as a policy would: every forgery scores 0 with wrong code, and right code
 (the same tricks where they do not sabotage the program itself) scores 1 — on the real sandbox.
 
-The task: `f(x) = 2x + 1`, three asserts; two cases use their own tests (a HumanEval-style `check`, a
+The task: `f(x) = 2x + 3`, three asserts; two cases use their own tests (a HumanEval-style `check`, a
 builtin the solution shadows, a loop a StopIteration could end early). The whole corpus is scored
 concurrently once (module fixture); each case is then checked on its own."""
 
@@ -20,9 +20,11 @@ from rollart.reward.sandbox import check_isolation
 from rollart.types import Task, Trajectory, Turn
 
 CFG = SandboxConfig(cpu_time_s=1.0, wall_timeout_s=5.0, memory_mb=256, max_output_kb=64, max_concurrent=4)
-REF = {"entry_point": "f", "tests": ["assert f(1) == 3", "assert f(2) == 5", "assert f(0) == 1"]}
+# expected values that no stray `true`/`false` can equal (True == 1 in Python): a forged line misread as an
+# answer must not pass by coincidence
+REF = {"entry_point": "f", "tests": ["assert f(1) == 5", "assert f(2) == 7", "assert f(0) == 3"]}
 WRONG = "def f(x):\n    return 0\n"
-RIGHT = "def f(x):\n    return 2 * x + 1\n"
+RIGHT = "def f(x):\n    return 2 * x + 3\n"
 # where the tests of the built-in code domain live: readable to rollart, never to the candidate
 DATASET = str(Path(rollart.__file__).parent / "envs" / "domains" / "code_env.py")
 # a world-readable copy of the expected values where an attacker would look (the fixture writes it)
@@ -132,7 +134,7 @@ PROTOCOL_FLOOD = (
 SHADOW_REF = {"entry_point": "f", "tests": ["assert f([3, 1, 2]) == sorted([3, 1, 2])", "assert f([]) == sorted([])"]}
 CHECK_REF = {"entry_point": "add", "tests": ["def check(candidate):\n    assert candidate(2, 3) == 5\n"
                                              "    assert candidate(-1, 1) == 0\n"]}
-LOOP_REF = {"entry_point": "f", "tests": ["assert all(a == b for a, b in zip(map(f, [1, 2, 0]), [3, 5, 1]))"]}
+LOOP_REF = {"entry_point": "f", "tests": ["assert all(a == b for a, b in zip(map(f, [1, 2, 0]), [5, 7, 3]))"]}
 
 # name → (wrong program, right program, reference)
 CASES: dict[str, tuple[str, str, dict]] = {
@@ -147,7 +149,7 @@ CASES: dict[str, tuple[str, str, dict]] = {
     "patch builtins and unittest": (PATCH_BUILTINS + WRONG, PATCH_BUILTINS + RIGHT, REF),
     "read the harness, the tests, the dataset": (
         READ_TESTS + "def f(x):\n    return expected.get(x, 0)\n",
-        READ_TESTS + "def f(x):\n    return expected.get(x, 2 * x + 1)\n", REF),
+        READ_TESTS + "def f(x):\n    return expected.get(x, 2 * x + 3)\n", REF),
     "fake verdict lines on every fd": (EVERY_FD + WRONG, RIGHT, REF),
     "a child that writes fake verdicts later": (LINGERING_CHILD + WRONG, LINGERING_CHILD + RIGHT, REF),
     "kill the parent and every process": (KILL_EVERYONE + WRONG, RIGHT, REF),
@@ -155,7 +157,7 @@ CASES: dict[str, tuple[str, str, dict]] = {
                                 IGNORE_SIGNALS + RIGHT, REF),
     "flood the answer channel": (PROTOCOL_FLOOD, RIGHT, REF),
     "output bomb": ("def f(x):\n    while True:\n        print('x' * 65536)\n",
-                    "def f(x):\n    print('thinking ...' * 10)\n    return 2 * x + 1\n", REF),
+                    "def f(x):\n    print('thinking ...' * 10)\n    return 2 * x + 3\n", REF),
     "huge number": ("def f(x):\n    return 10 ** 5000\n", RIGHT, REF),
     "shadow a builtin the test uses": ("def sorted(x):\n    return 'same'\ndef f(x):\n    return 'same'\n",
                                        "def f(x):\n    return sorted(x)\n", SHADOW_REF),
@@ -178,7 +180,7 @@ def decoy():
     DECOY.chmod(0o644)
     found: dict = {}
     exec(READ_TESTS, found)  # outside the sandbox the attack works: the sandbox is what stops it
-    assert found["expected"] == {1: 3, 2: 5, 0: 1}
+    assert found["expected"] == {1: 5, 2: 7, 0: 3}
     yield
     DECOY.unlink()
     DECOY.parent.rmdir()

@@ -229,3 +229,88 @@ def test_console_script_exit_code_is_2(tmp_path):
     out = subprocess.run([str(script), "pools", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert f"{path}:" in out.stderr and "malformed YAML" in out.stderr
+
+
+# --- issue 12: what the config names is resolved when it loads ------------------------------------------
+
+
+def test_duplicate_yaml_keys_are_refused_naming_both_lines(tmp_path):
+    path = _write(tmp_path, """\
+        rollout:
+          alpha: 1
+          batch_size: 8
+          alpha: 2
+        """)
+    msg = _error(path)
+    assert f"{path} line 4: duplicate key 'rollout.alpha' (first at line 2)" in msg
+
+
+@pytest.mark.parametrize("override, key", [
+    ("rollout.alpha=true", "rollout.alpha"), ("domains.math.weight=false", "domains.math.weight"),
+    ("cluster.num_cpus=true", "cluster.num_cpus"), ("reward.sandbox.cpu_time_s=true", "reward.sandbox.cpu_time_s"),
+])
+def test_a_boolean_is_never_taken_for_a_number(override, key):
+    msg = _error(overrides=[override])
+    assert f"'{key}'" in msg and "expected a number, got the boolean" in msg
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", ".nan", ".inf"])
+def test_non_finite_numbers_are_refused(value):
+    msg = _error(overrides=[f"reward.sandbox.cpu_time_s={value}"])
+    assert "'reward.sandbox.cpu_time_s'" in msg and "finite number" in msg
+
+
+def _cli_error(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rollart: invalid config:") and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("domains.math.env=does_not_exist", "domains.math.env: unknown env spec 'does_not_exist'. Accepted:"),
+    ("domains.math.env=nomod:Cls", "domains.math.env: env spec 'nomod:Cls': cannot import module 'nomod'"),
+    ("domains.math.env=gym:FrozenLak-v1", "gymnasium has no env 'FrozenLak-v1'"),
+    ("domains.math.reward.fn=nomod:score", "domains.math.reward.fn: reward fn 'nomod:score' cannot be loaded"),
+    ("domains.math.reward.fn=rollart.config:NoSuchFn", "has no attribute 'NoSuchFn'"),
+])
+def test_env_specs_and_reward_fns_are_resolved_at_config_time(override, expected, capsys):
+    assert expected in _cli_error(["config", "show", override], capsys)
+
+
+def test_a_remote_reward_fn_is_not_imported_here(capsys):
+    """With the http backend the service resolves the fn: it need not import on this machine."""
+    argv = ["config", "show", "domains.math.reward.fn=only_on_the_service:score", "domains.math.reward.backend=http",
+            "reward.http.url=https://reward.example/reward"]
+    assert main(argv) == 0 and "only_on_the_service:score" in capsys.readouterr().out
+
+
+def test_run_dir_that_is_a_file_is_refused(tmp_path, capsys):
+    existing = tmp_path / "a-file"
+    existing.write_text("x")
+    err = _cli_error(["config", "show", f"run_dir={existing}"], capsys)
+    assert f"run_dir: {existing} exists and is not a directory" in err
+
+
+def test_every_problem_the_config_names_is_reported_at_once(tmp_path, capsys):
+    existing = tmp_path / "f"
+    existing.write_text("x")
+    err = _cli_error(["config", "show", "domains.math.env=nope", "domains.frozenlake.reward.fn=nomod:f",
+                      f"run_dir={existing}"], capsys)
+    assert err.count("\n  - ") == 3
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["reward.serverless.host=0.0.0.0"], "reward.serverless.host"),
+    (["domains.math.reward.backend=http", "reward.http.url=http://10.1.2.3:8123/reward"], "reward.http.url"),
+])
+def test_bearer_tokens_never_cross_the_network_in_clear_unless_allowed(overrides, key):
+    msg = _error(overrides=overrides)
+    assert f"{key}:" in msg and "reward.allow_plain_http=true" in msg
+    load_config(None, [*overrides, "reward.allow_plain_http=true"])  # told to: accepted
+    load_config(None, ["domains.math.reward.backend=http", "reward.http.url=https://10.1.2.3/reward"])
+
+
+def test_serve_reward_refuses_a_public_plain_http_host_before_ray_starts(capsys):
+    err = _cli_error(["serve-reward", "domains.math.reward.backend=local", "reward.serverless.host=0.0.0.0"], capsys)
+    assert "reward.serverless.host: '0.0.0.0' is not a loopback address" in err

@@ -1,13 +1,19 @@
-"""Joining a cluster fails fast when nothing listens at `cluster.address` (Ray itself retries for minutes)."""
+"""Joining a cluster fails fast when nothing listens at `cluster.address` (Ray itself retries for minutes),
+and a non-loopback address keeps Ray's token auth on."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
+from rollart.config import ClusterConfig
+from rollart.resources import runtime
 from rollart.resources.errors import ClusterError
-from rollart.resources.runtime import _check_reachable
+from rollart.resources.runtime import _check_reachable, address_host, keep_token_auth
 
 
 def test_a_closed_port_is_refused_at_once_with_what_to_do():
@@ -28,3 +34,34 @@ def test_a_listening_port_passes_and_other_address_forms_are_left_to_ray():
         _check_reachable(f"127.0.0.1:{s.getsockname()[1]}", timeout_s=2)
     _check_reachable("auto")
     _check_reachable("ray://10.0.0.1:10001")
+
+
+@pytest.mark.parametrize("address, host", [("10.0.0.1:6379", "10.0.0.1"), ("[::1]:6379", "::1"),
+                                           ("ray://10.0.0.1:10001", "10.0.0.1"), ("localhost:6379", "localhost")])
+def test_address_host(address, host):
+    assert address_host(address) == host
+
+
+def test_an_operators_disabled_token_auth_is_refused_for_a_remote_cluster(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setattr(runtime, "AUTH_MODE_DEFAULTED", False)  # the operator set it, not rollart
+    with pytest.raises(ClusterError, match="not a loopback address but RAY_AUTH_MODE=disabled.*allow_unauthenticated"):
+        keep_token_auth(ClusterConfig(address="10.255.0.1:6379"))
+    keep_token_auth(ClusterConfig(address="127.0.0.1:6379"))  # loopback: left alone
+    keep_token_auth(ClusterConfig(address="10.255.0.1:6379", allow_unauthenticated=True))  # told to
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_rollarts_own_loopback_default_turns_back_into_token_auth_for_a_remote_cluster():
+    """In a fresh interpreter, as `rollart train cluster.address=10.x` would run: Ray's mode becomes TOKEN."""
+    code = (
+        "import os\nimport rollart.resources\n"
+        "from rollart.config import ClusterConfig\nfrom rollart.resources.runtime import keep_token_auth\n"
+        "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
+        "before = get_authentication_mode() == AuthenticationMode.DISABLED\n"
+        "keep_token_auth(ClusterConfig(address='10.255.0.1:6379'))\n"
+        "print('RESULT', before, os.environ['RAY_AUTH_MODE'], get_authentication_mode() == AuthenticationMode.TOKEN)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "RESULT True token True" in out.stdout, out.stdout + out.stderr

@@ -1,0 +1,52 @@
+"""Check what a config names outside itself, before anything starts: `check_config(cfg)`.
+
+In: a validated `RunConfig` (the schema, types and cross-references are config_loader's job). Out: nothing,
+or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and what would be valid:
+- `domains.<d>.env` — a built-in, a `module.path:Class` that imports, or an id GEM/gymnasium has registered
+  (envs.check_env_spec; nothing is constructed);
+- `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
+  for the `http` backend, whose service has its own);
+- `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
+Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
+Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
+started.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rollart.config import RunConfig
+from rollart.config_loader import ConfigError
+from rollart.envs import EnvSpecError, check_env_spec
+from rollart.reward.registry import check_spec
+
+
+def run_dir_problem(run_dir: str) -> str:
+    path = Path(run_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"run_dir: {run_dir} exists and is not a directory; give a directory (it is created if missing)"
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"run_dir: {run_dir} cannot be created: {parent} is not a writable directory"
+    return ""
+
+
+def check_config(cfg: RunConfig) -> None:
+    problems: list[str] = []
+    for name, dom in cfg.domains.items():
+        try:
+            check_env_spec(dom.env)
+        except EnvSpecError as exc:
+            problems.append(f"domains.{name}.env: {exc}")
+        try:
+            check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problem := run_dir_problem(cfg.run_dir):
+        problems.append(problem)
+    if problems:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
