@@ -1,4 +1,5 @@
 """`rollart bench reward`: a reserved local reward worker vs the serverless reward service (paper §7).
+(`--jobs N`: N concurrent jobs sharing one service, see reward_multijob.py.)
 
 The paper moved a reserved reward model off its GPUs onto an elastic function service and gave those GPUs
 to rollout: rollout time 158 s → 77 s (2.05×), reward utilisation 6–7.4% → 88%. Here, on this machine's
@@ -145,7 +146,12 @@ def _serverless_arm(arm: str, rep: int, service: Any, router: Any, pool: Process
             "rollout_cores": len(cores), "reward_cores": 0}
 
 
-def run(quick: bool) -> BenchResult:
+def run(quick: bool, jobs: int = 1) -> BenchResult:
+    """The single-job comparison below; `jobs` > 1: N jobs on one shared service (reward_multijob.py)."""
+    if jobs > 1:
+        from rollart.bench.reward_multijob import run as run_multijob
+
+        return run_multijob(quick, jobs)
     from rollart.config import DomainConfig, RunConfig
     from rollart.resources import Runtime
     from rollart.reward import RewardRouter

@@ -1,7 +1,9 @@
-"""`rollart bench NAME [--quick] [--json PATH]`: run one benchmark and print (and save) its ratios.
+"""`rollart bench NAME [--quick] [--json PATH] [options]`: run one benchmark and print (and save) its ratios.
 
-`staleness` is a long study run in resumable pieces: `--piece ARM/SEED|next` runs one arm × seed and adds
-it to the study file `--json`; `--report` only rebuilds the summary and curves from that file.
+Options that only some benchmarks take are declared once in `ONLY_FOR` (option → benchmarks); giving one to
+another benchmark is an error that names both. `staleness` is a long study run in resumable pieces:
+`--piece ARM/SEED|next` runs one arm × seed and adds it to the study file `--json`; `--report` only rebuilds
+the summary and curves from that file.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-# CLI name → module under rollart.bench exposing run(quick: bool) -> BenchResult
+# CLI name → module under rollart.bench exposing run(quick: bool, **options) -> BenchResult
 BENCHES: dict[str, str] = {
     "engine": "rollart.bench.engine",
     "weights": "rollart.bench.weights",
@@ -19,7 +21,15 @@ BENCHES: dict[str, str] = {
     "async": "rollart.bench.async_training",
     "staleness": "rollart.bench.staleness",
 }
-STUDIES = {"staleness"}  # benches run piece by piece into their --json file
+# option (its argparse dest, also the run() keyword) → the benchmarks that take it
+ONLY_FOR: dict[str, tuple[str, ...]] = {
+    "engine": ("engine",),
+    "jobs": ("reward",),
+    "piece": ("staleness",),
+    "report": ("staleness",),
+    "lock": ("staleness",),
+}
+STUDIES = {"staleness"}  # benches run piece by piece into their --json file (run() gets json_path)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,15 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke version, under a minute")
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH (a study: its file, "
                         "read and extended)")
-    parser.add_argument("--piece", metavar="ARM/SEED|next", help="staleness: run one arm × seed of the study "
-                        "(holding the heavy-job lock) and add it to --json; 'next' = the first one missing")
-    parser.add_argument("--report", action="store_true", help="staleness: rebuild the summary and PNG curves "
-                        "from --json without running anything")
-    parser.add_argument("--lock", metavar="PATH", default="/tmp/rollart-heavy.lock",
-                        help="staleness: file each piece holds an exclusive flock on while it runs ('' = none)")
     parser.add_argument("--engine", choices=("builtin", "vllm"),
                         help="engine bench only: builtin (default) vs generate, or vllm vs builtin vs generate "
                              "(run it from .venv-vllm)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="reward bench only: N jobs sharing one service")
+    parser.add_argument("--piece", metavar="ARM/SEED|next", help="staleness: run one arm × seed of the study "
+                        "(holding the heavy-job lock) and add it to --json; 'next' = the first one missing")
+    parser.add_argument("--report", action="store_true", default=None, help="staleness: rebuild the summary and "
+                        "PNG curves from --json without running anything")
+    parser.add_argument("--lock", metavar="PATH", help="staleness: file each piece holds an exclusive flock on "
+                        "while it runs (default /tmp/rollart-heavy.lock; '' = none)")
     parser.set_defaults(func=_run)
 
 
@@ -47,27 +58,24 @@ def _run(args: argparse.Namespace) -> int:
         print(f"rollart: unknown benchmark '{args.name}'; choose one of: {', '.join(sorted(BENCHES))}",
               file=sys.stderr)
         return 2
-    engine = getattr(args, "engine", None)
-    if engine and args.name != "engine":
-        print(f"rollart: --engine applies to 'rollart bench engine' only, not '{args.name}'", file=sys.stderr)
-        return 2
-    study_args = args.piece is not None or args.report
-    if study_args and args.name not in STUDIES:
-        print(f"rollart: --piece and --report are for {', '.join(sorted(STUDIES))}, not '{args.name}'", file=sys.stderr)
-        return 2
-    module = importlib.import_module(BENCHES[args.name])
-    if args.name in STUDIES:
-        try:
-            result = module.run(quick=args.quick, piece=args.piece, report=args.report, json_path=args.json,
-                                lock=args.lock)
-        except ValueError as exc:
-            print(f"rollart: {exc}", file=sys.stderr)
+    options = {dest: getattr(args, dest) for dest in ONLY_FOR if getattr(args, dest, None) is not None}
+    for dest in options:
+        if args.name not in ONLY_FOR[dest]:
+            print(f"rollart: --{dest} applies to 'rollart bench {'|'.join(ONLY_FOR[dest])}' only, not "
+                  f"'{args.name}'", file=sys.stderr)
             return 2
-    else:
-        result = module.run(quick=args.quick, **({"engine": engine} if engine else {}))
-    argv = (["bench", args.name] + (["--engine", engine] if engine else []) + (["--quick"] if args.quick else [])
-            + (["--json", args.json] if args.json else []))
-    argv += (["--piece", args.piece] if args.piece else []) + (["--report"] if args.report else [])
+    if options.get("jobs", 1) < 1:
+        print(f"rollart: --jobs takes a count ≥ 1, not {options['jobs']}", file=sys.stderr)
+        return 2
+    try:
+        extra = {"json_path": args.json} if args.name in STUDIES else {}
+        result = importlib.import_module(BENCHES[args.name]).run(quick=args.quick, **options, **extra)
+    except ValueError as exc:  # a study's bad --piece or study file
+        print(f"rollart: {exc}", file=sys.stderr)
+        return 2
+    argv = ["bench", args.name] + (["--quick"] if args.quick else []) + (["--json", args.json] if args.json else [])
+    for dest, value in options.items():
+        argv += [f"--{dest}"] if value is True else [f"--{dest}", str(value)]
     payload = to_json(result, args.quick, argv)
     for row in result.rows:
         print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
@@ -75,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  note: {note}")
     for name, value in result.ratios.items():
         print(f"{name}: {value:.3f}")
-    if args.json:
+    if args.json:  # a study's file: its records so far (result.data), this piece's included
         write_json(payload, args.json)
         print(f"wrote {args.json}")
     return 0

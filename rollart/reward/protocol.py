@@ -34,8 +34,9 @@ characters, no unknown keys; anything else is a `PayloadError` naming the field 
      "turns": [{"observation", "action", "reward", "format_ok", "finish_reason"}, ...]}
 Answer (200): {"trajectory_id", "reward": float, "per_turn": [float] | null, "details": {...},
      "replayed": bool, "cold_start": bool, "replica": str, "score_s": float}
-Errors: {"error": message, "code": one of unauthorized | payload_too_large | bad_request | reward_failed |
-     reward_unavailable | busy | not_found}, with HTTP 401 / 413 / 400 or 422 / 500 / 501 / 503 / 404.
+Errors: {"error": message, "code": one of unauthorized | payload_too_large | bad_request | conflict |
+     reward_failed | reward_unavailable | busy | internal | not_found, "field": what was wrong (when known)},
+     with HTTP 401 / 413 / 400 or 422 / 409 / 500 / 501 / 503 / 500 / 404. Every malformed request is a 4xx.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ exception: `ok=False` with `error` when the reward kept failing, so the control 
 
 Dispatch: by `trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_reward_backend(d)`:
 - `local`: `LocalRewardClient` in this process;
-- `serverless`: `HttpRewardClient` to the Ray Serve `RewardService` this router starts (or one given);
+- `serverless`: `HttpRewardClient` to the shared reward service of this Ray cluster if one runs (`rollart
+  serve-reward`: the router attaches with a job token of its own), else to a Ray Serve `RewardService` this
+  router starts (or one given);
 - `http`: `HttpRewardClient` to `reward.http.url`, bearer token from the env var `reward.http.token_env`.
 A callable passed in `fns={domain: callable}` replaces that domain's configured fn and is scored locally
 (a Python callable cannot be sent to a remote service).
@@ -124,9 +126,18 @@ class RewardRouter:
                         if b == "local" and d not in self._custom})
         self._fns.warm(local)
         if self.serverless is None and "serverless" in self.backends.values():
-            from rollart.reward.service import RewardService
+            from rollart.reward.service import SHARED_APP, RewardService, join_shared_service
 
-            self.service = RewardService(self.cfg)
+            joined = join_shared_service(f"run-{self.run_id[:16]}")
+            if joined is not None:  # `rollart serve-reward` runs in this Ray cluster: one service, many jobs
+                url, token = joined
+                self.serverless = HttpRewardClient(url, self.cfg.reward, token=token, backend="serverless",
+                                                   seed=self._seed, run_key=self.run_key)
+                log.info("reward: the shared reward service at %s", url)
+                return self
+            suffix = self.run_id[:8]  # names of its own: other jobs' services in this cluster stay untouched
+            self.service = RewardService(self.cfg, app_name=f"{SHARED_APP}-{suffix}",
+                                         route=f"{self.cfg.reward.serverless.route.rstrip('/')}-{suffix}")
             self.service.start()
             self._own_service = True
             self._connect_serverless()

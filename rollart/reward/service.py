@@ -12,6 +12,10 @@ What runs where:
   the reward functions (process pools, judge model) on first use.
 - one Ray actor `SharedLedger` (ledger.py), named, shared by all replicas: a retried request is answered
   from it whichever replica it lands on (exactly-once across replicas).
+- for the shared service (`shared=True`, `rollart serve-reward`), a named `ServiceDirectory` actor: a job in
+  the same Ray cluster (`reward.backend=serverless`) attaches through it (`join_shared_service`) instead of
+  deploying its own, getting the URL and a job token of its own — one service, many jobs, their keys apart
+  (tokens.py). Jobs elsewhere use backend `http` with a token from `rollart serve-reward --issue-token`.
 - a poller thread samples the number of running replicas every `poll_s` (replicas over time, the
   denominator of the pool's utilisation).
 Serve's HTTP proxy binds `reward.serverless.host` (127.0.0.1 by default; a non-loopback host needs
@@ -34,6 +38,7 @@ from ray import serve
 
 from rollart.config import RunConfig
 from rollart.resources.names import pool_resource
+from rollart.reward import tokens
 from rollart.reward.handler import RewardHandler, ServiceFaults
 from rollart.reward.ledger import SharedLedger
 from rollart.reward.metrics import Timeline
@@ -43,6 +48,7 @@ log = logging.getLogger("rollart.reward")
 _QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
 
 LEDGER_NAMESPACE = "rollart-reward"
+SHARED_APP = "rollart-reward"  # the app of `rollart serve-reward`: jobs in its Ray cluster attach to it
 _CALL_TIMEOUT_S = 30.0
 
 
@@ -127,8 +133,35 @@ class RewardDeployment:
             handler.close()
 
 
+class ServiceDirectory:
+    """The named actor `rollart-reward-directory` of the shared service (`rollart serve-reward`): where it
+    answers, and a job token for each job of its Ray cluster that asks (`join_shared_service`)."""
+
+    def __init__(self, url: str, secret: str) -> None:
+        self.url, self.secret = url, secret
+
+    def join(self, job: str) -> tuple[str, str]:
+        return self.url, tokens.issue(self.secret, job)
+
+
+def join_shared_service(job: str) -> tuple[str, str] | None:
+    """(URL, job token) of the shared reward service running in this Ray cluster, or None if there is none
+    (or Ray is not connected)."""
+    if not ray.is_initialized():
+        return None
+    try:
+        directory = ray.get_actor(f"{SHARED_APP}-directory", namespace=LEDGER_NAMESPACE)
+    except ValueError:
+        return None
+    return tuple(ray.get(directory.join.remote(job), timeout=_CALL_TIMEOUT_S))  # type: ignore[return-value]
+
+
 class RewardService:
-    """Start/stop the Serve app; `url`, `token`; `stats()` and `scorings(key)` for metrics and tests."""
+    """Start/stop the Serve app; `url`, `token`; `stats()` and `scorings(key)` for metrics and tests.
+
+    `app_name` / `route`: the Serve application and its route prefix (a job's own service uses names of its
+    own, so jobs sharing a Ray cluster never replace each other's). `shared=True` (what `rollart
+    serve-reward` does) also registers the directory through which jobs in the same Ray cluster attach."""
 
     def __init__(
         self,
@@ -136,7 +169,9 @@ class RewardService:
         *,
         token: str | None = None,
         port: int | None = None,
-        app_name: str = "rollart-reward",
+        app_name: str = SHARED_APP,
+        route: str | None = None,
+        shared: bool = False,
         faults: ServiceFaults | None = None,
         poll_s: float = 0.5,
     ) -> None:
@@ -145,11 +180,14 @@ class RewardService:
         self.token = token if token is not None else (os.environ.get(cfg.reward.http.token_env) or secrets.token_urlsafe(24))
         self.port = port or sl.port
         self.app_name = app_name
+        self.route = route or sl.route
+        self.shared = shared
         self.faults = faults
         self.poll_s = poll_s
         self.url = ""
         self.replicas = Timeline()
         self._ledger: Any = None
+        self._directory: Any = None
         self._started_serve = False
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -178,8 +216,10 @@ class RewardService:
             .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000)
             .remote(int(self.cfg.reward.dedupe_max_mb * 2**20), self.cfg.reward.dedupe_ttl_s, lease)
         )
+        if self.shared and join_shared_service("probe") is not None:
+            raise RuntimeError(f"a shared reward service already runs in this Ray cluster (app {SHARED_APP})")
         port = self._start_serve()
-        self.url = f"http://{sl.host}:{port}{sl.route}"
+        self.url = f"http://{sl.host}:{port}{self.route}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # metrics_interval_s is "deprecated" but the only way to set it
             app = serve.deployment(RewardDeployment).options(
@@ -199,7 +239,13 @@ class RewardService:
                 ray_actor_options=self._actor_options(),
                 logging_config=_QUIET_LOGS,
             ).bind(self.cfg.model_dump(mode="json"), ledger_name, self.token or None, self.faults)
-            serve.run(app, name=self.app_name, route_prefix=sl.route, blocking=False)
+            serve.run(app, name=self.app_name, route_prefix=self.route, blocking=False)
+        if self.shared:
+            self._directory = (
+                ray.remote(ServiceDirectory)
+                .options(name=f"{SHARED_APP}-directory", namespace=LEDGER_NAMESPACE, num_cpus=0)
+                .remote(self.url, self.token)
+            )
         self._stop.clear()
         self._poller = threading.Thread(target=self._poll, name="reward-replica-poller", daemon=True)
         self._poller.start()
@@ -256,13 +302,17 @@ class RewardService:
             self._poller = None
         if not ray.is_initialized():
             return
+        if self._directory is not None:  # first: no job attaches to a service that is going away
+            ray.kill(self._directory)
+            self._directory = None
         if self.url:
-            steps = [lambda: serve.delete(self.app_name)] + ([serve.shutdown] if self._started_serve else [])
-            for step in steps:
-                try:
-                    step()
-                except Exception as exc:  # noqa: BLE001 — stopping must not raise, and goes on
-                    log.warning("stopping the reward service: %s", exc)
+            try:
+                serve.delete(self.app_name)
+                # Serve itself only if this service started it and no other app (another job's) runs on it
+                if self._started_serve and not serve.status().applications:
+                    serve.shutdown()
+            except Exception as exc:  # noqa: BLE001 — stopping must not raise, and goes on
+                log.warning("stopping the reward service: %s", exc)
             self.url = ""
             self._started_serve = False
         if self._ledger is not None:

@@ -125,3 +125,56 @@ def test_scale_to_zero_then_cold_start(service):
     assert metrics["reward/serverless/replica_starts"] > starts_before
     assert metrics["reward/serverless/replicas_max"] >= 1 and 0 < metrics["reward/serverless/pool_util"]
     assert metrics["reward/serverless/latency_p50_s"] > 0
+
+
+def test_many_jobs_share_one_service_and_never_see_each_others_results(service):
+    """Three jobs at once, each with its own job token and run id, the same trajectory ids and different
+    payloads (injected faults and retries included): every job gets exactly its own results."""
+    from rollart.reward import tokens
+    from rollart.reward.router import new_run_id
+
+    def job_traj(job: int, i: int) -> Trajectory:
+        return Trajectory(f"g{i:06d}/0", Task(f"g{i:06d}/0", "ret", "ret", i, f"g{i:06d}"), 0,
+                          (Turn((), (), (), (), action="a"),), env_return=1000.0 * job + i)
+
+    clients = [HttpRewardClient(service.url, service.cfg.reward, token=tokens.issue(service.token, f"job{j}"),
+                                backend="http", run_key=f"{new_run_id()}/0", seed=j) for j in range(3)]
+
+    async def score_all():
+        try:
+            return await asyncio.gather(*(asyncio.gather(*(c.score(job_traj(j, i), "env") for i in range(12)))
+                                          for j, c in enumerate(clients)))
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    per_job = asyncio.run(score_all())
+    for j, results in enumerate(per_job):
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+        assert [r.reward for r in results] == [1000.0 * j + i for i in range(12)]  # cross_job_results = 0
+
+
+def test_a_job_in_the_same_ray_cluster_attaches_to_the_shared_service(service):
+    """`rollart serve-reward` registers a shared service; a job's router with a serverless domain attaches to
+    it with a job token of its own instead of deploying a service."""
+    from rollart.reward.service import SHARED_APP, RewardService
+
+    shared = RewardService(service.cfg, token="shared-secret", app_name=SHARED_APP, route="/shared-test",
+                           shared=True, poll_s=0.2)
+    shared.start()
+    try:
+        with httpx.Client(timeout=120) as http:  # a cold start takes longer than these tests' 1 s client timeout
+            assert http.get(shared.url).status_code == 200
+        router = RewardRouter(service.cfg).start()
+        try:
+            assert router.service is None and router.serverless.url == shared.url
+            assert router.serverless.token.startswith(f"rj1.run-{router.run_id[:16]}.")
+            result = asyncio.run(router.score(make_traj(7)))
+            assert result.ok and result.reward == 7.0 and result.backend == "serverless", result
+        finally:
+            router.stop()
+        assert shared.stats()["completed"] == 1  # the job's scoring went to the shared service …
+        with httpx.Client(timeout=120) as http:  # … which outlives the job
+            assert http.get(shared.url).status_code == 200
+    finally:
+        shared.stop()
