@@ -99,3 +99,16 @@ def test_resume_true_refuses_a_planted_pickle_before_anything_starts(tmp_path):
     assert str(planted) in proc.stderr and "pickle" in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists()
     assert not (run_dir / "metrics.jsonl").exists()  # nothing started
+
+
+def test_a_resume_keeps_the_run_id_and_counts_the_attempt():
+    """What the driver checkpoints (RunState) gives a resumed run the same run id, one attempt later."""
+    from rollart.types import RunState
+
+    assert RunState().restart_identity("fresh-id") == ("fresh-id", 0)  # a fresh run
+    saved = RunState(step=10, run_id="ab" * 16, attempt=0).to_checkpoint()
+    assert saved["run_id"] == "ab" * 16
+    resumed = RunState.from_checkpoint(saved)
+    assert resumed.restart_identity("unused") == ("ab" * 16, 1)
+    assert RunState.from_checkpoint({**saved, "attempt": 1}).restart_identity("unused") == ("ab" * 16, 2)
+    assert RunState.from_checkpoint({"step": 3}).restart_identity("new") == ("new", 0)  # an older checkpoint
