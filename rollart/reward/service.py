@@ -50,6 +50,11 @@ _QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
 LEDGER_NAMESPACE = "rollart-reward"
 SHARED_APP = "rollart-reward"  # the app of `rollart serve-reward`: jobs in its Ray cluster attach to it
 _CALL_TIMEOUT_S = 30.0
+# Ray Serve 2.60 builds a RequestRouterConfig for every deployment it describes (serve.status(), a new
+# deployment), and each one registers then unregisters a module in cloudpickle's global by-value set
+# without a lock: two threads doing it at once fail ("... is not registered for pickle by value"). Every
+# Serve API call rollart makes (the replica pollers' included) holds this lock.
+_SERVE_API = threading.Lock()
 
 
 class ActorLedger:
@@ -220,7 +225,7 @@ class RewardService:
             raise RuntimeError(f"a shared reward service already runs in this Ray cluster (app {SHARED_APP})")
         port = self._start_serve()
         self.url = f"http://{sl.host}:{port}{self.route}"
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _SERVE_API:
             warnings.simplefilter("ignore")  # metrics_interval_s is "deprecated" but the only way to set it
             app = serve.deployment(RewardDeployment).options(
                 name="RewardDeployment",
@@ -256,7 +261,8 @@ class RewardService:
         # Serve has no public "is it running, on which port" call; its client exposes both
         running = serve.context._get_global_client(raise_if_no_controller_running=False)
         if running is None:
-            serve.start(http_options={"host": sl.host, "port": self.port}, logging_config=_QUIET_LOGS)
+            with _SERVE_API:
+                serve.start(http_options={"host": sl.host, "port": self.port}, logging_config=_QUIET_LOGS)
             self._started_serve = True
             return self.port
         http = running.http_config
@@ -287,7 +293,8 @@ class RewardService:
     def _poll(self) -> None:
         while not self._stop.is_set():
             try:
-                app = serve.status().applications.get(self.app_name)
+                with _SERVE_API:
+                    app = serve.status().applications.get(self.app_name)
                 running = app.deployments["RewardDeployment"].replica_states.get("RUNNING", 0) if app else 0
                 self.replicas.record(float(running))
             except Exception as exc:  # noqa: BLE001 — a missed sample is not worth stopping for
@@ -307,10 +314,11 @@ class RewardService:
             self._directory = None
         if self.url:
             try:
-                serve.delete(self.app_name)
-                # Serve itself only if this service started it and no other app (another job's) runs on it
-                if self._started_serve and not serve.status().applications:
-                    serve.shutdown()
+                with _SERVE_API:
+                    serve.delete(self.app_name)
+                    # Serve itself only if this service started it and no other app (another job's) runs on it
+                    if self._started_serve and not serve.status().applications:
+                        serve.shutdown()
             except Exception as exc:  # noqa: BLE001 — stopping must not raise, and goes on
                 log.warning("stopping the reward service: %s", exc)
             self.url = ""
