@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-import torch
 from control_fakes import FakeRunner, FakeScorer
 from test_control_scheduler import DOMAINS, rollout_cfg
 
 from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy
+from rollart.trainer.checkpoint import load_extra, save_extra
 from rollart.types import RunState
 
 
@@ -47,8 +47,8 @@ def test_a_fresh_run_has_an_empty_state_and_a_state_survives_the_checkpoint_file
         return state
 
     state = RunState(step=1, scheduler=asyncio.run(scheduler_state()), eval_first={"math": 0.25, "lake": 0.5})
-    torch.save(state.to_checkpoint(), tmp_path / "extra_state.pt")  # what the trainer does with it
-    assert RunState.from_checkpoint(torch.load(tmp_path / "extra_state.pt", weights_only=False)) == state
+    save_extra(tmp_path, state.to_checkpoint())  # what the trainer does with it
+    assert RunState.from_checkpoint(load_extra(tmp_path)) == state
 
 
 def test_a_resumed_scheduler_replays_the_untrained_groups_then_draws_as_the_first_would():
