@@ -95,6 +95,10 @@ class ClusterConfig(Section):
         False, description="join a non-loopback cluster.address without Ray's token auth (then anyone who can "
         "reach the cluster can run code on it); by default rollart keeps token auth on for such addresses"
     )
+    health_interval_s: float = Field(
+        2.0, gt=0, description="how often every placed worker's liveness and the nodes' pool resources are "
+        "checked: a dead worker is noticed within this (or at once by a caller whose call it ended)"
+    )
 
 
 class PoolConfig(Section):
@@ -104,6 +108,10 @@ class PoolConfig(Section):
     device: str = Field("cpu", description="torch device workers on this pool use: cpu, cuda, cuda:1 …")
     capacity: float = Field(1.0, gt=0, description="worker slots (a Ray custom resource)")
     fallback: list[str] = Field(default_factory=list, description="pools to try, in order, when full")
+    elastic: bool = Field(
+        False, description="when a node joins with this pool's resource, place more workers (of clusters that "
+        "prefer this pool) on it while the run goes on"
+    )
     description: str = ""
 
 
@@ -430,6 +438,10 @@ class TrainConfig(Section):
     keep_checkpoints: int = Field(2, ge=1)
     threads: int = Field(1, ge=1, description="torch threads per trainer worker")
     timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on DDP collectives")
+    restarts: int = Field(
+        2, ge=0, description="times a trainer group whose rank died is rebuilt from its latest checkpoint (the "
+        "steps since are replayed) before the run stops with the command that resumes it"
+    )
     warm_start: WarmStartConfig = WarmStartConfig()
     lora: LoraConfig | None = Field(
         None, description="train LoRA adapters (the warm start too) instead of all weights; null = full training"

@@ -2,8 +2,9 @@
 
 `PlacementError`: a worker cannot be placed (no pool with room, an undeclared pool, Ray could not
 schedule it in time, or it did not start in time). `ClusterError`: the Ray cluster does not match the
-config (a declared pool has no resource on the joined cluster). Neither is ever raised after waiting
-without a bound.
+config (a declared pool has no resource on the joined cluster). `WorkerDied`: a placed worker's process
+is gone (killed, crashed, its node left) — raised to a caller whose call it ended. None is ever raised
+after waiting without a bound.
 """
 
 from __future__ import annotations
@@ -19,3 +20,16 @@ class PlacementError(ResourceError):
 
 class ClusterError(ResourceError):
     """The Ray cluster cannot run this config (e.g. a declared pool has no resource on it)."""
+
+
+class WorkerDied(ResourceError):
+    """A placed worker died (its actor is gone); `worker` names it (`<role>/<pool>/<index>`), `cause` says
+    what Ray reported."""
+
+    def __init__(self, worker: str, cause: str) -> None:
+        super().__init__(f"worker {worker} died: {cause}")
+        self.worker = worker
+        self.cause = cause
+
+    def __reduce__(self) -> tuple:  # picklable across Ray processes despite the two-argument constructor
+        return (WorkerDied, (self.worker, self.cause))

@@ -10,6 +10,9 @@ Guarantees:
   they are unique among live workers.
 - Every reservation that lands on a pool other than the chain's first is counted (cumulatively, never
   decremented on release): a fallback is never silent.
+- Worker deaths and their replacements are counted per pool (the pool the dead worker was on), also
+  cumulatively. A pool's capacity follows the alive Ray nodes (`set_capacity`): when a node leaves, free
+  room shrinks (never below zero) and a replacement falls back; when one joins, room grows.
 
 The `ResourceManager` Ray actor (manager.py) holds one `Ledger`; keeping the logic here makes it testable
 without Ray. Its methods run one at a time in the actor, so reserve is atomic.
@@ -110,6 +113,8 @@ class PoolStatus:
     fallbacks_in: int
     fallbacks_out: int
     nodes: tuple[NodeShare, ...] = ()
+    worker_deaths: int = 0
+    replacements: int = 0
 
 
 class Ledger:
@@ -117,11 +122,33 @@ class Ledger:
         self._pools: dict[str, PoolSpec] = {}
         self._held: dict[str, Placement] = {}
         self._fallbacks: Counter[tuple[str, str]] = Counter()  # (preferred, used) → count
+        self._deaths: Counter[str] = Counter()  # pool → workers of it that died
+        self._replacements: Counter[str] = Counter()  # pool → dead workers of it replaced
 
     def add_pools(self, specs: Iterable[PoolSpec]) -> None:
         """Declare pools, or update a known pool's spec; holders and counters are kept."""
         for spec in specs:
             self._pools[spec.name] = spec
+
+    def set_capacity(self, capacities: dict[str, float]) -> list[str]:
+        """Follow what the alive Ray nodes hold of each known pool; returns the pools whose capacity changed."""
+        changed = []
+        for name, capacity in capacities.items():
+            spec = self._pools.get(name)
+            if spec is not None and abs(spec.capacity - capacity) > _EPS:
+                self._pools[name] = replace(spec, capacity=capacity)
+                changed.append(name)
+        return changed
+
+    def record_death(self, worker: str) -> None:
+        """Count a held worker's death against its pool (its slot stays held until `release`)."""
+        placed = self._held.get(worker)
+        if placed is not None:
+            self._deaths[placed.pool] += 1
+
+    def record_replacement(self, pool: str) -> None:
+        """Count one dead worker of `pool` replaced (wherever the replacement was placed)."""
+        self._replacements[pool] += 1
 
     def free(self, pool: str) -> float:
         spec = self._pools.get(pool)
@@ -180,6 +207,8 @@ class Ledger:
                     holders=tuple(p for p in self._held.values() if p.pool == name),
                     fallbacks_in=sum(n for (pref, used), n in self._fallbacks.items() if used == name),
                     fallbacks_out=sum(n for (pref, used), n in self._fallbacks.items() if pref == name),
+                    worker_deaths=self._deaths[name],
+                    replacements=self._replacements[name],
                 )
             )
         return tuple(out)
@@ -191,7 +220,7 @@ class Ledger:
 
 def pool_metrics(statuses: Iterable[PoolStatus]) -> dict[str, float]:
     """Flat metrics for the observability plane: `pools/<pool>/{capacity,free,held,workers,
-    fallbacks_in,fallbacks_out}` and `pools/fallbacks` (total fallbacks taken)."""
+    fallbacks_in,fallbacks_out,worker_deaths,replacements}` and `pools/fallbacks` (total fallbacks taken)."""
     out: dict[str, float] = {}
     total = 0
     for s in statuses:
@@ -201,6 +230,8 @@ def pool_metrics(statuses: Iterable[PoolStatus]) -> dict[str, float]:
         out[f"pools/{s.name}/workers"] = float(len(s.holders))
         out[f"pools/{s.name}/fallbacks_in"] = float(s.fallbacks_in)
         out[f"pools/{s.name}/fallbacks_out"] = float(s.fallbacks_out)
+        out[f"pools/{s.name}/worker_deaths"] = float(s.worker_deaths)
+        out[f"pools/{s.name}/replacements"] = float(s.replacements)
         total += s.fallbacks_in
     out["pools/fallbacks"] = float(total)
     return out

@@ -39,6 +39,18 @@ class ResourceManager:
     def snapshot(self) -> tuple[PoolStatus, ...]:
         return self._ledger.snapshot()
 
+    def set_capacity(self, capacities: dict[str, float]) -> list[str]:
+        return self._ledger.set_capacity(capacities)
+
+    def record_death(self, worker: str) -> None:
+        self._ledger.record_death(worker)
+
+    def record_replacement(self, pool: str) -> None:
+        self._ledger.record_replacement(pool)
+
+    def free(self, pool: str) -> float:
+        return self._ledger.free(pool)
+
 
 def get_or_create_manager(name: str = MANAGER_NAME) -> ray.actor.ActorHandle:
     """The named ResourceManager of the current Ray namespace, created if absent."""

@@ -17,6 +17,13 @@ How a worker is placed, and what is guaranteed:
 A multi-replica placement is all or nothing: on any failure every actor, group and slot made so far is
 released before the error is raised.
 
+Keeping clusters whole (see cluster.py): while any placed cluster is alive, a health check runs every
+`cluster.health_interval_s` on a daemon thread. It reads Ray's actor table (deaths are reported to their
+cluster, which replaces the worker if it was placed with `replace_dead`) and the alive nodes' resources: a
+pool's capacity follows them, so a replacement for a worker whose node left falls back to the next pool
+of its chain; when a pool marked `pools.<name>.elastic` gains capacity (a node joined), its `elastic`
+clusters place workers there.
+
 CPU requests: workers ask Ray for `num_cpus=0` by default. This machine has 2 cores and hosts about ten
 actors (trainer, inference workers, env workers, reward replicas); asking for a core each would leave
 most of them unschedulable, while the pool slot is the constraint the user declared. Workers set their
@@ -28,6 +35,7 @@ CUDA_VISIBLE_DEVICES); pass `num_gpus` to change it.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -37,8 +45,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rollart.config import PoolConfig, RoleConfig, RunConfig
 from rollart.resources.affinity import resolve_request
-from rollart.resources.cluster import Cluster
+from rollart.resources.affinity import PlacementRequest
+from rollart.resources.cluster import Cluster, Member
 from rollart.resources.errors import PlacementError
+from rollart.resources.health import Ticker, actor_states
 from rollart.resources.ledger import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
 from rollart.resources.manager import MANAGER_NAME, get_or_create_manager
 from rollart.resources.names import pool_resource
@@ -76,12 +86,19 @@ class Resources:
         roles: Mapping[str, RoleConfig],
         placement_timeout_s: float,
         start_timeout_s: float,
+        health_interval_s: float = 2.0,
+        capacity: Mapping[str, float] | None = None,
     ) -> None:
         self.manager = manager
         self.pools = dict(pools)
         self.roles = dict(roles)
         self.placement_timeout_s = placement_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.health_interval_s = health_interval_s
+        self._capacity = dict(capacity or {})  # what the alive nodes held of each pool at the last look
+        self._clusters: list[Cluster] = []
+        self._lock = threading.Lock()
+        self._health: Ticker | None = None
 
     @classmethod
     def connect(cls, cfg: RunConfig, *, name: str = MANAGER_NAME) -> Resources:
@@ -100,7 +117,8 @@ class Resources:
             specs.append(PoolSpec(pool_name, pool.kind, pool.device, capacity, tuple(pool.fallback)))
         manager = get_or_create_manager(name)
         _call(manager.add_pools.remote(specs), "add_pools")
-        return cls(manager, cfg.pools, cfg.roles, cfg.cluster.placement_timeout_s, cfg.cluster.start_timeout_s)
+        return cls(manager, cfg.pools, cfg.roles, cfg.cluster.placement_timeout_s, cfg.cluster.start_timeout_s,
+                   cfg.cluster.health_interval_s, {s.name: s.capacity for s in specs})
 
     # --- placing ---------------------------------------------------------------------------------
     def place(
@@ -119,12 +137,17 @@ class Resources:
         num_gpus: float | None = None,
         actor_options: Mapping[str, Any] | None = None,
         call_timeout_s: float = 300.0,
+        replace_dead: bool = True,
+        elastic: bool = True,
     ) -> Cluster:
         """Place `replicas` actors of `cls` (see the module doc for precedence and guarantees).
 
         `args`/`kwargs` go to every constructor; `worker_kwargs(placement)` adds per-worker keyword
         arguments (e.g. `lambda p: {"name": p.worker, "device": p.device}`). `actor_options` are passed to
-        Ray's `.options()` (e.g. `max_concurrency`, `runtime_env`).
+        Ray's `.options()` (e.g. `max_concurrency`, `runtime_env`). `replace_dead`: a worker that dies is
+        replaced (same arguments, same pool chain); `elastic`: the cluster grows when its preferred pool
+        is `elastic` and gains capacity. A group that must be rebuilt as a whole (DDP ranks) passes False
+        to both and handles deaths itself.
         """
         if isinstance(cls, ray.actor.ActorClass):
             raise TypeError("pass the plain class to place(), not a @ray.remote class; rollart makes the actor")
@@ -134,47 +157,13 @@ class Resources:
                              f"num_cpus=, num_gpus=)")
         req = resolve_request(cls, self.pools, self.roles, role=role, pool=pool, fallback=fallback,
                               replicas=replicas)
-        remote_cls = ray.remote(cls)
-        placements: list[Placement] = []
-        groups: list[Any] = []
-        actors: list[ray.actor.ActorHandle] = []
-
-        def release() -> None:
-            _release(self.manager, placements, groups, actors)
-
-        try:
-            for _ in range(req.replicas):
-                got = _call(self.manager.reserve.remote(req.role, list(req.chain), slots), "reserve")
-                if isinstance(got, NoRoom):
-                    raise PlacementError(got.message())
-                placements.append(got)
-                if got.fell_back:
-                    log.warning(
-                        "fallback: worker %s (role '%s') preferred pool '%s', which is full; placed on '%s' "
-                        "(counted in pools/%s/fallbacks_in)",
-                        got.worker, got.role, got.preferred, got.pool, got.pool,
-                    )
-                request = ray_request(self.pools[got.pool], got.pool, slots, num_cpus, num_gpus)
-                group, node_id = self._reserve_on_ray(got, request)
-                groups.append(group)
-                placed = replace(got, node_id=node_id)
-                placements[-1] = placed
-                _call(self.manager.confirm.remote(placed.worker, node_id), "confirm")
-                options: dict[str, Any] = {
-                    "num_cpus": request.get("CPU", 0.0),
-                    "num_gpus": request.get("GPU", 0.0),
-                    "resources": {pool_resource(placed.pool): slots},
-                    "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0),
-                    "max_restarts": 0,
-                }
-                options.update(actor_options or {})
-                extra = dict(worker_kwargs(placed)) if worker_kwargs else {}
-                actors.append(remote_cls.options(**options).remote(*args, **{**(kwargs or {}), **extra}))
-            self._wait_started(placements, actors)
-        except BaseException:
-            release()
-            raise
-        return Cluster(req.role, placements, actors, release, call_timeout_s)
+        factory = _WorkerFactory(self, ray.remote(cls), req, args, kwargs or {}, worker_kwargs, slots, num_cpus,
+                                 num_gpus, actor_options or {})
+        members = factory.spawn_all(req.replicas)
+        cluster = Cluster(req.role, members, factory, call_timeout_s, chain=req.chain, slots=slots,
+                          replace_dead=replace_dead, elastic=elastic and self.pools[req.chain[0]].elastic)
+        self._watch(cluster)
+        return cluster
 
     def spawn(self, cls: type, *args: Any, name: str, **kwargs: Any) -> ray.actor.ActorHandle:
         """A control-plane actor (LLM proxy, turn barrier) that holds no pool slot and no CPU: it only
@@ -211,20 +200,61 @@ class Resources:
             f"a node holding it has left.{hint}"
         )
 
-    def _wait_started(self, placements: list[Placement], actors: list[ray.actor.ActorHandle]) -> None:
-        refs = [a.__ray_ready__.remote() for a in actors]
+    def _wait_started(self, members: Sequence[Member]) -> None:
+        refs = [m.actor.__ray_ready__.remote() for m in members]
         _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
         if pending:
-            late = [p.worker for p, r in zip(placements, refs) if r in pending]
+            late = [m.worker for m, r in zip(members, refs) if r in pending]
             raise PlacementError(
                 f"workers {', '.join(late)} were placed but did not finish starting within "
                 f"{self.start_timeout_s:g} s (cluster.start_timeout_s): a slow or hung constructor"
             )
-        for placed, ref in zip(placements, refs):
+        for member, ref in zip(members, refs):
             try:
                 ray.get(ref)
             except ray.exceptions.RayError as exc:
-                raise PlacementError(f"worker {placed.worker} failed to start: {exc}") from exc
+                raise PlacementError(f"worker {member.worker} failed to start: {exc}") from exc
+
+    # --- keeping clusters whole ------------------------------------------------------------------
+    def _watch(self, cluster: Cluster) -> None:
+        with self._lock:
+            self._clusters.append(cluster)
+            if self._health is None:
+                self._health = Ticker(self.check_health, self.health_interval_s)
+
+    def _unwatch(self, cluster: Cluster) -> None:
+        with self._lock:
+            if cluster in self._clusters:
+                self._clusters.remove(cluster)
+            health = self._health if not self._clusters else None
+            if health is not None:
+                self._health = None
+        if health is not None:
+            health.stop()
+
+    def check_health(self) -> None:
+        """One health check (the background thread runs it every `cluster.health_interval_s`): report
+        dead workers to their clusters, follow pool capacity to the alive nodes, grow elastic clusters."""
+        with self._lock:
+            clusters = list(self._clusters)
+        if not clusters:
+            return
+        states = actor_states({m.actor_id for c in clusters for m in c.watched()})
+        for cluster in clusters:
+            cluster.check(states)
+        totals = ray.cluster_resources()
+        capacity = {name: cluster_capacity(name, totals) for name in self.pools}
+        if capacity == self._capacity:
+            return
+        grown = {p for p, c in capacity.items() if c > self._capacity.get(p, 0.0)}
+        for p in sorted(p for p in capacity if capacity[p] != self._capacity.get(p)):
+            log.warning("pool %s: the alive Ray nodes now hold %g of %s (was %g)", p, capacity[p],
+                        pool_resource(p), self._capacity.get(p, 0.0))
+        _call(self.manager.set_capacity.remote(capacity), "set_capacity")
+        self._capacity = capacity
+        for cluster in clusters:
+            if cluster.elastic and cluster.chain[0] in grown:
+                cluster.grow()
 
     # --- reporting -------------------------------------------------------------------------------
     def snapshot(self) -> tuple[PoolStatus, ...]:
@@ -234,8 +264,103 @@ class Resources:
         return tuple(replace(s, nodes=nodes[s.name]) for s in statuses)
 
     def metrics(self) -> dict[str, float]:
-        """`pools/<pool>/{capacity,free,held,workers,fallbacks_in,fallbacks_out}` and `pools/fallbacks`."""
+        """`pools/<pool>/{capacity,free,held,workers,fallbacks_in,fallbacks_out,worker_deaths,
+        replacements}` and `pools/fallbacks`."""
         return pool_metrics(_call(self.manager.snapshot.remote(), "snapshot"))
+
+
+class _WorkerFactory:
+    """Places workers of one cluster, now and later (the `cluster.Placer` of the Cluster it made)."""
+
+    def __init__(self, resources: Resources, remote_cls: Any, req: PlacementRequest, args: Sequence[Any],
+                 kwargs: Mapping[str, Any], worker_kwargs: Callable[[Placement], Mapping[str, Any]] | None,
+                 slots: float, num_cpus: float, num_gpus: float | None, actor_options: Mapping[str, Any]) -> None:
+        self.resources = resources
+        self.remote_cls = remote_cls
+        self.req = req
+        self.args, self.kwargs, self.worker_kwargs = tuple(args), dict(kwargs), worker_kwargs
+        self.slots, self.num_cpus, self.num_gpus = slots, num_cpus, num_gpus
+        self.actor_options = dict(actor_options)
+
+    def spawn_all(self, replicas: int) -> list[Member]:
+        """The first `replicas` workers, all or nothing (constructors run in parallel)."""
+        members: list[Member] = []
+        try:
+            for slot in range(replicas):
+                members.append(self._create(slot, self.req.chain))
+            self.resources._wait_started(members)
+        except BaseException:
+            self.release(members)
+            raise
+        return members
+
+    def spawn(self, slot: int, growing: bool = False) -> Member:
+        """One started worker for `slot`: on the chain's first pool with room (`growing`: its first only)."""
+        member = self._create(slot, self.req.chain[:1] if growing else self.req.chain)
+        try:
+            self.resources._wait_started([member])
+        except BaseException:
+            self.release([member])
+            raise
+        return member
+
+    def _create(self, slot: int, chain: Sequence[str]) -> Member:
+        res = self.resources
+        got = _call(res.manager.reserve.remote(self.req.role, list(chain), self.slots), "reserve")
+        if isinstance(got, NoRoom):
+            raise PlacementError(got.message())
+        if got.fell_back:
+            log.warning(
+                "fallback: worker %s (role '%s') preferred pool '%s', which is full; placed on '%s' "
+                "(counted in pools/%s/fallbacks_in)",
+                got.worker, got.role, got.preferred, got.pool, got.pool,
+            )
+        member = Member(slot, got, actor=None)
+        try:
+            request = ray_request(res.pools[got.pool], got.pool, self.slots, self.num_cpus, self.num_gpus)
+            member.group, node_id = res._reserve_on_ray(got, request)
+            member.placement = replace(got, node_id=node_id)
+            _call(res.manager.confirm.remote(got.worker, node_id), "confirm")
+            options: dict[str, Any] = {
+                "num_cpus": request.get("CPU", 0.0),
+                "num_gpus": request.get("GPU", 0.0),
+                "resources": {pool_resource(got.pool): self.slots},
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(member.group, placement_group_bundle_index=0),
+                "max_restarts": 0,  # a dead worker is replaced by the resource plane, with fresh state
+                **self.actor_options,
+            }
+            extra = dict(self.worker_kwargs(member.placement)) if self.worker_kwargs else {}
+            member.actor = self.remote_cls.options(**options).remote(*self.args, **{**self.kwargs, **extra})
+        except BaseException:
+            self.release([member])
+            raise
+        return member
+
+    def release(self, members: Sequence[Member]) -> None:
+        """Kill the actors, remove their placement groups, give the slots back; each once, each step
+        tolerating a dead peer."""
+        fresh = [m for m in members if not m.released]
+        for m in fresh:
+            m.released = True
+        _release(self.resources.manager, [m.placement for m in fresh], [m.group for m in fresh if m.group],
+                 [m.actor for m in fresh if m.actor is not None])
+
+    def record_death(self, member: Member) -> None:
+        _call(self.resources.manager.record_death.remote(member.worker), "record_death")
+
+    def record_replacement(self, pool: str) -> None:
+        _call(self.resources.manager.record_replacement.remote(pool), "record_replacement")
+
+    def room(self, pool: str) -> float:
+        return float(_call(self.resources.manager.free.remote(pool), "free"))
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        # a daemon thread per job: a replacement's constructor may take seconds and must not hold up
+        # the health check; a run that ends does not wait for it
+        threading.Thread(target=fn, name="rollart-replace", daemon=True).start()
+
+    def forget(self, cluster: Cluster) -> None:
+        self.resources._unwatch(cluster)
 
 
 def _call(ref: ray.ObjectRef, what: str) -> Any:

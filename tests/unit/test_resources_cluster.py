@@ -1,0 +1,130 @@
+"""Cluster membership logic with a fake placer (no Ray): deaths are handled once, replacements go into
+the dead worker's slot, a replacement that cannot be placed is retried at every health check, elastic
+growth fills the preferred pool's room, and a shut-down cluster neither replaces nor grows."""
+
+from __future__ import annotations
+
+import threading
+
+from rollart.resources.cluster import Cluster, Member
+from rollart.resources.errors import PlacementError
+from rollart.resources.health import ActorState
+from rollart.resources.ledger import Placement
+
+
+class FakeActor:
+    def __init__(self, n: int) -> None:
+        self._actor_id = type("Id", (), {"hex": lambda _self, n=n: f"actor{n:04d}"})()
+
+
+class FakePlacer:
+    def __init__(self, room: float = 0.0) -> None:
+        self.made = 0
+        self.fail_next = 0
+        self.room_left = room
+        self.released: list[str] = []
+        self.deaths: list[str] = []
+        self.replacements: list[str] = []
+        self.forgotten = False
+
+    def member(self, slot: int, pool: str = "a") -> Member:
+        self.made += 1
+        placed = Placement(f"r/{pool}/{slot}", "r", pool, slot, "a", 1.0, "cpu")
+        return Member(slot, placed, FakeActor(self.made))
+
+    def spawn(self, slot: int, growing: bool = False) -> Member:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise PlacementError("no room")
+        if growing:
+            self.room_left -= 1
+        return self.member(slot, "a" if growing else "b")
+
+    def release(self, members) -> None:
+        self.released += [m.worker for m in members if not m.released]
+        for m in members:
+            m.released = True
+
+    def record_death(self, member) -> None:
+        self.deaths.append(member.worker)
+
+    def record_replacement(self, pool: str) -> None:
+        self.replacements.append(pool)
+
+    def room(self, pool: str) -> float:
+        return self.room_left
+
+    def submit(self, fn) -> None:
+        fn()  # synchronously: the logic, not the threading, is under test
+
+    def forget(self, cluster) -> None:
+        self.forgotten = True
+
+
+def make(placer: FakePlacer, n: int = 2, **policy) -> tuple[Cluster, list]:
+    cluster = Cluster("r", [placer.member(i) for i in range(n)], placer, chain=("a", "b"), **policy)
+    events: list = []
+    lock = threading.Lock()
+
+    def add(e) -> None:
+        with lock:
+            events.append(e)
+
+    cluster.on_change(add)
+    return cluster, events
+
+
+def test_a_death_is_handled_once_and_replaced_in_its_slot_on_the_chain():
+    placer = FakePlacer()
+    cluster, events = make(placer, replace_dead=True)
+    dead = cluster.members()[1]
+    assert cluster.report_dead(dead.actor, "SIGKILL") is True
+    assert cluster.report_dead(dead.actor, "again") is False
+    cluster.check({dead.actor_id: ActorState("DEAD", "gone")})  # the health check agrees: nothing new
+    assert [(e.kind, e.slot) for e in events] == [("died", 1), ("joined", 1)]
+    assert events[0].cause == "SIGKILL" and events[1].pool == "b"  # the fake places replacements on "b"
+    assert placer.deaths == ["r/a/1"] and placer.replacements == ["a"] and placer.released == ["r/a/1"]
+    assert [m.slot for m in cluster.members()] == [0, 1] and cluster.names == ["r/a/0", "r/b/1"]
+
+
+def test_a_replacement_without_room_is_retried_at_every_health_check():
+    placer = FakePlacer()
+    cluster, events = make(placer, replace_dead=True)
+    placer.fail_next = 2
+    cluster.report_dead(cluster.members()[0].actor, "node left")
+    assert [e.kind for e in events] == ["died"] and len(cluster) == 1
+    cluster.check({})
+    assert len(cluster) == 1  # second failure
+    cluster.check({})
+    assert [e.kind for e in events] == ["died", "joined"] and len(cluster) == 2
+    assert placer.replacements == ["a"]
+
+
+def test_without_replace_dead_the_death_is_only_reported():
+    placer = FakePlacer()
+    cluster, events = make(placer)
+    cluster.check({cluster.members()[0].actor_id: ActorState("DEAD", "crashed")})
+    assert [(e.kind, e.cause) for e in events] == [("died", "crashed")]
+    cluster.check({})
+    assert len(cluster) == 1 and placer.replacements == []
+
+
+def test_elastic_growth_fills_the_room_of_the_preferred_pool_only_when_elastic():
+    placer = FakePlacer(room=2)
+    cluster, events = make(placer, n=1)
+    cluster.grow()
+    assert len(cluster) == 1  # not elastic: nothing
+    cluster.elastic = True
+    cluster.grow()
+    assert [(e.kind, e.slot, e.pool) for e in events] == [("joined", 1, "a"), ("joined", 2, "a")]
+    assert len(cluster) == 3 and placer.room_left == 0
+
+
+def test_a_shut_down_cluster_releases_everyone_and_replaces_no_one():
+    placer = FakePlacer()
+    cluster, events = make(placer, replace_dead=True)
+    actor = cluster.members()[0].actor
+    cluster.shutdown()
+    cluster.shutdown()
+    assert placer.forgotten and sorted(placer.released) == ["r/a/0", "r/a/1"]
+    assert cluster.report_dead(actor, "late news") is False and events == []
