@@ -387,9 +387,12 @@ class TurnGate(Protocol):
 @runtime_checkable
 class WeightPublisher(Protocol):
     """The trainer's side of the weight store: publish one policy version — the named tensors of the full
-    weights, or a `LoraAdapter` (a LoRA run: only the adapter tensors travel)."""
+    weights, or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish again a
+    version published before, with the same tensors (a trainer rebuilt after a rank died)."""
 
-    def publish(self, version: int, weights: Mapping[str, Any] | LoraAdapter) -> Mapping[str, float]: ...
+    def publish(
+        self, version: int, weights: Mapping[str, Any] | LoraAdapter, replace: bool = False
+    ) -> Mapping[str, float]: ...
 
 
 @runtime_checkable

@@ -1,11 +1,22 @@
-"""`rollart train [RUN.yaml] [overrides]`: run a training job; `resume=true` continues the run in run_dir."""
+"""`rollart train [RUN.yaml] [overrides]`: run a training job; `resume=true` continues the run in run_dir.
+
+A run that stops on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
+exact command that continues it from its last checkpoint: the same run file and overrides, with
+`run_dir=<its run dir> resume=true`. An expected failure (the trainer group past `train.restarts`, a
+resource-plane error) is told in one message; anything else with its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
+import traceback
+from typing import Sequence
 
 from rollart.commands.common import add_run_args, config_from_args, setup_logging
+from rollart.config import RunConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,15 +28,45 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config stops here, before anything starts
     setup_logging(cfg)
+    from rollart.config_loader import ConfigError
     from rollart.driver import train
     from rollart.observability.report import build_report
+    from rollart.resources.errors import ResourceError
+    from rollart.trainer import TrainerFailed
 
-    summary = train(cfg)
+    try:
+        summary = train(cfg)
+    except ConfigError:
+        raise  # refused before anything started: nothing to resume
+    except KeyboardInterrupt:
+        print(f"rollart: interrupted. {resume_hint(args.items, cfg)}", file=sys.stderr)
+        return 130
+    except (TrainerFailed, ResourceError) as exc:
+        print(f"rollart: training stopped: {exc}\n{resume_hint(args.items, cfg)}", file=sys.stderr)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        print(f"rollart: training stopped on the error above. {resume_hint(args.items, cfg)}", file=sys.stderr)
+        return 1
     report = build_report(cfg.run_dir)
     print(_table(summary))
     print(json.dumps({k: summary[k] for k in ("eval_first", "eval_last", "steps", "wall_s")}, default=str))
     print(f"run directory: {cfg.run_dir}  (report: {report})")
     return 0
+
+
+def resume_command(items: Sequence[str], run_dir: str) -> str:
+    """`rollart train` with the same run file and overrides, pointed at `run_dir`, with resume=true."""
+    kept = [i for i in items if i.split("=", 1)[0] not in ("run_dir", "resume")]
+    return shlex.join(["rollart", "train", *kept, f"run_dir={run_dir}", "resume=true"])
+
+
+def resume_hint(items: Sequence[str], cfg: RunConfig) -> str:
+    from rollart.trainer import latest_checkpoint
+
+    latest = latest_checkpoint(cfg.run_dir)
+    where = f"its last checkpoint ({latest.name})" if latest else "the start (no checkpoint was written yet)"
+    return f"To continue from {where}:\n  {resume_command(items, cfg.run_dir)}"
 
 
 def _table(summary: dict) -> str:

@@ -8,8 +8,9 @@ Driver API: `TrainerGroup` (group.py), `latest_checkpoint` (checkpoint.py). The 
 
 from rollart.trainer.checkpoint import latest_checkpoint, list_checkpoints
 from rollart.trainer.core import Trainer
-from rollart.trainer.group import TrainerGroup
+from rollart.trainer.group import TrainerFailed, TrainerGroup
 from rollart.trainer.objective import Objective
 from rollart.trainer.worker import TrainerWorker
 
-__all__ = ["Objective", "Trainer", "TrainerGroup", "TrainerWorker", "latest_checkpoint", "list_checkpoints"]
+__all__ = ["Objective", "Trainer", "TrainerFailed", "TrainerGroup", "TrainerWorker", "latest_checkpoint",
+           "list_checkpoints"]

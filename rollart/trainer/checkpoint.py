@@ -18,8 +18,11 @@ Each `<name>.json` (+ `<name>.safetensors`) pair is written and read by `state_f
 `load_state`: plain JSON with tensors by name (the encoding is in state_files.py). To add state, put plain
 data (or tensors) into `extra_state` or the trainer state dict; nothing else is needed.
 
-Guarantees: a checkpoint appears under its final name only once complete (written to a hidden temporary
-directory, then renamed), so `latest_checkpoint` never returns a partial one; `finalize` keeps the newest
+Guarantees: a checkpoint appears under its final name only once complete and on disk — written to a
+hidden temporary directory, every file and directory in it fsynced, renamed, the parent directory fsynced —
+so `latest_checkpoint` never returns a partial one, even after a power cut or a SIGKILL mid-save. A save
+that fails removes its temporary directory (`discard`); one cut short by a kill leaves it, and the next
+start of the run's trainer removes it (`remove_partial`). `finalize` keeps the newest
 `train.keep_checkpoints`. Nothing here unpickles: `check_no_pickles` refuses a run whose checkpoints hold a
 pickle file (a `torch.save` file, or anything named .pt/.pth/.pkl/.pickle/.bin/.ckpt — including
 checkpoints of an older rollart), naming the file, before anything is loaded.
@@ -27,6 +30,8 @@ checkpoints of an older rollart), naming the file, before anything is loaded.
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import re
 import shutil
@@ -44,6 +49,9 @@ STATE = "trainer_state"
 EXTRA = "extra_state"
 REFERENCE_FILE = "reference.safetensors"
 _STEP = re.compile(r"^step_(\d+)$")
+_PARTIAL = re.compile(r"^\.step_\d+\.tmp-[0-9a-f]+$")
+
+log = logging.getLogger("rollart.trainer")
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin", ".ckpt")
 DATA_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".md")  # parsed as data, never unpickled
 
@@ -81,13 +89,47 @@ def temporary_path(final: Path) -> Path:
 
 
 def finalize(tmp: Path, final: Path, keep: int) -> Path:
-    """Publish a fully written checkpoint under its name, then drop all but the newest `keep`."""
+    """Publish a fully written checkpoint under its name (durably), then drop all but the newest `keep`."""
+    _fsync_tree(tmp)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    _fsync(final.parent)
     for old in list_checkpoints(final.parent.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def discard(tmp: Path) -> None:
+    """Remove what a failed save wrote (its temporary directory); never raises."""
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_partial(run_dir: str | Path) -> list[Path]:
+    """Remove temporary directories that saves cut short by a kill left behind; returns what was removed."""
+    root = checkpoints_root(run_dir)
+    if not root.is_dir():
+        return []
+    partial = [p for p in root.iterdir() if _PARTIAL.match(p.name)]
+    for path in partial:
+        log.warning("removing %s: a checkpoint save that was cut short", path)
+        discard(path)
+    return partial
+
+
+def _fsync_tree(root: Path) -> None:
+    for directory, _, files in os.walk(root):
+        for name in files:
+            _fsync(Path(directory) / name)
+        _fsync(Path(directory))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def rng_state() -> dict[str, Any]:

@@ -3,7 +3,8 @@
 In: the `RunConfig` (`train.workers` ranks, `roles.trainer` may override the `train` pool), the resource
 plane's `Resources` (it places the actors), the policy `Objective` (`rollart.algo.PolicyObjective`) and the
 weight store's `WeightPublisher`; optionally a checkpoint to resume from. Out: `train_step`, `sft_step`
-(metrics of rank 0, after checking every rank agrees), `save_checkpoint`, `version`, `extra_state`.
+(metrics of rank 0, after checking every rank agrees), `save_checkpoint`, `version`, `extra_state`,
+`restarts`.
 
     group = TrainerGroup(cfg, rt.resources, PolicyObjective.from_config(cfg.train), store.publisher(),
                          checkpoint=latest_checkpoint(cfg.run_dir) if cfg.resume else None)
@@ -11,22 +12,42 @@ weight store's `WeightPublisher`; optionally a checkpoint to resume from. Out: `
 Guarantees: at construction the weights of `group.version` (0, or the checkpoint's) are published; every
 step publishes the next version before it returns; every call is bounded by `train.timeout_s`; ranks that
 disagree on loss or version are an error, never averaged away.
+
+A rank that dies: the moment it is known (a call it ended, or the resource plane's health check) every
+other rank is killed too, so none waits out a gloo/NCCL timeout for it. The next call — or the call that
+saw the death — rebuilds the group: new ranks load the latest checkpoint this group wrote or started from
+(the initial weights if none), replay the steps taken since (kept in memory: their batches), which gives
+the same weights bit for bit on CPU without publishing versions the store already holds, then run the
+call. At most `train.restarts` rebuilds; past that the call raises `TrainerFailed` at once. A save that
+fails removes its temporary directory; a rebuild first removes temporary directories a kill left behind.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import ray
 
 from rollart.config import RunConfig
+from rollart.resources.cluster import Cluster, MemberEvent
+from rollart.resources.errors import WorkerDied
 from rollart.resources.placement import Resources
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
 from rollart.trainer.worker import TrainerWorker
 from rollart.types import TrainBatch, TrainSample, WeightPublisher
+
+log = logging.getLogger("rollart.trainer")
+T = TypeVar("T")
+SftData = Sequence[TrainSample | Sequence[Mapping[str, str]]]
+
+
+class TrainerFailed(RuntimeError):
+    """The trainer group lost a rank more often than `train.restarts` allows; the run cannot go on here."""
 
 
 class TrainerGroup:
@@ -39,25 +60,14 @@ class TrainerGroup:
         *,
         checkpoint: str | Path | None = None,
     ) -> None:
-        self.cfg = cfg
-        n = cfg.train.workers
-        ranks = itertools.count()
-        self.cluster = resources.place(
-            TrainerWorker,
-            replicas=n,
-            args=(cfg, objective, publisher),
-            worker_kwargs=lambda p: {"rank": next(ranks), "world_size": n, "name": p.worker, "device": p.device},
-            call_timeout_s=cfg.train.timeout_s,
-        )
-        try:
-            meet = self.cluster.gather([self.cluster.call_one(0, "rendezvous")])[0]
-            one_node = all(other == meet["node"] for other in self.cluster.gather(self.cluster.call_all("node_id")))
-            init_method = meet["file"] if one_node else meet["tcp"]
-            ready = self.cluster.gather(self.cluster.call_all("setup", init_method,
-                                                              str(checkpoint) if checkpoint else None))
-        except BaseException:
-            self.cluster.shutdown()
-            raise
+        self.cfg, self.resources, self.objective, self.publisher = cfg, resources, objective, publisher
+        self.restarts = 0
+        self._checkpoint = Path(checkpoint) if checkpoint else None  # what a rebuild starts from
+        self._journal: list[tuple[str, Any]] = []  # steps since that checkpoint: ("train", batch) | ("sft", data)
+        self._death: WorkerDied | None = None  # a rank died while no call was running
+        self._lock = threading.Lock()
+        ckpt.remove_partial(cfg.run_dir)
+        ready = self._start(publish_after=-1)
         self.version: int = self._agree(ready, "version")
         self.extra_state: dict[str, Any] = ready[0]["extra_state"] or {}
         self.setup_metrics: dict[str, float] = {k: v for k, v in ready[0].items()
@@ -67,34 +77,131 @@ class TrainerGroup:
     def names(self) -> list[str]:
         return self.cluster.names
 
+    # --- steps ---------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One RL step on every rank (the batch is put in the object store once); publishes version + 1."""
+        metrics = self._call(lambda: self._train(batch))
+        self._journal.append(("train", batch))
+        return {**metrics, "train/restarts": float(self.restarts)}
+
+    def sft_step(self, data: SftData) -> dict[str, float]:
+        """One supervised step (samples or chat conversations); publishes version + 1."""
+        metrics = self._call(lambda: self._sft(data))
+        self._journal.append(("sft", list(data)))
+        return metrics
+
+    def save_checkpoint(self, extra_state: Mapping[str, Any] | None = None) -> Path:
+        """Write RUN_DIR/checkpoints/step_<version> (complete or absent), keep the newest K; its path."""
+        path = self._call(lambda: self._save(dict(extra_state or {})))
+        self._checkpoint, self._journal = path, []
+        return path
+
+    def weights(self, rank: int = 0) -> dict[str, Any]:
+        """A copy of one rank's weights (for checks)."""
+        return self._call(lambda: self.cluster.gather([self.cluster.call_one(rank, "weights")])[0])
+
+    def pids(self) -> list[int]:
+        """Each rank's process id (fault injection)."""
+        return self.cluster.gather(self.cluster.call_all("pid"))
+
+    def _train(self, batch: TrainBatch) -> dict[str, float]:
         ref = ray.put(batch)
         results = self.cluster.gather(self.cluster.call_all("train_step", ref))
         self._agree(results, "train/loss")
         self.version = int(self._agree(results, "train/version"))
         return results[0]
 
-    def sft_step(self, data: Sequence[TrainSample | Sequence[Mapping[str, str]]]) -> dict[str, float]:
-        """One supervised step (samples or chat conversations); publishes version + 1."""
+    def _sft(self, data: SftData) -> dict[str, float]:
         ref = ray.put(list(data))
         results = self.cluster.gather(self.cluster.call_all("sft_step", ref))
         self._agree(results, "sft/loss")
         self.version = int(self._agree(results, "train/version"))
         return results[0]
 
-    def save_checkpoint(self, extra_state: Mapping[str, Any] | None = None) -> Path:
-        """Write RUN_DIR/checkpoints/step_<version> (complete or absent), keep the newest K; its path."""
+    def _save(self, extra_state: dict[str, Any]) -> Path:
         final = ckpt.step_path(self.cfg.run_dir, self.version).resolve()
         tmp = ckpt.temporary_path(final)
-        self.cluster.gather(self.cluster.call_all("save_checkpoint", str(tmp), dict(extra_state or {})))
-        keep = self.cfg.train.keep_checkpoints
-        return Path(self.cluster.gather([self.cluster.call_one(0, "finalize_checkpoint", str(tmp), str(final), keep)])[0])
+        try:
+            self.cluster.gather(self.cluster.call_all("save_checkpoint", str(tmp), extra_state))
+            keep = self.cfg.train.keep_checkpoints
+            return Path(self.cluster.gather([self.cluster.call_one(0, "finalize_checkpoint", str(tmp), str(final),
+                                                                   keep)])[0])
+        except BaseException:
+            ckpt.discard(tmp)  # a failed write leaves nothing behind
+            raise
 
-    def weights(self, rank: int = 0) -> dict[str, Any]:
-        """A copy of one rank's weights (for checks)."""
-        return self.cluster.gather([self.cluster.call_one(rank, "weights")])[0]
+    # --- deaths and rebuilds -------------------------------------------------------------------------
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the group; a rank's death (before or during it) rebuilds the group and runs it again."""
+        while True:
+            try:
+                if self._death is not None:
+                    raise self._death
+                return fn()
+            except WorkerDied as death:
+                self._abort()
+                self._rebuild(death)
 
+    def _rebuild(self, death: WorkerDied) -> None:
+        limit = self.cfg.train.restarts
+        if self.restarts >= limit:
+            raise TrainerFailed(
+                f"trainer rank {death.worker} died ({death.cause}) and the group was already rebuilt "
+                f"{self.restarts} time(s) (train.restarts={limit}): stopping"
+            ) from death
+        self.restarts += 1
+        target = self.version
+        source = str(self._checkpoint) if self._checkpoint else "the initial weights"
+        log.warning("trainer rank %s died (%s): rebuilding the group from %s and replaying %d step(s) to "
+                    "version %d (restart %d of %d)", death.worker, death.cause, source, len(self._journal),
+                    target, self.restarts, limit)
+        self._death = None
+        ckpt.remove_partial(self.cfg.run_dir)
+        ready = self._start(publish_after=target)
+        self.version = self._agree(ready, "version")
+        for kind, data in self._journal:
+            self._train(data) if kind == "train" else self._sft(data)
+        if self.version != target:
+            raise TrainerFailed(f"the rebuilt trainer group replayed to version {self.version}, not {target}")
+
+    def _start(self, publish_after: int) -> list[dict[str, Any]]:
+        """Place the ranks, meet, set up from the checkpoint; rank 0 publishes versions > `publish_after`."""
+        n = self.cfg.train.workers
+        ranks = itertools.count()
+        self.cluster: Cluster = self.resources.place(
+            TrainerWorker,
+            replicas=n,
+            args=(self.cfg, self.objective, self.publisher),
+            worker_kwargs=lambda p: {"rank": next(ranks), "world_size": n, "name": p.worker, "device": p.device},
+            call_timeout_s=self.cfg.train.timeout_s,
+            replace_dead=False,  # DDP ranks are rebuilt as a group, from a checkpoint (see the module doc)
+            elastic=False,
+        )
+        self.cluster.on_change(self._on_change)
+        try:
+            meet = self.cluster.gather([self.cluster.call_one(0, "rendezvous")])[0]
+            one_node = all(other == meet["node"] for other in self.cluster.gather(self.cluster.call_all("node_id")))
+            init_method = meet["file"] if one_node else meet["tcp"]
+            checkpoint = str(self._checkpoint) if self._checkpoint else None
+            return self.cluster.gather(self.cluster.call_all("setup", init_method, checkpoint, publish_after))
+        except BaseException:
+            self.cluster.shutdown()
+            raise
+
+    def _on_change(self, event: MemberEvent) -> None:
+        """A rank died (seen by the health check or a caller): kill the others now, so no rank sits in a
+        collective waiting for it, and let the next call rebuild."""
+        if event.kind != "died":
+            return
+        with self._lock:
+            if self._death is None:
+                self._death = WorkerDied(event.worker, event.cause)
+        self._abort()
+
+    def _abort(self) -> None:
+        self.cluster.shutdown()
+
+    # --- ending --------------------------------------------------------------------------------------
     def close(self) -> None:
         self.cluster.shutdown()
 

@@ -4,6 +4,9 @@ In: the `RunConfig`, the injected `Objective` and `WeightPublisher` (the trainer
 weights planes), this rank, the world size, its worker name and torch device (from its placement).
 Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights (a LoRA run:
 the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored), other ranks hold the same weights.
+A group rebuilt after a rank died is set up with `publish_after` = the newest version the store holds: it
+replays steps whose versions were published already, and publishes those again with `replace=True` (the
+dead rank 0's buckets died with it) if the store may still hold them (the last `weights.keep_versions`).
 
 Life: constructed cheaply by the resource plane, then `rendezvous` (rank 0 offers a file store on its node
 and a TCP address), `setup(init_method, checkpoint)` (process group — gloo on CPU, NCCL on CUDA — the
@@ -54,6 +57,7 @@ class TrainerWorker:
         self.rank, self.world_size, self.name = rank, world_size, name or f"trainer/train/{rank}"
         self.device = device or "cpu"
         self.trainer: Trainer | None = None
+        self._published = -1  # the newest version the store holds from this group (or an earlier one)
 
     def rendezvous(self) -> dict[str, str]:
         """Where the other ranks meet rank 0: a file store on this node (used when every rank runs here:
@@ -70,9 +74,10 @@ class TrainerWorker:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def setup(self, init_method: str, checkpoint: str | None = None) -> dict[str, Any]:
+    def setup(self, init_method: str, checkpoint: str | None = None, publish_after: int = -1) -> dict[str, Any]:
         """Join the process group at `init_method`, build the model, load `checkpoint` if given; rank 0
-        publishes the weights of the resulting version."""
+        publishes the weights of the resulting version (and of every later one) if newer than `publish_after`."""
+        self._published = publish_after
         if self.device.startswith("cuda"):
             if ray.get_gpu_ids():  # Ray made only this worker's GPU visible: it is device 0 here
                 self.device = "cuda:0"
@@ -96,10 +101,15 @@ class TrainerWorker:
         return {"version": self.trainer.version, "extra_state": extra if self.rank == 0 else None, **metrics}
 
     def publish(self) -> dict[str, float]:
-        """Rank 0 publishes the current weights under the current version; other ranks do nothing."""
-        if self.rank != 0:
+        """Rank 0 publishes the current weights under the current version (again, if published before and
+        maybe still held); other ranks do nothing."""
+        version = self._t().version
+        if self.rank != 0 or version <= self._published - self.cfg.weights.keep_versions:
             return {}
-        return dict(self.publisher.publish(self._t().version, self._t().published_weights()))
+        again = version <= self._published
+        metrics = dict(self.publisher.publish(version, self._t().published_weights(), replace=again))
+        self._published = max(self._published, version)
+        return {} if again else metrics
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         return self._t().train_step(batch) | self.publish()
@@ -112,6 +122,10 @@ class TrainerWorker:
 
     def finalize_checkpoint(self, tmp: str, final: str, keep: int) -> str:
         return str(ckpt.finalize(Path(tmp), Path(final), keep))
+
+    def pid(self) -> int:
+        """This rank's process id (fault-injection tests and benchmarks kill it)."""
+        return os.getpid()
 
     def weights(self) -> dict[str, torch.Tensor]:
         """A copy of this rank's weights (for checks; the store is the path for serving)."""

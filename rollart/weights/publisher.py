@@ -7,7 +7,9 @@ Out: the version's buckets in the Ray object store, registered with the store ac
 
 Guarantees: the bytes put are exactly the tensors' bytes at the time of the call (the object store holds
 its own copy: training may go on at once); `publish` returns only once the store holds the version, so a
-subscriber that sees it as latest can pull it. The object is picklable and is handed to the trainer
+subscriber that sees it as latest can pull it. Ray ties the buckets to the process that put them: when a
+trainer dies, the versions it published become unpullable until a rebuilt trainer, replaying the same
+steps, publishes them again with `replace=True` (bit-identical tensors; the store swaps the buckets). The object is picklable and is handed to the trainer
 actor; the trainer never imports this package.
 """
 
@@ -30,13 +32,14 @@ class StorePublisher:
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.timeout_s = timeout_s
 
-    def publish(self, version: int, weights: Mapping[str, Any] | LoraAdapter) -> Mapping[str, float]:
+    def publish(self, version: int, weights: Mapping[str, Any] | LoraAdapter, replace: bool = False
+                ) -> Mapping[str, float]:
         start = time.perf_counter()
         adapter_config = dict(weights.config) if isinstance(weights, LoraAdapter) else None
         buckets, metas = pack(weights.tensors if isinstance(weights, LoraAdapter) else weights, self.bucket_bytes)
         refs = [ray.put(b.arrays) for b in buckets]
         nbytes = sum(b.nbytes for b in buckets)
-        wait(self.store.register.remote(version, refs, metas, nbytes, adapter_config), self.timeout_s,
+        wait(self.store.register.remote(version, refs, metas, nbytes, adapter_config, replace), self.timeout_s,
              f"register(v{version})")
         return {PUBLISH: time.perf_counter() - start, "weights/publish_mb": nbytes / 2**20,
                 "weights/buckets": float(len(buckets))}

@@ -5,7 +5,9 @@ adapter config for an adapter-only version of a LoRA run, None for full weights)
 `get(version)` (the driver-side handle that creates it is `rollart.weights.client.WeightStore`). Out: the refs (the buckets themselves stay in the Ray object store; the actor never
 touches their bytes, so it needs no CPU and no memory beyond the refs).
 
-Guarantees: versions only go forward (registering a version ≤ the latest is an error); at most
+Guarantees: versions only go forward (registering a version ≤ the latest is an error, except with
+`replace=True`: a rebuilt trainer re-registers bit-identical buckets of a version the store holds, since
+the dead trainer's went with it — a version no longer held is then ignored); at most
 `weights.keep_versions` versions are held — registering one more drops the oldest's refs, so Ray frees its
 buckets once no subscriber still holds them (a pull in progress keeps its own refs, it never breaks);
 asking for a dropped version is an error that lists what is held. Every call from the client side has a
@@ -31,8 +33,12 @@ class WeightStoreActor:
         self._latest = -1
 
     def register(self, version: int, refs: list[ray.ObjectRef], metas: list[TensorMeta], nbytes: int,
-                 adapter_config: dict | None = None) -> list[int]:
+                 adapter_config: dict | None = None, replace: bool = False) -> list[int]:
         """Hold `refs` (a list, so Ray passes the refs, not their values) as `version`; returns dropped versions."""
+        if replace and version <= self._latest:
+            if version in self._versions:
+                self._versions[version] = (list(refs), list(metas), int(nbytes), adapter_config)
+            return []
         if version <= self._latest:
             raise ValueError(f"weight version {version} is not newer than the latest published ({self._latest})")
         self._versions[version] = (list(refs), list(metas), int(nbytes), adapter_config)
