@@ -239,22 +239,26 @@ class Resources:
             clusters = list(self._clusters)
         if not clusters:
             return
+        grown = self._follow_nodes()  # first: a replacement for a worker whose node left must not aim there
         states = actor_states({m.actor_id for c in clusters for m in c.watched()})
         for cluster in clusters:
             cluster.check(states)
+            if cluster.elastic and cluster.chain[0] in grown:
+                cluster.grow()
+
+    def _follow_nodes(self) -> set[str]:
+        """Set each pool's capacity in the ledger to what the alive nodes hold; the pools that grew."""
         totals = ray.cluster_resources()
         capacity = {name: cluster_capacity(name, totals) for name in self.pools}
         if capacity == self._capacity:
-            return
-        grown = {p for p, c in capacity.items() if c > self._capacity.get(p, 0.0)}
+            return set()
         for p in sorted(p for p in capacity if capacity[p] != self._capacity.get(p)):
             log.warning("pool %s: the alive Ray nodes now hold %g of %s (was %g)", p, capacity[p],
                         pool_resource(p), self._capacity.get(p, 0.0))
         _call(self.manager.set_capacity.remote(capacity), "set_capacity")
+        grown = {p for p, c in capacity.items() if c > self._capacity.get(p, 0.0)}
         self._capacity = capacity
-        for cluster in clusters:
-            if cluster.elastic and cluster.chain[0] in grown:
-                cluster.grow()
+        return grown
 
     # --- reporting -------------------------------------------------------------------------------
     def snapshot(self) -> tuple[PoolStatus, ...]:

@@ -7,23 +7,14 @@ the session's shared Ray and other people's Rays are never touched:
 - Ctrl-C (SIGINT) or SIGTERM to a driver with an embedded Ray and placed workers shuts it down cleanly and
   leaves no process of that Ray session alive; while it runs, every listening socket is on 127.0.0.1.
 
-Loopback only: every node runs with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which makes Ray resolve and bind
-127.0.0.1. With that setting `ray start --address=...` refuses to add a second node (a guard meant for
-Windows/macOS), and setting it to 1 would make the node pick the machine's external address. So the
-second node runs `ray start` through `JOIN_ON_LOOPBACK`, which lifts only that CLI guard.
-
-Our processes are found by their RAY_TMPDIR (set only for what this file starts) and by pid ancestry, and
-only they are ever signalled.
+How the nodes are started on loopback, and how our processes are found (and only they signalled): see
+tests/raynodes.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
-import select
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -32,58 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from testutil import free_port as _free_port
-
-BIN = Path(sys.executable).parent
-BASE_ENV = {
-    **os.environ,
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "PYTHONUNBUFFERED": "1",
-}
-
-
-# --- helpers -------------------------------------------------------------------------------------
-
-
-
-def _ours(tmp: Path, roots: list[int] = ()) -> dict[int, psutil.Process]:
-    """Processes of the Ray we started: RAY_TMPDIR is our temp dir, or a descendant of one of `roots`."""
-    found: dict[int, psutil.Process] = {}
-    for root in roots:
-        try:
-            proc = psutil.Process(root)
-            found.update({p.pid: p for p in proc.children(recursive=True)})
-        except psutil.NoSuchProcess:
-            pass
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("RAY_TMPDIR") == str(tmp) and proc.pid not in roots:
-                found[proc.pid] = proc
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
-
-
-def _alive(procs: dict[int, psutil.Process]) -> list[str]:
-    out = []
-    for proc in procs.values():
-        try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(f"{proc.pid} {proc.name()}")
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def _kill_all(procs: dict[int, psutil.Process]) -> None:
-    for proc in procs.values():
-        try:
-            if proc.is_running():  # is_running also checks the pid was not reused
-                proc.kill()
-        except psutil.NoSuchProcess:
-            pass
+from raynodes import BASE_ENV, BIN, LoopbackCluster, alive, kill_all, ours, read_json_line
 
 
 def _name(proc: psutil.Process) -> str:
@@ -110,39 +50,7 @@ def _loopback(ip: str) -> bool:
     return (getattr(addr, "ipv4_mapped", None) or addr).is_loopback
 
 
-def _read_line(proc: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("{"):
-                return line
-            if not line and proc.poll() is not None:
-                break
-    raise AssertionError(f"no result line from the driver within {timeout} s (exit code {proc.poll()})")
-
-
 # --- a two-node cluster on loopback ----------------------------------------------------------------
-
-
-# `ray start` with the "multi-node needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1" guard lifted for the CLI only:
-# Ray's address resolution (services.py) still sees the real constant (0) and keeps everything on loopback.
-JOIN_ON_LOOPBACK = textwrap.dedent("""\
-    import sys
-    import ray._private.ray_constants as constants
-    import ray.scripts.scripts as scripts
-
-    class _Constants:
-        ENABLE_RAY_CLUSTER = True
-
-        def __getattr__(self, name):
-            return getattr(constants, name)
-
-    scripts.ray_constants = _Constants()
-    sys.argv = ["ray", *sys.argv[1:]]
-    sys.exit(scripts.main())
-""")
 
 
 DRIVER = textwrap.dedent("""\
@@ -184,47 +92,10 @@ DRIVER = textwrap.dedent("""\
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rn")  # short: Ray's socket paths live under it
-    env = {**BASE_ENV, "RAY_TMPDIR": str(tmp)}
-    port = _free_port()
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=100000000",
-              "--disable-usage-stats", "--block"]
-    starts = []
-
-    def node(*args: str, launcher: list[str]) -> subprocess.Popen:
-        ports = [f"--dashboard-agent-listen-port={_free_port()}", f"--metrics-export-port={_free_port()}",
-                 f"--runtime-env-agent-port={_free_port()}"]
-        log = open(tmp / f"node{len(starts)}.log", "w")
-        proc = subprocess.Popen([*launcher, "start", *args, *common, *ports], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        starts.append(proc)
-        return proc
-
-    try:
-        node("--head", f"--port={port}", f"--temp-dir={tmp}", "--include-dashboard=false",
-             '--resources={"pool_n1": 1}', launcher=[str(BIN / "ray")])
-        deadline = time.monotonic() + 60
-        while True:  # wait for the head's GCS port before the second node joins
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, (tmp / "node0.log").read_text()
-            time.sleep(0.3)
-        node(f"--address=127.0.0.1:{port}", '--resources={"pool_n2": 1}',
-             launcher=[sys.executable, "-c", JOIN_ON_LOOPBACK])
-        yield f"127.0.0.1:{port}", tmp
-    finally:
-        procs = _ours(tmp, [p.pid for p in starts])
-        for proc in reversed(starts):  # the second node drains through the head's GCS: stop it first
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=5)  # a head drains for up to 30 s; these are throwaway nodes
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        _kill_all({**procs, **_ours(tmp)})
+    with LoopbackCluster(tmp_path_factory.mktemp("rn")) as nodes:
+        nodes.head({"pool_n1": 1})
+        nodes.add({"pool_n2": 1})
+        yield nodes.address, nodes.tmp
 
 
 def _run_file(tmp: Path, address: str) -> Path:
@@ -255,7 +126,7 @@ def test_two_node_cluster_places_the_worker_on_the_node_holding_its_pool(two_nod
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(tmp / "driver.log", "w"),
                               text=True)
     try:
-        info = json.loads(_read_line(driver, timeout=150))
+        info = read_json_line(driver, timeout=150)
         assert info["mode"] == "joined" and info["session_dir"] is None
         assert info["nodes"] == 2  # joining started no node of its own
         (n1,), (n2,) = info["pool_nodes"]["n1"], info["pool_nodes"]["n2"]
@@ -325,24 +196,24 @@ def test_a_signal_shuts_down_and_leaves_no_ray_process(tmp_path_factory, sig, ex
     driver = subprocess.Popen([sys.executable, str(script)], env={**BASE_ENV, "RAY_TMPDIR": str(tmp)},
                               stdout=subprocess.PIPE, stderr=open(tmp / "driver.log", "w"), text=True,
                               start_new_session=True)
-    ours: dict[int, psutil.Process] = {}
+    mine: dict[int, psutil.Process] = {}
     try:
-        info = json.loads(_read_line(driver, timeout=120))
+        info = read_json_line(driver, timeout=120)
         assert info["session_dir"].startswith(str(tmp))
-        ours = _ours(tmp, [driver.pid])
-        names = {_name(p) for p in ours.values()}
+        mine = ours(tmp, [driver.pid])
+        names = {_name(p) for p in mine.values()}
         assert {"gcs_server", "raylet"} <= names, names
-        assert set(info["pids"]) <= set(ours)  # the placed workers are among them
-        listening = _listening(ours)
+        assert set(info["pids"]) <= set(mine)  # the placed workers are among them
+        listening = _listening(mine)
         assert listening and all(_loopback(ip) for _, ip in listening), listening
 
         driver.send_signal(sig)
         assert driver.wait(timeout=60) == exit_code, (tmp / "driver.log").read_text()[-3000:]
         deadline = time.monotonic() + 15
-        while _alive({**ours, **_ours(tmp)}) and time.monotonic() < deadline:
+        while alive({**mine, **ours(tmp)}) and time.monotonic() < deadline:
             time.sleep(0.3)
-        assert _alive({**ours, **_ours(tmp)}) == []
+        assert alive({**mine, **ours(tmp)}) == []
     finally:
         if driver.poll() is None:
             driver.kill()
-        _kill_all({**ours, **_ours(tmp)})
+        kill_all({**mine, **ours(tmp)})
