@@ -55,6 +55,28 @@ JOIN_ON_LOOPBACK = textwrap.dedent("""\
     sys.exit(scripts.main())
 """)
 
+# The start of a driver script that joins such a cluster: `joined_runtime(path)` returns a started
+# rollart Runtime for the run file at `path`, waiting (up to 120 s) for the nodes that hold its pools.
+JOINED_RUNTIME = textwrap.dedent("""\
+    import json, sys, threading, time
+    import rollart.resources  # sets Ray's environment before Ray is imported
+    import ray
+    from rollart.config_loader import load_config
+    from rollart.resources import ClusterError, affinity
+    from rollart.resources.runtime import Runtime
+
+    def joined_runtime(path):
+        deadline = time.monotonic() + 120
+        while True:  # the other nodes may still be joining
+            try:
+                return Runtime(load_config(path)).start()
+            except ClusterError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+
+""")
+
 
 def ours(tmp: Path, roots: list[int] = ()) -> dict[int, psutil.Process]:
     """Processes of the Ray we started: RAY_TMPDIR is our temp dir, or a descendant of one of `roots`."""
@@ -109,6 +131,27 @@ def read_json_line(proc: subprocess.Popen, timeout: float, what: str = "a result
                 break
     tail = log.read_text()[-3000:] if log is not None and log.is_file() else ""
     raise AssertionError(f"no {what} from the driver within {timeout} s (exit code {proc.poll()})\n{tail}")
+
+
+def two_pool_run_file(tmp: Path, address: str, namespace: str, cluster: str = "", n2: str = "") -> Path:
+    """A run file for a cluster of nodes holding pools `n1` and `n2` (the default pools removed); `cluster`
+    and `n2` add YAML flow-mapping entries to those sections (e.g. `n2="elastic: true"`)."""
+    path = tmp / "run.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        cluster: {{address: "{address}", namespace: {namespace}{', ' + cluster if cluster else ''}}}
+        pools:
+          train: null
+          gen_prefill: null
+          gen_decode: null
+          env: null
+          reward: null
+          n1: {{kind: cpu, capacity: 1}}
+          n2: {{kind: cpu, capacity: 1{', ' + n2 if n2 else ''}}}
+        domains:
+          frozenlake: {{pool: n1}}
+          math: {{pool: n2}}
+        """))
+    return path
 
 
 class LoopbackCluster:

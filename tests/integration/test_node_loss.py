@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from raynodes import BASE_ENV, LoopbackCluster, read_json_line
+from raynodes import BASE_ENV, JOINED_RUNTIME, LoopbackCluster, read_json_line, two_pool_run_file
 
 pytestmark = pytest.mark.ray
 
@@ -20,14 +20,7 @@ pytestmark = pytest.mark.ray
 FAST_NODE_DEATH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
                    "RAY_health_check_timeout_ms": "500"}
 
-DRIVER = textwrap.dedent("""\
-    import json, sys, threading, time
-    import rollart.resources  # sets Ray's environment before Ray is imported
-    import ray
-    from rollart.config_loader import load_config
-    from rollart.resources import ClusterError, affinity
-    from rollart.resources.runtime import Runtime
-
+DRIVER = JOINED_RUNTIME + textwrap.dedent("""\
     @affinity("n2", fallback=["n1"], role="probe")
     class Probe:
         def node(self):
@@ -40,16 +33,7 @@ DRIVER = textwrap.dedent("""\
             events.append(event)
             changed.notify_all()
 
-    deadline = time.monotonic() + 120
-    while True:  # node 2 may still be joining
-        try:
-            rt = Runtime(load_config(sys.argv[1])).start()
-            break
-        except ClusterError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-    with rt:
+    with joined_runtime(sys.argv[1]) as rt:
         cluster = rt.resources.place(Probe)
         cluster.on_change(seen)
         for count in (0, 2, 3):  # placed; died + joined (the replacement); joined (elastic growth)
@@ -68,21 +52,8 @@ def test_a_lost_node_s_worker_falls_back_and_a_joining_elastic_node_gets_one(tmp
     with LoopbackCluster(tmp, env=FAST_NODE_DEATH) as nodes:
         address = nodes.head({"pool_n1": 1})
         node2 = nodes.add({"pool_n2": 1})
-        run = tmp / "run.yaml"
-        run.write_text(textwrap.dedent(f"""\
-            cluster: {{address: "{address}", namespace: rollart-node-loss, health_interval_s: 0.5}}
-            pools:
-              train: null
-              gen_prefill: null
-              gen_decode: null
-              env: null
-              reward: null
-              n1: {{kind: cpu, capacity: 1}}
-              n2: {{kind: cpu, capacity: 1, elastic: true}}
-            domains:
-              frozenlake: {{pool: n1}}
-              math: {{pool: n1}}
-            """))
+        run = two_pool_run_file(tmp, address, "rollart-node-loss", cluster="health_interval_s: 0.5",
+                                n2="elastic: true")
         script = tmp / "driver.py"
         script.write_text(DRIVER)
         driver = subprocess.Popen([sys.executable, str(script), str(run)], env={**BASE_ENV, "RAY_TMPDIR": str(tmp)},

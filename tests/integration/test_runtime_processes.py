@@ -19,11 +19,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-from raynodes import BASE_ENV, BIN, LoopbackCluster, alive, kill_all, ours, read_json_line
+from raynodes import (BASE_ENV, BIN, JOINED_RUNTIME, LoopbackCluster, alive, kill_all, ours, read_json_line,
+                      two_pool_run_file)
 
 
 def _name(proc: psutil.Process) -> str:
@@ -53,30 +53,13 @@ def _loopback(ip: str) -> bool:
 # --- a two-node cluster on loopback ----------------------------------------------------------------
 
 
-DRIVER = textwrap.dedent("""\
-    import json, sys, time
-    import rollart.resources  # sets Ray's environment before Ray is imported
-    import ray
-    from rollart.config_loader import load_config
-    from rollart.resources import ClusterError, affinity
-    from rollart.resources.runtime import Runtime
-
+DRIVER = JOINED_RUNTIME + textwrap.dedent("""\
     @affinity("n2", role="probe")
     class Probe:
         def node(self):
             return ray.get_runtime_context().get_node_id()
 
-    cfg = load_config(sys.argv[1])
-    deadline = time.monotonic() + 90
-    while True:  # the second node may still be joining
-        try:
-            rt = Runtime(cfg).start()
-            break
-        except ClusterError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-    with rt:
+    with joined_runtime(sys.argv[1]) as rt:
         cluster = rt.resources.place(Probe)
         spill = rt.resources.place(Probe, fallback=["n1"])  # n2 is full: falls back to n1's node
         snapshot = {s.name: [n.node_id for n in s.nodes] for s in rt.resources.snapshot()}
@@ -98,28 +81,9 @@ def two_nodes(tmp_path_factory):
         yield nodes.address, nodes.tmp
 
 
-def _run_file(tmp: Path, address: str) -> Path:
-    path = tmp / "run.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        cluster: {{address: "{address}", namespace: rollart-two-nodes}}
-        pools:
-          train: null
-          gen_prefill: null
-          gen_decode: null
-          env: null
-          reward: null
-          n1: {{kind: cpu, capacity: 1}}
-          n2: {{kind: cpu, capacity: 1}}
-        domains:
-          frozenlake: {{pool: n1}}
-          math: {{pool: n2}}
-        """))
-    return path
-
-
 def test_two_node_cluster_places_the_worker_on_the_node_holding_its_pool(two_nodes):
     address, tmp = two_nodes
-    run = _run_file(tmp, address)
+    run = two_pool_run_file(tmp, address, "rollart-two-nodes")
     script = tmp / "driver.py"
     script.write_text(DRIVER)
     driver = subprocess.Popen([sys.executable, str(script), str(run)], env={**BASE_ENV, "RAY_TMPDIR": str(tmp)},
