@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 
 from rollart.observability.aggregate import PHASES
 from rollart.observability.records import Record, domains_with, series
-from rollart.observability.timeline import Trace, TraceSpan
+from rollart.observability.timeline import Mark, Trace, TraceSpan
 
 PHASE_COLOURS: dict[str, str] = {
     "env.reset": "#8c564b",
@@ -36,6 +36,8 @@ PHASE_COLOURS: dict[str, str] = {
     "trajectory": "#f0f0f0",
 }
 _EXTRA = ("#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
+MARK_COLOURS = {"worker died": "#d62728", "node lost": "#d62728", "trainer rebuilt": "#ff7f0e"}
+MARK_DEFAULT_COLOUR = "#2ca02c"  # replacements, joins: things getting better
 
 
 def colour(name: str) -> str:
@@ -177,7 +179,7 @@ def staleness_png(hist: Mapping[int, float]) -> bytes | None:
     return to_png(fig)
 
 
-def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float) -> bytes:
+def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, marks: Sequence[Mark] = ()) -> bytes:
     fig = Figure(figsize=(11, max(2.5, 0.6 + 0.22 * len(rows))))
     ax = fig.add_subplot(1, 1, 1)
     names: dict[str, None] = {}
@@ -197,9 +199,19 @@ def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float) ->
     starts = [s.start for _, spans in rows for s in spans]
     ends = [s.end for _, spans in rows for s in spans]
     pad = 0.02 * max(max(ends) - min(starts), 1e-3)
-    ax.set_xlim(min(starts) - pad, max(ends) + pad)
-    ax.legend(handles=[Patch(color=colour(n), label=n) for n in names], fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.0, 1.0))
+    lo, hi = min(starts) - pad, max(ends) + pad
+    ax.set_xlim(lo, hi)
+    handles = [Patch(color=colour(n), label=n) for n in names]
+    shown: dict[str, str] = {}
+    for mark in (m for m in marks if lo <= m.time <= hi):  # faults: a line across every row, labelled
+        shade = MARK_COLOURS.get(mark.name, MARK_DEFAULT_COLOUR)
+        ax.axvline(mark.time, color=shade, linewidth=1.2, linestyle="--")
+        label = f"{mark.name}: {mark.worker}" if mark.worker else mark.name
+        ax.annotate(label, (mark.time, 0), xycoords=("data", "axes fraction"), rotation=90, fontsize=6,
+                    color=shade, va="bottom", ha="right")
+        shown[mark.name] = shade
+    handles += [Patch(color=c, label=f"┆ {n}") for n, c in shown.items()]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return to_png(fig)
 
 
@@ -223,7 +235,7 @@ def trajectory_gantt_png(trace: Trace, max_rows: int) -> bytes | None:
 
     rows = [(label(trajectory_id, spans[0].domain), spans) for trajectory_id, spans in ordered]
     shown = "all" if len(rows) == len(by_traj) else f"the last {len(rows)} to start, of"
-    return _gantt(rows, f"trajectories ({shown} {len(by_traj)})", alpha=1.0)
+    return _gantt(rows, f"trajectories ({shown} {len(by_traj)})", alpha=1.0, marks=trace.marks)
 
 
 def worker_gantt_png(trace: Trace) -> bytes | None:
@@ -234,4 +246,5 @@ def worker_gantt_png(trace: Trace) -> bytes | None:
             by_worker[s.worker].append(s)
     if not by_worker:
         return None
-    return _gantt(sorted(by_worker.items()), "workers (overlapping bars = concurrent requests)", alpha=0.45)
+    return _gantt(sorted(by_worker.items()), "workers (overlapping bars = concurrent requests)", alpha=0.45,
+                  marks=trace.marks)

@@ -204,6 +204,9 @@ def _timeline(inp: _Inputs, gantt_rows: int) -> str:
     for png, alt in ((plots.trajectory_gantt_png(inp.trace, gantt_rows), "trajectory Gantt chart"),
                      (plots.worker_gantt_png(inp.trace), "worker Gantt chart")):
         out.append(_img(png, alt) if png else _missing(f"the timeline holds no spans for the {alt}"))
+    if inp.trace.marks:
+        out.append("<h3>Faults and recoveries (dashed lines on the charts)</h3>" + _table(
+            [(f"{m.time:.1f} s  {m.name}", f"{m.worker} {m.detail}".strip()) for m in inp.trace.marks]))
     dropped = inp.trace.meta.get("dropped_trajectories", 0)
     capped = f" {dropped} trajectories beyond observability.timeline_max_trajectories are not in it." if dropped else ""
     out.append(f'<p class="note">Open {html.escape(str(inp.paths.timeline))} in Perfetto (ui.perfetto.dev) '

@@ -10,7 +10,10 @@ Layout of the trace:
   status, reward, start version) with the trajectory's spans nested inside;
 - one process per worker pool ("<role>/<pool>/<i>" → pool), one thread per worker, every span that worker
   did (args: trajectory id, domain). A worker that runs several requests at once (continuous batching)
-  gets extra lanes "<worker> #2", "#3", … — one per concurrent request — rather than overlapping events.
+  gets extra lanes "<worker> #2", "#3", … — one per concurrent request — rather than overlapping events;
+- marks: global instant events (category "fault": a line across every track in Perfetto) for what
+  happened to the run's machinery at one moment — a worker died, a replacement joined, the trainer was
+  rebuilt — with the worker and a detail (args).
 
 Guarantees: within every thread, events either nest or are disjoint — never a partial overlap — because
 `assign_lanes` moves a span that would partially overlap into another lane; durations are ≥ 0 (a span
@@ -33,6 +36,7 @@ from rollart.observability.utilisation import worker_pool
 from rollart.types import Span, Trajectory
 
 TRAJECTORY_PROCESS = "trajectories"
+MARK_CATEGORY = "fault"
 
 
 def assign_lanes(intervals: Sequence[tuple[float, float]]) -> list[int]:
@@ -70,6 +74,16 @@ class _TrajectoryLife:
 
 
 @dataclass(frozen=True)
+class Mark:
+    """One moment in the run's life outside any span: `name` (e.g. "worker died"), when, who, why."""
+
+    name: str
+    time: float
+    worker: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class _LooseSpan:
     span: Span
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -84,6 +98,7 @@ class Timeline:
         self.dropped_trajectories = 0
         self._lives: list[_TrajectoryLife] = []
         self._loose: list[_LooseSpan] = []
+        self._marks: list[Mark] = []
         self._recent: list[Span] = []  # for per-step utilisation, past the cap too (see window_spans)
 
     def add_trajectory(self, traj: Trajectory) -> None:
@@ -110,6 +125,10 @@ class Timeline:
         self._loose.append(_LooseSpan(span, args))
         self._recent.append(span)
 
+    def add_mark(self, mark: Mark) -> None:
+        """Record a moment (a fault, a replacement) shown as a line across the timeline and the Gantt charts."""
+        self._marks.append(mark)
+
     def window_spans(self, start: float) -> list[Span]:
         """The spans added so far that end after `start` (beyond the cap too), for the utilisation of
         the window beginning at `start`. Spans that ended before `start` are forgotten here, so memory
@@ -127,13 +146,14 @@ class Timeline:
         return path
 
     def trace(self) -> dict[str, Any]:
-        return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories)
+        return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories, self._marks)
 
 
 def chrome_trace(
-    lives: Sequence[_TrajectoryLife], loose: Sequence[_LooseSpan], t0: float, dropped: int = 0
+    lives: Sequence[_TrajectoryLife], loose: Sequence[_LooseSpan], t0: float, dropped: int = 0,
+    marks: Sequence[Mark] = (),
 ) -> dict[str, Any]:
-    """The Chrome trace-event JSON object for the given trajectory lives and loose spans."""
+    """The Chrome trace-event JSON object for the given trajectory lives, loose spans and marks."""
     events: list[dict[str, Any]] = []
     tids = itertools.count(1)
 
@@ -200,7 +220,11 @@ def chrome_trace(
         for (s, args), lane in zip(items, lanes):
             x(s.name, "worker", s.start, s.end, pid, lane_tid[lane], args)
 
-    ends = [s.end for life in lives for s in life.spans] + [ls.span.end for ls in loose]
+    for mark in marks:
+        events.append({"ph": "i", "s": "g", "name": mark.name, "cat": MARK_CATEGORY, "ts": us(mark.time),
+                       "pid": 0, "tid": 0, "args": {"worker": mark.worker, "detail": mark.detail}})
+
+    ends = [s.end for life in lives for s in life.spans] + [ls.span.end for ls in loose] + [m.time for m in marks]
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -235,6 +259,7 @@ class TraceSpan:
 class Trace:
     spans: tuple[TraceSpan, ...]
     meta: Mapping[str, Any]
+    marks: tuple[Mark, ...] = ()  # times in seconds since the run's start
 
     def worker_spans(self) -> list[Span]:
         """The worker view as `Span`s (seconds since the run's start), for `pool_utilisation`."""
@@ -249,8 +274,11 @@ def load_trace(path: str | Path) -> Trace:
         events: Iterable[Mapping[str, Any]] = data["traceEvents"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a Chrome trace written by rollart ({exc})") from None
-    spans = []
+    spans, marks = [], []
     for ev in events:
+        if ev.get("ph") == "i" and ev.get("cat") == MARK_CATEGORY:
+            args = ev.get("args") or {}
+            marks.append(Mark(ev["name"], ev["ts"] / 1e6, str(args.get("worker", "")), str(args.get("detail", ""))))
         if ev.get("ph") != "X":
             continue
         args = ev.get("args") or {}
@@ -260,4 +288,4 @@ def load_trace(path: str | Path) -> Trace:
             worker=str(args.get("worker", "")), trajectory_id=str(args.get("trajectory_id", "")),
             domain=str(args.get("domain", "")), status=str(args.get("status", "")),
         ))
-    return Trace(tuple(spans), data.get("otherData", {}))
+    return Trace(tuple(spans), data.get("otherData", {}), tuple(sorted(marks, key=lambda m: m.time)))

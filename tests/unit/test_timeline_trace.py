@@ -126,3 +126,25 @@ def test_load_trace_names_a_bad_file(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="timeline.json is not a Chrome trace"):
         load_trace(bad)
+
+
+def test_marks_are_global_instants_that_round_trip_and_draw_on_both_gantt_charts(tmp_path):
+    from rollart.observability import plots
+    from rollart.observability.timeline import Mark
+
+    tl = Timeline(start_time=1000.0)
+    tl.add_trajectory(_trajectory("t0", 1000.0))
+    tl.add_mark(Mark("worker died", 1001.5, "inference/gen_prefill/0", "SIGKILL"))
+    tl.add_mark(Mark("worker joined", 1002.5, "inference/gen_prefill/0"))
+    trace = json.loads(tl.write(tmp_path / "timeline.json").read_text())
+    instants = [ev for ev in trace["traceEvents"] if ev["ph"] == "i"]
+    assert [(ev["name"], ev["ts"], ev["s"], ev["cat"]) for ev in instants] == [
+        ("worker died", 1_500_000, "g", "fault"), ("worker joined", 2_500_000, "g", "fault")]
+    loaded = load_trace(tmp_path / "timeline.json")
+    assert loaded.marks == (Mark("worker died", 1.5, "inference/gen_prefill/0", "SIGKILL"),
+                            Mark("worker joined", 2.5, "inference/gen_prefill/0", ""))
+    with_marks = plots.trajectory_gantt_png(loaded, 10)
+    without = plots.trajectory_gantt_png(load_trace(Timeline(1000.0).write(tmp_path / "x.json")), 10)
+    assert with_marks and without is None  # (no trajectories: nothing to draw)
+    assert plots.worker_gantt_png(loaded) != plots.worker_gantt_png(
+        type(loaded)(loaded.spans, loaded.meta))  # the marks change the picture
