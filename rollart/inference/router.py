@@ -1,28 +1,40 @@
 """Routing generation requests to inference workers: by domain's pool, sticky, least-loaded. Pure logic.
 
-In: how many workers each pool's inference cluster has, and which pool each task domain generates on
-(`domains.<d>.pool`, the hardware-affinity mapping). Out: for a request's (domain, trajectory id), the
-(pool, worker index) to send it to; in-flight counts per worker.
+In: how many workers each pool's inference cluster starts with, which pool each task domain generates on
+(`domains.<d>.pool`, the hardware-affinity mapping) and each pool's fallback pools (`pools.<p>.fallback`);
+later, workers that leave (`remove`: dead) and join (`add`: a replacement, an elastic addition). Out: for
+a request's (domain, trajectory id), the (pool, worker index) to send it to — or None when no pool it may
+use has a worker; in-flight counts per worker.
 
 Rules:
-- A domain goes to the cluster of its pool, never elsewhere (an unknown domain is a ValueError).
-- A trajectory seen before goes to the worker it went to before (its KV prefix is cached there).
-- A new trajectory goes to the worker of that cluster with the fewest requests in flight; ties go to
-  the worker that has been given the fewest trajectories, then the lowest index, so idle moments (all
-  zero in flight, e.g. while envs step) still spread trajectories evenly.
+- A domain goes to the first pool of its chain — its own pool, then that pool's fallbacks — that has a
+  worker, never elsewhere (an unknown domain is a ValueError). While its own pool has a worker, that is
+  the only pool it uses.
+- A trajectory seen before goes to the worker it went to before (its KV prefix is cached there), while
+  that worker is alive and on the pool the rule above picks now.
+- A new trajectory goes to the worker of that pool with the fewest requests in flight; ties go to the
+  worker that has been given the fewest trajectories, then the lowest index, so idle moments (all zero in
+  flight, e.g. while envs step) still spread trajectories evenly.
+- Worker keys are never reused: a worker that joins gets the next index of its pool.
 - The sticky map is bounded (least recently routed trajectories are forgotten first).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Mapping
+from typing import Mapping, Sequence
 
-WorkerKey = tuple[str, int]  # (pool, index within that pool's cluster)
+WorkerKey = tuple[str, int]  # (pool, index within that pool's cluster, in order of joining)
 
 
 class Router:
-    def __init__(self, pool_sizes: Mapping[str, int], domain_pools: Mapping[str, str], max_sticky: int = 65536):
+    def __init__(
+        self,
+        pool_sizes: Mapping[str, int],
+        domain_pools: Mapping[str, str],
+        max_sticky: int = 65536,
+        pool_fallbacks: Mapping[str, Sequence[str]] | None = None,
+    ):
         for domain, pool in domain_pools.items():
             if pool_sizes.get(pool, 0) < 1:
                 have = {p: n for p, n in pool_sizes.items() if n}
@@ -31,29 +43,51 @@ class Router:
                     f"(workers per pool: {have}); give that pool workers or set domains.{domain}.pool"
                 )
         self.domain_pools = dict(domain_pools)
-        self.pool_sizes = {p: n for p, n in pool_sizes.items() if n > 0}
+        self.pool_fallbacks = {p: tuple(f) for p, f in (pool_fallbacks or {}).items()}
         self._max_sticky = max_sticky
         self._sticky: OrderedDict[str, WorkerKey] = OrderedDict()
-        self._in_flight: dict[WorkerKey, int] = {(p, i): 0 for p, n in self.pool_sizes.items() for i in range(n)}
+        self._next_index = {p: n for p, n in pool_sizes.items() if n > 0}
+        self._in_flight: dict[WorkerKey, int] = {(p, i): 0 for p, n in self._next_index.items() for i in range(n)}
         self._assigned: dict[WorkerKey, int] = dict.fromkeys(self._in_flight, 0)
 
-    def route(self, domain: str, trajectory_id: str) -> WorkerKey:
+    def route(self, domain: str, trajectory_id: str) -> WorkerKey | None:
+        """The worker for this request, or None when no pool of the domain's chain has a worker."""
         pool = self.domain_pools.get(domain)
         if pool is None:
             raise ValueError(f"request domain {domain!r} is not a configured domain (known: {sorted(self.domain_pools)})")
+        target = next((p for p in (pool, *self.pool_fallbacks.get(pool, ())) if self.workers(p)), None)
+        if target is None:
+            return None
         key = self._sticky.get(trajectory_id)
-        if key is not None and key[0] == pool:
+        if key is not None and key[0] == target and key in self._in_flight:
             self._sticky.move_to_end(trajectory_id)
             return key
-        key = min(
-            ((pool, i) for i in range(self.pool_sizes[pool])),
-            key=lambda k: (self._in_flight[k], self._assigned[k], k[1]),
-        )
+        key = min(self.workers(target), key=lambda k: (self._in_flight[k], self._assigned[k], k[1]))
         self._assigned[key] += 1
         self._sticky[trajectory_id] = key
+        self._sticky.move_to_end(trajectory_id)
         while len(self._sticky) > self._max_sticky:
             self._sticky.popitem(last=False)
         return key
+
+    def workers(self, pool: str) -> list[WorkerKey]:
+        """The alive workers of `pool`, in index order."""
+        return sorted(k for k in self._in_flight if k[0] == pool)
+
+    def add(self, pool: str) -> WorkerKey:
+        """A worker joins `pool`: its key (the pool's next index)."""
+        key = (pool, self._next_index.get(pool, 0))
+        self._next_index[pool] = key[1] + 1
+        self._in_flight[key] = 0
+        self._assigned[key] = 0
+        return key
+
+    def remove(self, key: WorkerKey) -> None:
+        """A worker leaves (it died): no request goes to it again; its trajectories are routed anew."""
+        self._in_flight.pop(key, None)
+        self._assigned.pop(key, None)
+        for trajectory_id in [t for t, k in self._sticky.items() if k == key]:
+            del self._sticky[trajectory_id]
 
     def worker_of(self, trajectory_id: str) -> WorkerKey | None:
         return self._sticky.get(trajectory_id)
@@ -62,10 +96,12 @@ class Router:
         self._sticky.pop(trajectory_id, None)
 
     def started(self, key: WorkerKey) -> None:
-        self._in_flight[key] += 1
+        if key in self._in_flight:
+            self._in_flight[key] += 1
 
     def finished(self, key: WorkerKey) -> None:
-        self._in_flight[key] -= 1
+        if key in self._in_flight:  # a removed worker's requests end without a count to give back
+            self._in_flight[key] -= 1
 
     def in_flight(self) -> dict[WorkerKey, int]:
         return dict(self._in_flight)

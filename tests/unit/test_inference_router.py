@@ -52,3 +52,28 @@ def test_sticky_map_is_bounded():
     for i in range(5):
         r.route("d", f"t{i}")
     assert r.worker_of("t0") is None and r.worker_of("t4") is not None
+
+
+def test_a_removed_worker_gets_nothing_and_its_trajectories_are_routed_anew():
+    r = _router()
+    first = r.route("math", "t1")
+    r.started(first)
+    r.remove(first)
+    r.finished(first)  # its request ends after it left: nothing to give back, no error
+    again = r.route("math", "t1")
+    assert again != first and again[0] == "gen_decode" and first not in r.in_flight()
+    assert all(r.route("math", f"n{i}") != first for i in range(6))
+
+
+def test_a_pool_without_workers_falls_back_and_a_joining_worker_takes_over():
+    r = Router({"a": 1, "b": 1}, {"d": "a"}, pool_fallbacks={"a": ["b"]})
+    assert r.route("d", "t1") == ("a", 0)
+    r.remove(("a", 0))
+    assert r.route("d", "t1") == ("b", 0) and r.route("d", "t2") == ("b", 0)  # the fallback pool
+    joined = r.add("a")
+    assert joined == ("a", 1)  # keys are never reused
+    assert r.route("d", "t1") == ("a", 1) and r.route("d", "t3") == ("a", 1)  # back on its own pool
+    r.remove(("a", 1))
+    r.remove(("b", 0))
+    assert r.route("d", "t1") is None  # nowhere to go: the caller waits for a worker
+    assert Router({"a": 1, "b": 1}, {"d": "a"}).route("d", "x") == ("a", 0)  # no fallback given: none used
