@@ -245,6 +245,9 @@ class InferenceConfig(Section):
         120.0, gt=0, description="how long LLMProxy holds a new request while suspended before failing it"
     )
     weights_poll_s: float = Field(0.5, gt=0, description="how often a worker checks the store for new weights")
+    turn_retries: int = Field(
+        3, ge=0, description="times one turn's request is sent again to another worker after its worker died"
+    )
 
 
 # --- reward plane ------------------------------------------------------------------------------------

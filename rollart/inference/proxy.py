@@ -1,18 +1,27 @@
 """`LLMProxy`, the one entry to generation for environment managers.
 
-In: the inference workers of each pool (`{pool: [InferenceWorker actor handles]}`) and the
-domain → pool mapping (`{domain: domains.<domain>.pool}`), both from the driver. Calls: `generate`,
-`abort(trajectory_id)`, `suspend`/`resume`, `update_weights_to(version)`, `in_flight`, `stats`.
-Out: each request's `GenerationResult`, from the worker `rollart.inference.router.Router` chose.
+In: the inference workers of each pool (`{pool: [InferenceWorker actor handles]}`), the domain → pool
+mapping (`{domain: domains.<domain>.pool}`) and each pool's fallback pools, from the driver; later, workers
+that join (`add_worker`) and leave (`remove_worker`) as the resource plane replaces and grows clusters.
+Calls: `generate`, `abort(trajectory_id)`, `suspend`/`resume`, `update_weights_to(version)`, `in_flight`,
+`stats`. Out: each request's `GenerationResult`, from the worker `rollart.inference.router.Router` chose.
 
 Guarantees:
-- Routing follows the config: a request generates on its domain's pool's cluster, sticky per trajectory,
-  least-loaded for a new trajectory (see router.py).
+- Routing follows the config: a request generates on its domain's pool's cluster (or, while that pool has
+  no worker, on the first of its fallback pools that has one), sticky per trajectory, least-loaded for a
+  new trajectory (see router.py).
 - `suspend()` admits nothing new: a request that arrives while suspended waits for `resume()` (at most
   `inference.admission_timeout_s`, then TimeoutError naming it); requests already admitted keep running.
 - `abort(trajectory_id)` ends the trajectory's running and waiting requests (their callers get
   `finish_reason="abort"` with the tokens so far) and every later request of it returns aborted at once.
 - Every wait on a worker is bounded (`inference.request_timeout_s` plus a margin).
+- A worker that dies leaves the routing at once (the first call that fails on it, or `remove_worker`), and
+  each request it held is sent again — same prompt token ids, same sampling seed — to another worker of the
+  pool or its fallback (at most `inference.turn_retries` times per request; counted in `turn_retries`):
+  only the unfinished turn is generated again, the trajectory's earlier turns are untouched. With no
+  worker left to take it, a request waits for one to join (at most `inference.admission_timeout_s`).
+- A worker that joins takes no request before it serves the version the others serve (it pulls it from the
+  weight store first); `update_weights_to` and joins are serialised, so no worker is left a version behind.
 
 Run it as a Ray async actor, e.g. `ray.remote(LLMProxy).options(num_cpus=0).remote(workers, domain_pools,
 cfg.inference)`, and hand env workers its handle (they wrap it in `rollart.envs.ActorLLMClient`).
@@ -21,16 +30,20 @@ cfg.inference)`, and hand env workers its handle (they wrap it in `rollart.envs.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 from rollart.config import InferenceConfig
 from rollart.inference.results import aborted_result
 from rollart.inference.router import Router, WorkerKey
+from rollart.resources.health import death_cause, is_worker_death
 from rollart.types import GenerationRequest, GenerationResult
 
+log = logging.getLogger("rollart.inference")
+
 _REMEMBERED_ABORTS = 65536
-_WORKER_CALL_MARGIN_S = 30.0  # a worker's own request timeout fires first; this guards a dead worker
+_WORKER_CALL_MARGIN_S = 30.0  # a worker's own request timeout fires first; this guards a hung worker
 
 
 class LLMProxy:
@@ -39,37 +52,63 @@ class LLMProxy:
         workers: Mapping[str, Sequence[Any]],
         domain_pools: Mapping[str, str],
         cfg: InferenceConfig | None = None,
+        pool_fallbacks: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         cfg = cfg or InferenceConfig()
-        self._workers = {pool: list(handles) for pool, handles in workers.items()}
-        self._router = Router({p: len(h) for p, h in self._workers.items()}, domain_pools)
+        self._workers = {pool: list(handles) for pool, handles in workers.items()}  # by key index
+        self._router = Router({p: len(h) for p, h in self._workers.items()}, domain_pools,
+                              pool_fallbacks=pool_fallbacks)
         self._admission_timeout_s = cfg.admission_timeout_s
         self._call_timeout_s = cfg.request_timeout_s + _WORKER_CALL_MARGIN_S
+        self._max_retries = cfg.turn_retries
         self._suspended = False
-        self._cond = asyncio.Condition()
+        self._cond = asyncio.Condition()  # admission (resume, aborts) and membership (a worker joined)
+        self._membership = asyncio.Lock()  # weight updates and joins, one at a time
         self._aborted: OrderedDict[str, None] = OrderedDict()
         self._waiting = 0
         self._routed = 0
+        self._turn_retries = 0
+        self._workers_lost = 0
+        self._workers_joined = 0
+        self._version = -1  # the version every routed worker serves (-1: not set by update_weights_to yet)
         self._names: dict[WorkerKey, str] = {}
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         trajectory_id = request.trajectory_id
         if self._suspended and trajectory_id not in self._aborted:
             await self._wait_admitted(request)
-        if trajectory_id in self._aborted:
-            return aborted_result(request)
-        key = self._router.route(request.domain, trajectory_id)
-        self._router.started(key)
-        self._routed += 1
-        try:
-            return await asyncio.wait_for(self._handle(key).generate.remote(request), self._call_timeout_s)
-        except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"LLMProxy: worker {self._name(key)} gave no answer for request {request.request_id!r} within "
-                f"{self._call_timeout_s:g} s"
-            ) from None
-        finally:
-            self._router.finished(key)
+        retries = 0
+        while True:
+            if trajectory_id in self._aborted:
+                return aborted_result(request)
+            key = self._router.route(request.domain, trajectory_id)
+            if key is None:
+                await self._wait_for_worker(request)
+                continue
+            self._router.started(key)
+            self._routed += 1
+            try:
+                return await asyncio.wait_for(self._handle(key).generate.remote(request), self._call_timeout_s)
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"LLMProxy: worker {self._name(key)} gave no answer for request {request.request_id!r} "
+                    f"within {self._call_timeout_s:g} s"
+                ) from None
+            except Exception as exc:
+                if not is_worker_death(exc):
+                    raise
+                await self._lost(key, death_cause(exc))
+                if retries >= self._max_retries:
+                    raise RuntimeError(
+                        f"LLMProxy: request {request.request_id!r} lost its worker {retries + 1} times "
+                        f"(inference.turn_retries={self._max_retries}); last: {self._name(key)} died"
+                    ) from exc
+                retries += 1
+                self._turn_retries += 1
+                log.warning("request %s: worker %s died; generating the turn again on another worker",
+                            request.request_id, self._name(key))
+            finally:
+                self._router.finished(key)
 
     async def _wait_admitted(self, request: GenerationRequest) -> None:
         self._waiting += 1
@@ -87,6 +126,23 @@ class LLMProxy:
         finally:
             self._waiting -= 1
 
+    async def _wait_for_worker(self, request: GenerationRequest) -> None:
+        """No pool the request may use has a worker: wait for one to join (or for an abort)."""
+        self._waiting += 1
+        try:
+            async with self._cond:
+                await asyncio.wait_for(self._cond.wait_for(
+                    lambda: request.trajectory_id in self._aborted or self._router.can_route(request.domain)
+                ), self._admission_timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"LLMProxy: no inference worker for domain {request.domain!r} (its pool and fallbacks) joined "
+                f"within {self._admission_timeout_s:g} s (inference.admission_timeout_s); request "
+                f"{request.request_id!r} fails"
+            ) from None
+        finally:
+            self._waiting -= 1
+
     async def abort(self, trajectory_id: str) -> None:
         async with self._cond:
             self._aborted[trajectory_id] = None
@@ -95,7 +151,12 @@ class LLMProxy:
             self._cond.notify_all()
         key = self._router.worker_of(trajectory_id)
         if key is not None:
-            await asyncio.wait_for(self._handle(key).abort.remote(trajectory_id), self._call_timeout_s)
+            try:
+                await asyncio.wait_for(self._handle(key).abort.remote(trajectory_id), self._call_timeout_s)
+            except Exception as exc:
+                if not is_worker_death(exc):
+                    raise
+                await self._lost(key, death_cause(exc))  # its requests are gone with it: nothing to abort
             self._router.forget(trajectory_id)
 
     async def suspend(self) -> None:
@@ -107,13 +168,57 @@ class LLMProxy:
             self._cond.notify_all()
 
     async def update_weights_to(self, version: int) -> dict[str, dict[str, float]]:
-        """Every worker serves `version` (pulled from its subscriber); per worker: its swap timings."""
-        keys = list(self._router.in_flight())
-        results = await asyncio.wait_for(
-            asyncio.gather(*(self._handle(k).update_weights_to.remote(version) for k in keys)), self._call_timeout_s
-        )
-        await self._learn_names()
-        return {self._name(k): r for k, r in zip(keys, results)}
+        """Every worker serves `version` (pulled from its subscriber); per worker: its swap timings. A worker
+        that dies meanwhile leaves the routing (its replacement pulls `version` when it joins)."""
+        async with self._membership:
+            keys = list(self._router.in_flight())
+            results = await asyncio.wait_for(
+                asyncio.gather(*(self._handle(k).update_weights_to.remote(version) for k in keys),
+                               return_exceptions=True),
+                self._call_timeout_s,
+            )
+            for key, result in zip(keys, results):
+                if isinstance(result, BaseException):
+                    if not is_worker_death(result):
+                        raise result
+                    await self._lost(key, death_cause(result))
+            self._version = max(self._version, version)
+            done = {k: r for k, r in zip(keys, results) if not isinstance(r, BaseException)}
+            await self._learn_names()
+            return {self._name(k): r for k, r in done.items()}
+
+    async def add_worker(self, pool: str, handle: Any) -> str:
+        """A worker joins `pool` (a replacement, or an elastic addition): it pulls the version the others
+        serve, then takes requests. Returns its name."""
+        async with self._membership:
+            if self._version >= 0:
+                await asyncio.wait_for(handle.update_weights_to.remote(self._version), self._call_timeout_s)
+            name = await asyncio.wait_for(handle.ready.remote(), self._call_timeout_s)
+            async with self._cond:
+                key = self._router.add(pool)
+                self._workers.setdefault(pool, []).append(handle)
+                self._names[key] = name
+                self._workers_joined += 1
+                self._cond.notify_all()
+        log.info("worker %s joined pool %s at version %d", name, pool, self._version)
+        return name
+
+    async def remove_worker(self, actor_id: str, cause: str = "") -> bool:
+        """The resource plane found this worker dead: route nothing more to it (False if unknown or gone)."""
+        for pool, handles in self._workers.items():
+            for index, handle in enumerate(handles):
+                key = (pool, index)
+                if _actor_id(handle) == actor_id and key in self._router.in_flight():
+                    await self._lost(key, cause)
+                    return True
+        return False
+
+    async def _lost(self, key: WorkerKey, cause: str) -> None:
+        if key not in self._router.in_flight():
+            return  # already removed (several requests saw the same death)
+        self._router.remove(key)
+        self._workers_lost += 1
+        log.warning("LLMProxy: worker %s left the routing (dead: %s)", self._name(key), cause)
 
     async def in_flight(self) -> dict[str, int]:
         """Requests in flight per worker name."""
@@ -127,6 +232,9 @@ class LLMProxy:
             "suspended": self._suspended,
             "waiting_admission": self._waiting,
             "routed": self._routed,
+            "turn_retries": self._turn_retries,
+            "workers_lost": self._workers_lost,
+            "workers_joined": self._workers_joined,
             "in_flight": {self._name(k): n for k, n in self._router.in_flight().items()},
             "trajectories_assigned": {self._name(k): n for k, n in self._router.assigned().items()},
         }
@@ -148,7 +256,19 @@ class LLMProxy:
         missing = [k for k in self._router.in_flight() if k not in self._names]
         if missing:
             names = await asyncio.wait_for(
-                asyncio.gather(*(self._handle(k).ready.remote() for k in missing)), self._call_timeout_s
+                asyncio.gather(*(self._handle(k).ready.remote() for k in missing), return_exceptions=True),
+                self._call_timeout_s,
             )
-            self._names.update(zip(missing, names))
+            for key, name in zip(missing, names):
+                if isinstance(name, BaseException):
+                    if not is_worker_death(name):
+                        raise name
+                    await self._lost(key, death_cause(name))
+                else:
+                    self._names[key] = name
+
+
+def _actor_id(handle: Any) -> str:
+    actor_id = getattr(handle, "_actor_id", None)
+    return actor_id.hex() if actor_id is not None else str(id(handle))
 

@@ -52,10 +52,7 @@ class Router:
 
     def route(self, domain: str, trajectory_id: str) -> WorkerKey | None:
         """The worker for this request, or None when no pool of the domain's chain has a worker."""
-        pool = self.domain_pools.get(domain)
-        if pool is None:
-            raise ValueError(f"request domain {domain!r} is not a configured domain (known: {sorted(self.domain_pools)})")
-        target = next((p for p in (pool, *self.pool_fallbacks.get(pool, ())) if self.workers(p)), None)
+        target = self._target_pool(domain)
         if target is None:
             return None
         key = self._sticky.get(trajectory_id)
@@ -69,6 +66,16 @@ class Router:
         while len(self._sticky) > self._max_sticky:
             self._sticky.popitem(last=False)
         return key
+
+    def can_route(self, domain: str) -> bool:
+        """Whether some pool of the domain's chain has a worker now."""
+        return self._target_pool(domain) is not None
+
+    def _target_pool(self, domain: str) -> str | None:
+        pool = self.domain_pools.get(domain)
+        if pool is None:
+            raise ValueError(f"request domain {domain!r} is not a configured domain (known: {sorted(self.domain_pools)})")
+        return next((p for p in (pool, *self.pool_fallbacks.get(pool, ())) if self.workers(p)), None)
 
     def workers(self, pool: str) -> list[WorkerKey]:
         """The alive workers of `pool`, in index order."""
