@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rollart.config import InferenceConfig
 from rollart.inference.results import aborted_result
@@ -171,19 +171,8 @@ class LLMProxy:
         """Every worker serves `version` (pulled from its subscriber); per worker: its swap timings. A worker
         that dies meanwhile leaves the routing (its replacement pulls `version` when it joins)."""
         async with self._membership:
-            keys = list(self._router.in_flight())
-            results = await asyncio.wait_for(
-                asyncio.gather(*(self._handle(k).update_weights_to.remote(version) for k in keys),
-                               return_exceptions=True),
-                self._call_timeout_s,
-            )
-            for key, result in zip(keys, results):
-                if isinstance(result, BaseException):
-                    if not is_worker_death(result):
-                        raise result
-                    await self._lost(key, death_cause(result))
+            done = await self._on_alive(list(self._router.in_flight()), lambda w: w.update_weights_to.remote(version))
             self._version = max(self._version, version)
-            done = {k: r for k, r in zip(keys, results) if not isinstance(r, BaseException)}
             await self._learn_names()
             return {self._name(k): r for k, r in done.items()}
 
@@ -239,11 +228,8 @@ class LLMProxy:
             "trajectories_assigned": {self._name(k): n for k, n in self._router.assigned().items()},
         }
         if workers:
-            keys = list(self._router.in_flight())
-            values = await asyncio.wait_for(
-                asyncio.gather(*(self._handle(k).stats.remote() for k in keys)), self._call_timeout_s
-            )
-            out["workers"] = {self._name(k): v for k, v in zip(keys, values)}
+            values = await self._on_alive(list(self._router.in_flight()), lambda w: w.stats.remote())
+            out["workers"] = {self._name(k): v for k, v in values.items()}
         return out
 
     def _handle(self, key: WorkerKey) -> Any:
@@ -255,17 +241,22 @@ class LLMProxy:
     async def _learn_names(self) -> None:
         missing = [k for k in self._router.in_flight() if k not in self._names]
         if missing:
-            names = await asyncio.wait_for(
-                asyncio.gather(*(self._handle(k).ready.remote() for k in missing), return_exceptions=True),
-                self._call_timeout_s,
-            )
-            for key, name in zip(missing, names):
-                if isinstance(name, BaseException):
-                    if not is_worker_death(name):
-                        raise name
-                    await self._lost(key, death_cause(name))
-                else:
-                    self._names[key] = name
+            self._names.update(await self._on_alive(missing, lambda w: w.ready.remote()))
+
+    async def _on_alive(self, keys: list[WorkerKey], call: Callable[[Any], Any]) -> dict[WorkerKey, Any]:
+        """`call(handle)` on the workers of `keys` at once: their results by key; a worker found dead
+        leaves the routing (other errors are raised)."""
+        results = await asyncio.wait_for(asyncio.gather(*(call(self._handle(k)) for k in keys),
+                                                        return_exceptions=True), self._call_timeout_s)
+        out = {}
+        for key, result in zip(keys, results):
+            if isinstance(result, BaseException):
+                if not is_worker_death(result):
+                    raise result
+                await self._lost(key, death_cause(result))
+            else:
+                out[key] = result
+        return out
 
 
 def _actor_id(handle: Any) -> str:

@@ -12,13 +12,9 @@ import sys
 import textwrap
 
 import pytest
-from raynodes import BASE_ENV, JOINED_RUNTIME, LoopbackCluster, read_json_line, two_pool_run_file
+from raynodes import BASE_ENV, FAST_NODE_DEATH, JOINED_RUNTIME, LoopbackCluster, read_json_line, two_pool_run_file
 
 pytestmark = pytest.mark.ray
-
-# Ray declares a node dead after missed health checks: fast ones here (the default takes ~15 s)
-FAST_NODE_DEATH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
-                   "RAY_health_check_timeout_ms": "500"}
 
 DRIVER = JOINED_RUNTIME + textwrap.dedent("""\
     @affinity("n2", fallback=["n1"], role="probe")

@@ -1,0 +1,159 @@
+"""A Ray cluster of several nodes on this machine, all on 127.0.0.1 — for `rollart bench chaos --nodes 2`
+(a worker node to lose) and the multi-node tests.
+
+In: a temp dir (Ray's sockets and logs live under it; keep its path short) and per node the custom
+resources it declares (`{"pool_gen_decode": 1}`). Out: the head's address (`cluster.address` of a run that
+joins it), nodes started with `ray start --block`, each a process group of its own so `kill(node)` takes
+the raylet and its workers at once — a machine that vanishes.
+
+Loopback only: every node runs with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which makes Ray resolve and bind
+127.0.0.1. With that setting `ray start --address=...` refuses to add a second node (a guard meant for
+Windows/macOS), and setting it to 1 would make the node pick the machine's external address; so added
+nodes run `ray start` through `JOIN_ON_LOOPBACK`, which lifts only that CLI guard. Every process started is
+found again by its RAY_TMPDIR and stopped by `close()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Mapping
+
+import psutil
+
+BIN = Path(sys.executable).parent
+LOOPBACK_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "PYTHONUNBUFFERED": "1",
+}
+# Ray declares a node dead after missed health checks: fast ones (the default takes ~15 s)
+FAST_NODE_DEATH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+                   "RAY_health_check_timeout_ms": "500"}
+
+# `ray start` with the "multi-node needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1" guard lifted for the CLI only:
+# Ray's address resolution (services.py) still sees the real constant (0) and keeps everything on loopback.
+JOIN_ON_LOOPBACK = textwrap.dedent("""\
+    import sys
+    import ray._private.ray_constants as constants
+    import ray.scripts.scripts as scripts
+
+    class _Constants:
+        ENABLE_RAY_CLUSTER = True
+
+        def __getattr__(self, name):
+            return getattr(constants, name)
+
+    scripts.ray_constants = _Constants()
+    sys.argv = ["ray", *sys.argv[1:]]
+    sys.exit(scripts.main())
+""")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_processes(tmp: Path, roots: list[int] = ()) -> dict[int, psutil.Process]:
+    """Processes of the Ray whose RAY_TMPDIR is `tmp`, or descendants of one of `roots`."""
+    found: dict[int, psutil.Process] = {}
+    for root in roots:
+        try:
+            proc = psutil.Process(root)
+            found.update({p.pid: p for p in proc.children(recursive=True)})
+        except psutil.NoSuchProcess:
+            pass
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("RAY_TMPDIR") == str(tmp) and proc.pid not in roots:
+                found[proc.pid] = proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def kill_all(procs: Mapping[int, psutil.Process]) -> None:
+    for proc in procs.values():
+        try:
+            if proc.is_running():  # is_running also checks the pid was not reused
+                proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+class LoopbackCluster:
+    """A Ray cluster of several nodes on 127.0.0.1, each a `ray start --block` process group of its own.
+
+    `head(resources)` starts the head and returns the address; `add(resources)` joins a node; `kill(node)`
+    SIGKILLs a node's whole process group (raylet and workers: a machine that vanishes); `close()` stops
+    everything still running, newest first, and kills whatever of this Ray is left."""
+
+    def __init__(self, tmp: Path, env: Mapping[str, str] | None = None) -> None:
+        self.tmp = tmp  # short: Ray's socket paths live under it
+        self.env = {**os.environ, **LOOPBACK_ENV, "RAY_TMPDIR": str(tmp), **(env or {})}
+        self.nodes: list[subprocess.Popen] = []
+        self.address = ""
+
+    def _start(self, args: list[str], launcher: list[str]) -> subprocess.Popen:
+        common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=100000000",
+                  "--disable-usage-stats", "--block", f"--dashboard-agent-listen-port={free_port()}",
+                  f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
+        log = open(self.tmp / f"node{len(self.nodes)}.log", "w")
+        proc = subprocess.Popen([*launcher, "start", *args, *common], env=self.env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.nodes.append(proc)
+        return proc
+
+    def head(self, resources: Mapping[str, float], timeout_s: float = 60.0) -> str:
+        port = free_port()
+        self._start(["--head", f"--port={port}", f"--temp-dir={self.tmp}", "--include-dashboard=false",
+                     f"--resources={json.dumps(dict(resources))}"], [str(BIN / "ray")])
+        deadline = time.monotonic() + timeout_s
+        while True:  # wait for the head's GCS port before a node joins
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, (self.tmp / "node0.log").read_text()
+            time.sleep(0.3)
+        self.address = f"127.0.0.1:{port}"
+        return self.address
+
+    def add(self, resources: Mapping[str, float]) -> subprocess.Popen:
+        return self._start([f"--address={self.address}", f"--resources={json.dumps(dict(resources))}"],
+                           [sys.executable, "-c", JOIN_ON_LOOPBACK])
+
+    def kill(self, node: subprocess.Popen) -> None:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait(timeout=30)
+
+    def close(self) -> None:
+        procs = ray_processes(self.tmp, [p.pid for p in self.nodes])
+        for proc in reversed(self.nodes):  # added nodes drain through the head's GCS: stop them first
+            if proc.poll() is not None:
+                continue
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=5)  # a head drains for up to 30 s; these are throwaway nodes
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        kill_all({**procs, **ray_processes(self.tmp)})
+
+    def __enter__(self) -> LoopbackCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
