@@ -15,7 +15,7 @@ _LAZY = {
     "load_config": "rollart.config_loader",
     "ConfigError": "rollart.config_loader",
     "train": "rollart.driver",  # train(cfg) -> summary dict (blocking)
-    "evaluate": "rollart.driver",  # evaluate(cfg) -> {domain: score} for cfg.model.path
+    "evaluate": "rollart.driver",  # evaluate(cfg) -> Evaluation (scores, scored, failed) of cfg.model.path
     "affinity": "rollart.resources.affinity",  # @affinity(pool, fallback=[...], role=...)
     "Runtime": "rollart.resources.runtime",
 }

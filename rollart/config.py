@@ -461,6 +461,10 @@ class EvalConfig(Section):
     every: int = Field(50, ge=1, description="evaluate every N train steps (and at the first and last)")
     episodes_per_domain: int = Field(64, ge=1)
     temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    retries: int = Field(
+        2, ge=0, description="re-runs of an episode that failed for an infrastructure reason (a worker died, the "
+        "reward service was down); one still failing is reported as failed, never scored as 0"
+    )
 
 
 class ObservabilityConfig(Section):

@@ -36,15 +36,15 @@ from rollart.resources import Runtime
 from rollart.run_dir import RunPaths
 from rollart.system import DRIVER_LANE, System, build_system, demonstration_batches
 from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
-from rollart.types import Span, TimedMetrics, Trajectory
+from rollart.types import Evaluation, Span, TimedMetrics, Trajectory
 
 
-def evaluate(cfg: RunConfig) -> dict[str, float]:
+def evaluate(cfg: RunConfig) -> Evaluation:
     """Score `cfg.model.path` on every domain's validation split (blocking)."""
 
     check_config(cfg)
 
-    async def run() -> dict[str, float]:
+    async def run() -> Evaluation:
         with Runtime(cfg) as runtime:
             system = build_system(cfg, runtime, with_trainer=False)
             try:
@@ -108,11 +108,14 @@ async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:
         system = build_system(cfg, runtime)
         workers = [n for c in system.inference.values() for n in c.names] + system.trainer.names
         recorder = RunRecorder(cfg, resume_step=system.resumed.step or None, workers=workers,
-                               started_at=started_at)
+                               started_at=started_at, incidents=system.incidents,
+                               ledger_bytes=system.resumed.ledger_bytes)
         try:
             return await _RLLoop(cfg, system, recorder).run()
         finally:
             await system.close()
+            if system.scheduler is not None:  # what stopping it ended
+                recorder.ledger(system.scheduler.drain_journal())
             recorder.close()
 
 
@@ -156,7 +159,7 @@ class _RLLoop:
             if checkpoint_due or system.served_version < version - alpha:
                 await self.land_train_step()
             if checkpoint_due:  # after landing: the checkpoint holds every step before `step`
-                await system.save_checkpoint(system.run_state(step, scheduler.state_dict(), recorder.eval_first))
+                await self.save_checkpoint(step)
             batch = await self.get_batch(version)                         # 1
             if not overlap:
                 scheduler.pause_admission()
@@ -167,13 +170,22 @@ class _RLLoop:
             if not overlap:
                 await self.land_train_step()
                 scheduler.resume_admission()
-            recorder.step(step, batch, version,
-                          {**scheduler.metrics(), **system.reward.metrics(), **system.resources.metrics()})
+            recorder.step(step, batch, version, await system.metrics())
+            recorder.ledger(scheduler.drain_journal())
 
         await self.land_train_step()
         await self.evaluate(steps, "last")
-        await system.save_checkpoint(system.run_state(steps, scheduler.state_dict(), recorder.eval_first))
+        await self.save_checkpoint(steps)
         return recorder.flush()
+
+    async def save_checkpoint(self, step: int) -> None:
+        """A checkpoint of the run as it stands before `step`: the trainer's state, the scheduler's (its
+        scored groups not trained yet among it) and how much of the ledger file it covers — a consistent
+        cut, taken with no await in between; rollout goes on while it is written."""
+        self.recorder.ledger(self.scheduler.drain_journal())
+        state = self.system.run_state(step, self.scheduler.state_dict(), self.recorder.eval_first,
+                                      self.recorder.ledger_size())
+        await self.system.save_checkpoint(state)
 
     # --- the named steps -----------------------------------------------------------------------------
     async def get_batch(self, version: int) -> list[Trajectory]:
@@ -206,6 +218,6 @@ class _RLLoop:
 
     async def evaluate(self, step: int, tag: str) -> dict[str, float]:
         """Validation scores at the served weights, recorded after `step` RL steps."""
-        scores = await self.system.evaluate(tag)
-        self.recorder.evaluation(step, scores)
-        return scores
+        evaluation = await self.system.evaluate(tag)
+        self.recorder.evaluation(step, evaluation)
+        return dict(evaluation.scores)

@@ -6,12 +6,17 @@ and plane metrics; evaluation scores; warm-start progress. Out (the run director
 summary.json, report/index.html; and live progress on the terminal (rich, plain or quiet).
 
 Guarantees: the timeline and the summary are rewritten at every evaluation, so a run that dies keeps what
-it did; `close()` is idempotent and flushes every sink.
+it did; `close()` is idempotent and flushes every sink. The ledger file (every trajectory's moves) is
+appended as the run goes; `ledger_size()` makes it durable and says how far a checkpoint covers it, and a
+resumed run first cuts it back there (`ledger_bytes`), so the file always tells the history of the
+weights the run holds: each trajectory started ends once, each scored group is trained once.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -27,14 +32,15 @@ from rollart.observability import (
     write_summary,
 )
 from rollart.run_dir import RunPaths
-from rollart.types import TimedMetrics, Trajectory
+from rollart.observability.timeline import Mark
+from rollart.types import Evaluation, TimedMetrics, Trajectory
 
 log = logging.getLogger("rollart")
 
 
 class RunRecorder:
     def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = (),
-                 started_at: float | None = None) -> None:
+                 started_at: float | None = None, incidents: Sequence[Mark] = (), ledger_bytes: int = 0) -> None:
         self.cfg = cfg
         self.t0 = started_at or time.time()  # wall_s counts from the start of the run (start-up included)
         self.paths = RunPaths.of(cfg.run_dir)
@@ -49,6 +55,11 @@ class RunRecorder:
         self.steps_done = 0
         self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record (summed)
         self._step_start = self.t0
+        self._incidents = incidents  # the system's deaths, joins, rebuilds: appended to while the run goes on
+        self._ledger = open(self.paths.ledger, "a+b")
+        # what a crash left past the checkpoint never happened (the weights it led to were lost)
+        self._ledger.truncate(min(ledger_bytes, self._ledger.seek(0, os.SEEK_END)))
+        self._marked = 0
         self._closed = False
 
     def _add_span(self, phase: TimedMetrics) -> None:
@@ -88,17 +99,26 @@ class RunRecorder:
             "time/step": step_s,
         }
         self._pending = {}
+        self._mark_incidents()
         self.logger.log(step, record)
         self.progress.update(step + 1, self.cfg.train.steps, record)
         self.steps_done = step + 1
         self._step_start = now
 
-    def evaluation(self, step: int, scores: Mapping[str, float]) -> None:
+    def evaluation(self, step: int, evaluation: Evaluation) -> None:
+        scores = evaluation.scores
         self.evals[step] = dict(scores)
-        mean = sum(scores.values()) / max(len(scores), 1)
-        self.logger.log(step, {f"eval/{d}/score": s for d, s in scores.items()} | {"eval/mean": mean})
-        log.info("eval after %d steps: mean %.3f %s", step, mean,
-                 " ".join(f"{d}={s:.3f}" for d, s in sorted(scores.items())))
+        record = {f"eval/{d}/score": s for d, s in scores.items()}
+        record |= {f"eval/{d}/scored": float(n) for d, n in evaluation.scored.items()}
+        record |= {f"eval/{d}/failed": float(n) for d, n in evaluation.failed.items()}
+        if evaluation.mean is not None:
+            record["eval/mean"] = evaluation.mean
+        self.logger.log(step, record)
+        failed = sum(evaluation.failed.values())
+        log.info("eval after %d steps: mean %s %s%s", step,
+                 "—" if evaluation.mean is None else f"{evaluation.mean:.3f}",
+                 " ".join(f"{d}={s:.3f}" for d, s in sorted(scores.items())),
+                 f" ({failed} episode(s) failed, not scored: {dict(evaluation.failed)})" if failed else "")
         self.flush()
 
     def summary(self) -> dict[str, Any]:
@@ -116,7 +136,27 @@ class RunRecorder:
             "steps": self.steps_done, "wall_s": time.time() - self.t0,
         }
 
+    def ledger(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Append the scheduler's ledger moves (`RolloutScheduler.drain_journal`) to the ledger file."""
+        if entries:
+            self._ledger.write(b"".join(json.dumps(e).encode() + b"\n" for e in entries))
+            self._ledger.flush()
+
+    def ledger_size(self) -> int:
+        """Make the ledger file durable; its size (what a checkpoint taken now covers)."""
+        self._ledger.flush()
+        os.fsync(self._ledger.fileno())
+        return self._ledger.tell()
+
+    def _mark_incidents(self) -> None:
+        """Put the incidents not on the timeline yet on it (lines across the Gantt charts)."""
+        new = list(self._incidents[self._marked:])
+        self._marked += len(new)
+        for mark in new:
+            self.timeline.add_mark(mark)
+
     def flush(self) -> dict[str, Any]:
+        self._mark_incidents()
         if self.cfg.observability.timeline:
             self.timeline.write(self.paths.timeline)
         extra = self.summary()
@@ -128,3 +168,4 @@ class RunRecorder:
             self._closed = True
             self.logger.close()
             self.progress.close()
+            self._ledger.close()

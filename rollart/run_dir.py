@@ -5,6 +5,8 @@ In: a run directory path. Out: `RunPaths`, the one place these file names are sp
     RUN_DIR/config.yaml        resolved config (`config_loader.write_resolved`)
     RUN_DIR/metrics.jsonl      one JSON object per log call: {"step", "wall_s", "time", "<ns>/<name>": number}
     RUN_DIR/timeline.json      Chrome trace of every trajectory's life (opens in Perfetto)
+    RUN_DIR/ledger.jsonl       every trajectory's moves, one JSON object each: {"time", "id", "group", "domain",
+                               "fate": running|ready|trained|aborted|failed|stale, "reason", "digest", "batch"}
     RUN_DIR/summary.json       {eval_first, eval_last, eval_first_by_domain, eval_last_by_domain, steps, wall_s, ...}
     RUN_DIR/tensorboard/       TensorBoard event files
     RUN_DIR/checkpoints/       trainer checkpoints (their own layout: `rollart.trainer.checkpoint`)
@@ -37,6 +39,10 @@ class RunPaths:
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.jsonl"
 
     @property
     def timeline(self) -> Path:

@@ -10,6 +10,11 @@ rollout goes on), `evaluate`, `warm_start`, `save_checkpoint`. The phases the dr
 Only this module (with `driver.py`) imports more than one plane; planes meet here through the protocols of
 `rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
 started, in reverse order, even after a failure.
+
+Failures: the resource plane keeps the clusters whole (a dead worker is replaced, an elastic pool grows);
+this module passes what it learns on — an inference worker that died leaves the LLM proxy's routing, one
+that joined is added to it (the proxy has it pull the served weights first) — and keeps every death, join
+and trainer rebuild as an `incident` (a timeline mark the recorder draws on the Gantt charts).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import logging
 import random
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
@@ -37,10 +42,12 @@ from rollart.envs.router import EnvRouter
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
+from rollart.observability.timeline import Mark
 from rollart.resources import Cluster, Resources, Runtime
+from rollart.resources.cluster import MemberEvent
 from rollart.reward.router import RewardRouter, new_run_id
 from rollart.trainer import TrainerGroup, latest_checkpoint
-from rollart.types import RunState, Span, Task, TimedMetrics, Trajectory
+from rollart.types import Evaluation, RunState, Span, Task, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
 
 log = logging.getLogger("rollart")
@@ -73,7 +80,38 @@ class System:
     resumed: RunState = field(default_factory=RunState)  # from the checkpoint resumed (fresh run: step 0)
     scheduler: RolloutScheduler | None = None
     served_version: int = 0
+    incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
     _stack: ExitStack = field(default_factory=ExitStack)
+
+    # --- keeping the planes in step with the resource plane ---------------------------------------------
+    def watch_membership(self) -> None:
+        """Follow every cluster's deaths and joins (see the module doc)."""
+        for cluster in self.inference.values():
+            cluster.on_change(self._inference_changed)
+        if self.env_router.cluster is not None:
+            self.env_router.cluster.on_change(self._record)
+        if self.trainer is not None:
+            self.trainer.on_change(self._record)
+
+    def _inference_changed(self, event: MemberEvent) -> None:
+        self._record(event)
+        if event.kind == "died":
+            ref = self.proxy.remove_worker.remote(event.actor._actor_id.hex(), event.cause)
+        else:
+            ref = self.proxy.add_worker.remote(event.pool, event.actor)
+        ref.future().add_done_callback(lambda done: done.exception() and log.error(
+            "LLMProxy could not %s %s: %s", "drop" if event.kind == "died" else "add", event.worker,
+            done.exception()))
+
+    def _record(self, event: MemberEvent) -> None:
+        detail = event.cause or f"on pool {event.pool}"
+        self.incidents.append(Mark(f"worker {event.kind}", time.time(), event.worker, detail))
+
+    async def metrics(self) -> dict[str, float]:
+        """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries."""
+        proxy = await _bounded(self.proxy.stats.remote(), 30, "LLMProxy.stats")
+        return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(),
+                **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"])}
 
     def start_rollout(self, steps_left: int) -> RolloutScheduler:
         """Create and start the control plane: batches from the trainer's current version on."""
@@ -124,9 +162,9 @@ class System:
         metrics = await asyncio.to_thread(self.trainer.train_step, batch)
         return TimedMetrics(metrics, Span("train", start, time.time(), TRAINER_LANE))
 
-    def run_state(self, step: int, scheduler_state: Any, eval_first: Any) -> RunState:
+    def run_state(self, step: int, scheduler_state: Any, eval_first: Any, ledger_bytes: int) -> RunState:
         """The `RunState` to checkpoint at `step`: the driver's progress and this run's identity."""
-        return RunState(step, scheduler_state, eval_first, self.reward.run_id, self.reward.attempt)
+        return RunState(step, scheduler_state, eval_first, self.reward.run_id, self.reward.attempt, ledger_bytes)
 
     async def save_checkpoint(self, state: RunState) -> None:
         """The trainer's checkpoint with `state` in it; in a thread, so rollout callbacks keep running."""
@@ -140,12 +178,15 @@ class System:
             on_step(step, steps, self.trainer.sft_step(conversations))
 
     # --- validation -----------------------------------------------------------------------------------
-    async def evaluate(self, tag: str) -> dict[str, float]:
-        """Mean score per domain on its validation split, at the served weights.
+    async def evaluate(self, tag: str) -> Evaluation:
+        """Scores per domain on its validation split, at the served weights.
 
         An episode's score is its reward clipped to [0, 1]: format penalties shape training but are not a
-        negative score, and a failed episode scores 0. Greedy unless `eval.temperature` > 0."""
-        n = self.cfg.eval.episodes_per_domain
+        negative score. An episode that fails for an infrastructure reason (it ended FAILED or ABORTED, its
+        env worker died, its reward could not be computed) runs again, with the same seed, up to
+        `eval.retries` times; one that still fails is counted as failed and left out of the mean. Greedy
+        unless `eval.temperature` > 0."""
+        n, retries = self.cfg.eval.episodes_per_domain, self.cfg.eval.retries
         scorer = self.reward.for_run(new_run_id())  # an evaluation is a run of its own (reward keys)
         tasks = [
             Task(f"eval/{tag}/{domain}/{i}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}",
@@ -154,20 +195,39 @@ class System:
             for i in range(n)
         ]
 
-        async def one(task: Task) -> tuple[str, float]:
-            traj = await self.env_router.run(task, self.served_version)
-            if traj.status is None or not traj.status.trainable:
-                return task.domain, 0.0
-            result = await scorer.score(traj)
-            return task.domain, min(max(result.reward, 0.0), 1.0) if result.ok else 0.0
+        async def one(task: Task) -> tuple[str, float | None]:
+            why = ""
+            for attempt in range(retries + 1):
+                # a fresh id per try: the proxy remembers aborted ids, a worker refuses a running one
+                run = task if attempt == 0 else replace(task, trajectory_id=f"{task.trajectory_id}~{attempt}")
+                try:
+                    traj = await self.env_router.run(run, self.served_version)
+                except Exception as exc:  # noqa: BLE001 — its env worker died: run it again
+                    why = f"{type(exc).__name__}: {exc}"
+                    continue
+                if traj.status is None or not traj.status.trainable:
+                    why = f"{traj.status.value if traj.status else 'unfinished'}: {traj.status_reason}"
+                    continue
+                result = await scorer.score(traj)
+                if result.ok:
+                    return task.domain, min(max(result.reward, 0.0), 1.0)
+                why = f"reward: {result.error}"
+            log.warning("evaluation episode %s failed %d time(s), not scored (last: %s)", task.trajectory_id,
+                        retries + 1, why)
+            return task.domain, None
 
         max_turns = max(domain_cfg.max_turns for domain_cfg in self.cfg.domains.values())
-        timeout = self.cfg.inference.request_timeout_s * max_turns
+        timeout = self.cfg.inference.request_timeout_s * max_turns * (retries + 1)
         results = await _bounded(asyncio.gather(*(one(t) for t in tasks)), timeout, "evaluation")
-        scores: dict[str, list[float]] = {}
+        scores: dict[str, list[float]] = {domain: [] for domain in sorted(self.cfg.domains)}
+        failed = dict.fromkeys(scores, 0)
         for domain, score in results:
-            scores.setdefault(domain, []).append(score)
-        return {d: sum(v) / len(v) for d, v in scores.items()}
+            if score is None:
+                failed[domain] += 1
+            else:
+                scores[domain].append(score)
+        return Evaluation({d: sum(v) / len(v) for d, v in scores.items() if v},
+                          {d: len(v) for d, v in scores.items()}, failed)
 
     async def close(self) -> None:
         if self.scheduler:
@@ -218,8 +278,9 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             )
             stack.callback(inference[pool].shutdown)
         domain_pools = {domain: domain_cfg.pool for domain, domain_cfg in cfg.domains.items()}
+        fallbacks = {name: pool.fallback for name, pool in cfg.pools.items()}
         proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
-                          cfg.inference, name="llm_proxy")
+                          cfg.inference, fallbacks, name="llm_proxy")
         gate = None
         if cfg.rollout.barrier == "turn":
             timeout = cfg.rollout.get_batch_timeout_s
@@ -231,8 +292,10 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         log.info("run id %s, attempt %d", run_id, attempt)
         reward = RewardRouter(cfg, run_id=run_id, attempt=attempt).start()
         stack.callback(reward.stop)
-        return System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
-                      _stack=stack)
+        system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
+                        _stack=stack)
+        system.watch_membership()
+        return system
     except BaseException:
         stack.close()
         raise

@@ -255,6 +255,21 @@ class TrainBatch:
 
 
 @dataclass(frozen=True)
+class Evaluation:
+    """Validation scores at one moment: per domain, the mean score of its scored episodes (a domain with
+    none scored has no score), how many episodes were scored and how many failed — an episode that kept
+    failing for an infrastructure reason is counted here, never averaged in as 0."""
+
+    scores: Mapping[str, float]
+    scored: Mapping[str, int]
+    failed: Mapping[str, int]
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.scores.values()) / len(self.scores) if self.scores else None
+
+
+@dataclass(frozen=True)
 class TimedMetrics:
     """What one of the driver's phases (a weight sync, a train step, the wait for a batch) reports: its
     metrics (`<namespace>/<name>` keys) and the span it took on the run's timeline — None when the phase
@@ -274,8 +289,10 @@ class RunState:
     until it has run). `run_id`: the run's random id ("" before it has one) and `attempt`: how many times it
     was started before the start that wrote this state — together they keep the run's reward idempotency
     keys apart from every other run's and from its own earlier starts (a resume keeps the id, one more
-    attempt: `restart_identity`). The trainer stores it opaquely in the checkpoint's `extra_state`, as the
-    plain dict of `to_checkpoint`; `from_checkpoint` is the one place that dict is read.
+    attempt: `restart_identity`). `ledger_bytes`: how much of the run's ledger file the checkpoint covers (a
+    resumed run cuts it there: what happened after the checkpoint is undone). The trainer stores it opaquely
+    in the checkpoint's `extra_state`, as the plain dict of `to_checkpoint`; `from_checkpoint` is the one
+    place that dict is read.
     """
 
     step: int = 0
@@ -283,10 +300,11 @@ class RunState:
     eval_first: Mapping[str, float] | None = None
     run_id: str = ""
     attempt: int = 0
+    ledger_bytes: int = 0
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {"step": self.step, "scheduler": self.scheduler, "eval_first": self.eval_first,
-                "run_id": self.run_id, "attempt": self.attempt}
+                "run_id": self.run_id, "attempt": self.attempt, "ledger_bytes": self.ledger_bytes}
 
     @classmethod
     def from_checkpoint(cls, extra_state: Mapping[str, Any]) -> RunState:
@@ -297,6 +315,7 @@ class RunState:
             eval_first=extra_state.get("eval_first"),
             run_id=str(extra_state.get("run_id") or ""),
             attempt=int(extra_state.get("attempt", 0)),
+            ledger_bytes=int(extra_state.get("ledger_bytes", 0)),
         )
 
     def restart_identity(self, fresh_run_id: str) -> tuple[str, int]:

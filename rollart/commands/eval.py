@@ -55,10 +55,14 @@ def _eval(args: argparse.Namespace) -> int:
     setup_logging(cfg)
     from rollart.driver import evaluate
 
-    scores = evaluate(cfg)
-    mean = sum(scores.values()) / len(scores)
-    for domain, score in sorted(scores.items()):
-        print(f"{domain:<14}{score:.3f}")
-    print(f"{'mean':<14}{mean:.3f}")
-    print(json.dumps({"checkpoint": str(checkpoint), "scores": scores, "mean": mean}))
+    result = evaluate(cfg)
+    print(f"{'domain':<14}{'score':>8}{'scored':>8}{'failed':>8}")
+    for domain in sorted(result.scored):
+        score = result.scores.get(domain)
+        print(f"{domain:<14}{'—' if score is None else f'{score:.3f}':>8}{result.scored[domain]:>8}"
+              f"{result.failed[domain]:>8}")
+    mean = result.mean
+    print(f"{'mean':<14}{'—' if mean is None else f'{mean:.3f}':>8}")
+    print(json.dumps({"checkpoint": str(checkpoint), "scores": dict(result.scores), "mean": mean,
+                      "scored": dict(result.scored), "failed": dict(result.failed)}))
     return 0

@@ -1,7 +1,7 @@
 """Control plane: rollout scheduler, sample buffer, staleness policy, turn barrier (DESIGN.md §2)."""
 
 from rollart.control.buffer import BatchTimeout, ReadyGroup, SampleBuffer, domain_quotas
-from rollart.control.scheduler import Fate, RolloutScheduler
+from rollart.control.scheduler import Fate, RolloutScheduler, SchedulerFailed
 from rollart.control.staleness import StalenessPolicy
 from rollart.control.turn_barrier import TurnBarrier, TurnGateClient
 
@@ -10,6 +10,7 @@ __all__ = [
     "Fate",
     "ReadyGroup",
     "RolloutScheduler",
+    "SchedulerFailed",
     "SampleBuffer",
     "StalenessPolicy",
     "TurnBarrier",

@@ -18,7 +18,19 @@ What it does:
   mix is reported against the target, so completion-order bias is visible.
 
 Guarantee (the ledger): every trajectory started ends exactly once — trained, or ABORTED / FAILED / STALE
-with a reason; `check_ledger()` returns the violations (none, in every test).
+with a reason; `check_ledger()` returns the violations (none, in every test). Every move of the ledger is
+also journaled (`drain_journal()`: started, ready, trained, aborted, failed, stale — with the group, the
+reason, and a digest of what was generated), for the run's ledger file.
+
+Failure: a background task of the scheduler that raises (the admission loop, a cancel, a replacement, a
+trajectory's own task) — or a failure reported with `fail()` — stops rollout: the batch the driver waits
+for (or asks for next) raises `SchedulerFailed` at once, naming the task, with the task's own exception
+and traceback as its cause. A worker's death is not such a failure: the trajectory ends FAILED and is
+replaced with the same seed.
+
+Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
+`rollart.codec`) and the sequence numbers of the groups still running; a resumed run puts the former back
+in the buffer as they were (they are trained once, never generated again) and re-admits the latter.
 
 Bookkeeping — one structure, `_groups`, and the ledger `fate`:
 - `_groups` holds each group from its admission until it is closed (complete, dropped, stale or stopped)
@@ -37,6 +49,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
+import json
 import logging
 import random
 import time
@@ -44,12 +58,24 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from rollart.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
 from rollart.types import RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
 
 log = logging.getLogger("rollart.control")
+
+
+class SchedulerFailed(RuntimeError):
+    """A background task of the rollout scheduler failed, so rollout cannot go on; its cause is chained."""
+
+
+def trajectory_digest(traj: Trajectory) -> str:
+    """A short hash of what a trajectory generated and scored (tokens, logprobs, versions, reward): equal
+    for the same trajectory restored from a checkpoint, different for one generated again."""
+    content = [[t.prompt_token_ids, t.response_token_ids, t.logprobs, t.versions] for t in traj.turns]
+    return hashlib.sha256(json.dumps([content, traj.reward]).encode()).hexdigest()[:16]
 
 
 class Fate(str, enum.Enum):
@@ -140,6 +166,9 @@ class RolloutScheduler:
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
+        self.failure: SchedulerFailed | None = None
+        self._failed = asyncio.Event()
+        self._journal: list[dict[str, Any]] = []
         # ledger and counters
         self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
@@ -151,6 +180,20 @@ class RolloutScheduler:
     # --- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._admission_loop(), name="rollart-admission")
+        self._loop_task.add_done_callback(lambda task: self._task_done(task, "the admission loop"))
+
+    def fail(self, error: BaseException, what: str) -> None:
+        """Stop rollout: `what` failed with `error` (the first failure wins; see the module doc)."""
+        if self.failure is not None:
+            return
+        self.failure = SchedulerFailed(f"{what} failed: {type(error).__name__}: {error}")
+        self.failure.__cause__ = error
+        log.error("rollout stops: %s", self.failure, exc_info=error)
+        self._failed.set()
+
+    def _task_done(self, task: asyncio.Task, what: str) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.fail(task.exception(), what)
 
     async def stop(self, reason: str = "shutdown", timeout_s: float = 60.0) -> None:
         """Cancel everything running (ABORTED) and wait, at most `timeout_s`, until each trajectory has
@@ -185,12 +228,12 @@ class RolloutScheduler:
     async def get_batch(self, train_version: int) -> list[Trajectory]:
         """Steps 1 of the loop: block until batch `train_version` is ready, take it, cancel what is stale."""
         n = self.cfg.batch_size // self.cfg.group_size
-        groups = await self.buffer.get_batch(
+        groups = await self._unless_failed(self.buffer.get_batch(
             n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
-        )
+        ))
         for g in groups:
             for t in g.trajectories:
-                self._set_fate(t.trajectory_id, Fate.TRAINED, expect=Fate.READY)
+                self._set_fate(t, Fate.TRAINED, expect=Fate.READY, batch=train_version)
         mix = Counter(g.domain for g in groups)
         target = domain_quotas(self.weights, n)
         for d in self.weights:
@@ -200,6 +243,22 @@ class RolloutScheduler:
         await self._cancel_stale()
         self._wake.set()
         return [t for g in groups for t in g.trajectories]
+
+    async def _unless_failed(self, waiting: Any) -> Any:
+        """Await `waiting`, unless the scheduler fails first: then raise its failure at once."""
+        if self.failure is not None:
+            waiting.close()
+            raise self.failure
+        work = asyncio.ensure_future(waiting)
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait({work, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failed.cancel()
+        if not work.done():
+            work.cancel()
+            raise self.failure
+        return work.result()
 
     # --- admission -----------------------------------------------------------------------------------
     def pending_by_domain(self) -> Counter[str]:
@@ -240,8 +299,7 @@ class RolloutScheduler:
 
     def _background_done(self, task: asyncio.Task) -> None:
         self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("scheduler background task failed: %r", task.exception())
+        self._task_done(task, f"a background task of the scheduler ({task.get_name()})")
 
     def _next_group(self) -> tuple[str, int] | None:
         """(domain, seq) of the next group to admit, or None when admission must wait: first the groups
@@ -302,11 +360,12 @@ class RolloutScheduler:
         group.launched += 1
         run = group.runs[task.trajectory_id] = _Run(task, self.inference_version)
         self._groups.setdefault(group.group_id, group)  # a replacement may start after its group closed
-        self._set_fate(task.trajectory_id, Fate.RUNNING, expect=None)
+        self._set_fate(task, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
         if self.gate:
             await self.gate.join(task.trajectory_id, group.cohort)
         run.handle = asyncio.create_task(self._run_one(group, run), name=task.trajectory_id)
+        run.handle.add_done_callback(lambda done: self._task_done(done, f"the task of trajectory {task.trajectory_id}"))
 
     # --- one trajectory ------------------------------------------------------------------------------
     async def _run_one(self, group: _Group, run: _Run) -> None:
@@ -364,7 +423,7 @@ class RolloutScheduler:
     def _complete_group(self, group: _Group) -> None:
         self._close(group, Status.ABORTED, "redundant: group full")
         for t in group.scored:
-            self._set_fate(t.trajectory_id, Fate.READY, expect=Fate.RUNNING)
+            self._set_fate(t, Fate.READY, expect=Fate.RUNNING)
         # in admission order, not completion order: equal inputs give bit-equal batches (float sums included)
         members = tuple(sorted(group.scored, key=lambda t: int(t.trajectory_id.rsplit("/", 1)[1])))
         self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, members))
@@ -384,7 +443,7 @@ class RolloutScheduler:
         self._in_background(self._cancel_group(group, Status.ABORTED, "group dropped: too many failures"))
 
     def _end_untrained(self, traj: Trajectory, status: Status) -> None:
-        self._set_fate(traj.trajectory_id, Fate.untrained(status), expect=Fate.RUNNING)
+        self._set_fate(traj, Fate.untrained(status), expect=Fate.RUNNING, reason=traj.status_reason)
         self.counts[status.value] += 1
         self._count_waste(traj)
         log.debug("trajectory %s ended %s: %s", traj.trajectory_id, status.value, traj.status_reason)
@@ -430,20 +489,39 @@ class RolloutScheduler:
 
     def _on_buffer_drop(self, group: ReadyGroup, reason: str) -> None:
         for t in group.trajectories:
-            self._set_fate(t.trajectory_id, Fate.STALE, expect=Fate.READY)
+            self._set_fate(t, Fate.STALE, expect=Fate.READY, reason=reason)
             self.counts["stale"] += 1
             self._count_waste(t)
         # its admission slot is free: with nothing else running, no other event would wake admission
         self._wake.set()
 
     # --- ledger, status, metrics, state --------------------------------------------------------------
-    def _set_fate(self, trajectory_id: str, fate: Fate, expect: Fate | None) -> None:
+    def _set_fate(self, record: Trajectory | Task, fate: Fate, expect: Fate | None, reason: str = "",
+                  batch: int | None = None) -> None:
+        """Move a trajectory (or the task it starts from) in the ledger, and journal the move."""
+        trajectory_id = record.trajectory_id
         current = self.fate.get(trajectory_id)
         if current != expect:
             self.violations.append(
                 f"{trajectory_id}: {current and current.value} → {fate.value} (expected from {expect and expect.value})"
             )
         self.fate[trajectory_id] = fate
+        task = record.task if isinstance(record, Trajectory) else record
+        entry: dict[str, Any] = {"time": self.clock(), "id": trajectory_id, "group": task.group_id,
+                                 "domain": task.domain, "fate": fate.value}
+        if reason:
+            entry["reason"] = reason
+        if fate in (Fate.READY, Fate.TRAINED):
+            entry["digest"] = trajectory_digest(record)  # type: ignore[arg-type]
+        if batch is not None:
+            entry["batch"] = batch
+        self._journal.append(entry)
+
+    def drain_journal(self) -> list[dict[str, Any]]:
+        """The ledger moves since the last call (JSON objects: time, id, group, domain, fate, and reason,
+        digest, batch where they apply), oldest first."""
+        entries, self._journal = self._journal, []
+        return entries
 
     def check_ledger(self) -> list[str]:
         """Violations of 'every trajectory ends exactly once': a fate set twice, or out of order."""
@@ -484,16 +562,27 @@ class RolloutScheduler:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to admit the same groups in the same order (exact for α = 0)."""
-        unconsumed = sorted(
-            [(g.domain, g.seq) for g in self._open_groups()]
-            + [(g.domain, g.seq) for g in self.buffer.ready_groups],
-            key=lambda x: x[1],
-        )
-        return {"next_seq": self.next_seq, "rng": self.rng.getstate(), "replay": unconsumed}
+        """What a resumed run needs to go on where this one stands, as JSON data: the groups scored but not
+        trained (`ready`: `ReadyGroup`s with their trajectories, see `rollart.codec`), the groups still
+        running (`replay`: (domain, seq), admitted again in order: exact for α = 0), the next sequence
+        number and the domain sampler's state."""
+        running = sorted([[g.domain, g.seq] for g in self._open_groups()], key=lambda x: x[1])
+        return {"next_seq": self.next_seq, "rng": _json_rng(self.rng.getstate()), "replay": running,
+                "ready": [to_json(g) for g in self.buffer.ready_groups]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.next_seq = int(state["next_seq"])
         rng_state = state["rng"]
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
         self._replay = [(d, int(s)) for d, s in state["replay"]]
+        for data in state.get("ready", []):  # scored, not trained: back into the buffer as they were
+            group = from_json(ReadyGroup, data)
+            for t in group.trajectories:
+                self.fate[t.trajectory_id] = Fate.READY  # (journaled by the run that scored them)
+            self.buffer.put(group)
+
+
+def _json_rng(state: tuple) -> list[Any]:
+    """`random.Random.getstate()` as JSON data (tuples as lists)."""
+    version, internal, gauss = state
+    return [version, list(internal), gauss]

@@ -1,42 +1,54 @@
 """EnvRouter: the env plane's `TrajectoryRunner` over N EnvWorker actors.
 
-In: Ray actor handles of `EnvWorker`s (or, with `EnvRouter.place`, the resource plane places
-`envs.workers` of them on the `env` pool). Out: `run(task, start_version)` → the finished Trajectory;
-`cancel(trajectory_id, status, reason)`; `progress()` → {trajectory_id: oldest token version or None}.
+In: Ray actor handles of `EnvWorker`s, or (with `EnvRouter.place`) the resource plane's `Cluster` of them on
+the `env` pool — then the workers are the cluster's membership view, which the resource plane keeps
+whole (a dead worker leaves it, its replacement joins it). Out: `run(task, start_version)` → the finished
+Trajectory; `cancel(trajectory_id, status, reason)`; `progress()` → {trajectory_id: oldest token version or
+None}; `stats()`.
 
-Routing: a new trajectory goes to the worker with the fewest trajectories in flight from this router
+Routing: a new trajectory goes to the alive worker with the fewest trajectories in flight from this router
 object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `cancel` reaches the right
 worker — even if the cancel overtakes the `run` call (the worker remembers it). A cancel for an id this
 object never started (e.g. from a copy of the router) is sent to every worker.
 Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
-only the creating process may shut down, is left behind).
+only the creating process may shut down, is left behind: a copy routes over the workers placed first).
 
-Guarantees: `cancel` and `progress` wait at most `call_timeout_s`; `run` waits as long as the trajectory
-runs (the worker bounds every env and LLM wait; the control plane bounds the whole trajectory).
+Failures: a worker that dies ends the `run` calls it held with `WorkerDied` naming it (the control plane
+ends those trajectories FAILED and replaces them with the same seed) and is reported to its cluster at
+once, so no new trajectory goes to it; `cancel`, `progress` and `stats` go on past a dead worker. With no
+worker alive, `run` waits for one to join, at most `wait_for_worker_s`.
+
+Guarantees: `cancel`, `progress` and `stats` wait at most `call_timeout_s`; `run` waits as long as the
+trajectory runs (the worker bounds every env and LLM wait; the control plane bounds the whole trajectory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rollart.config import RunConfig
+from rollart.resources.errors import WorkerDied
+from rollart.resources.health import death_cause, gather_alive, is_worker_death
 from rollart.types import SamplingParams, Status, Task, Trajectory, TurnGate
 
 log = logging.getLogger(__name__)
 
 
 class EnvRouter:
-    def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, cluster: Any = None) -> None:
+    def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, cluster: Any = None,
+                 wait_for_worker_s: float = 300.0) -> None:
         if not workers:
             raise ValueError("EnvRouter needs at least one EnvWorker handle")
         self.workers = list(workers)
         self.call_timeout_s = call_timeout_s
-        self.cluster = cluster  # a rollart.resources Cluster when made by `place`
-        self._where: dict[str, int] = {}
-        self._load = [0] * len(self.workers)
+        self.wait_for_worker_s = wait_for_worker_s
+        self.cluster = cluster  # a rollart.resources Cluster when made by `place`: the membership view
+        self._where: dict[str, Any] = {}  # trajectory id → the handle running it
+        self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
 
     @classmethod
     def place(
@@ -59,49 +71,80 @@ class EnvRouter:
             kwargs={"cfg": cfg, "llm": llm, "gate": gate, "model_path": str(model_path) if model_path else None},
             worker_kwargs=lambda p: {"name": p.worker},
         )
-        return cls(list(cluster.actors), cluster=cluster)
+        # a replacement may take a placement and a constructor to join
+        wait = cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s + cfg.cluster.health_interval_s
+        return cls(list(cluster.actors), cluster=cluster, wait_for_worker_s=wait)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(cluster=None, _where={}, _load=[0] * len(self.workers))
+        state.update(cluster=None, _where={}, _load=Counter())
         return state
+
+    def members(self) -> list[tuple[str, Any]]:
+        """(name, handle) of every alive worker."""
+        if self.cluster is not None:
+            return [(m.worker, m.actor) for m in self.cluster.members()]
+        return [(f"env#{i}", w) for i, w in enumerate(self.workers)]
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
         """Run one episode on the least-loaded worker; `sampling` overrides the domain's parameters."""
         trajectory_id = task.trajectory_id
         if trajectory_id in self._where:
             raise ValueError(f"trajectory {trajectory_id} is already running in this router")
-        index = min(range(len(self.workers)), key=self._load.__getitem__)
-        self._where[trajectory_id] = index
-        self._load[index] += 1
+        name, handle = min(await self._alive(), key=lambda m: self._load[m[0]])
+        self._where[trajectory_id] = handle
+        self._load[name] += 1
         try:
-            return await self.workers[index].run.remote(task, start_version, sampling)
+            return await handle.run.remote(task, start_version, sampling)
+        except Exception as exc:
+            if not is_worker_death(exc):
+                raise
+            self._report_dead(handle, exc)
+            raise WorkerDied(name, death_cause(exc)) from exc
         finally:
             self._where.pop(trajectory_id, None)
-            self._load[index] -= 1
+            self._load[name] -= 1
+
+    async def _alive(self) -> list[tuple[str, Any]]:
+        """The alive workers; with none, wait for one to join (at most `wait_for_worker_s`)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_for_worker_s
+        while not (members := self.members()):
+            if loop.time() > deadline:
+                raise RuntimeError(f"no env worker alive and none joined within {self.wait_for_worker_s:g} s")
+            await asyncio.sleep(0.2)
+        return members
+
+    def _report_dead(self, handle: Any, exc: BaseException) -> None:
+        if self.cluster is not None:
+            self.cluster.report_dead(handle, death_cause(exc))
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
-        index = self._where.get(trajectory_id)
-        if index is not None:
-            calls = [self.workers[index].cancel.remote(trajectory_id, status, reason, True)]
+        handle = self._where.get(trajectory_id)
+        if handle is not None:
+            targets, args = [handle], (trajectory_id, status, reason, True)
         else:
-            calls = [w.cancel.remote(trajectory_id, status, reason) for w in self.workers]
+            targets, args = [h for _, h in self.members()], (trajectory_id, status, reason)
         try:
-            await asyncio.wait_for(asyncio.gather(*calls), self.call_timeout_s)
+            await self._on_alive(targets, lambda w: w.cancel.remote(*args))
         except TimeoutError:
             log.warning("cancel of %s: env workers did not answer within %gs", trajectory_id, self.call_timeout_s)
 
     async def progress(self) -> dict[str, int | None]:
-        parts = await asyncio.wait_for(
-            asyncio.gather(*(w.progress.remote() for w in self.workers)), self.call_timeout_s
-        )
         merged: dict[str, int | None] = {}
-        for part in parts:
+        for part in await self._on_alive([h for _, h in self.members()], lambda w: w.progress.remote()):
             merged.update(part)
         return merged
 
     async def stats(self) -> list[dict[str, Any]]:
-        return list(await asyncio.wait_for(asyncio.gather(*(w.stats.remote() for w in self.workers)), self.call_timeout_s))
+        return await self._on_alive([h for _, h in self.members()], lambda w: w.stats.remote())
+
+    async def _on_alive(self, handles: list[Any], call: Callable[[Any], Any]) -> list[Any]:
+        """`call(handle)` on each worker at once, bounded: the answers of those alive (a dead one — its
+        trajectories are gone with it — is reported and skipped; other errors are raised)."""
+        answers = await gather_alive({i: call(h) for i, h in enumerate(handles)}, self.call_timeout_s,
+                                     lambda i, exc: self._report_dead(handles[i], exc))
+        return list(answers.values())
 
     def shutdown(self) -> None:
         """Kill the placed workers and free their pool slots (only for a router made by `place`)."""

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rollart.config import InferenceConfig
 from rollart.inference.results import aborted_result
 from rollart.inference.router import Router, WorkerKey
-from rollart.resources.health import death_cause, is_worker_death
+from rollart.resources.health import death_cause, gather_alive, is_worker_death
 from rollart.types import GenerationRequest, GenerationResult
 
 log = logging.getLogger("rollart.inference")
@@ -246,17 +246,8 @@ class LLMProxy:
     async def _on_alive(self, keys: list[WorkerKey], call: Callable[[Any], Any]) -> dict[WorkerKey, Any]:
         """`call(handle)` on the workers of `keys` at once: their results by key; a worker found dead
         leaves the routing (other errors are raised)."""
-        results = await asyncio.wait_for(asyncio.gather(*(call(self._handle(k)) for k in keys),
-                                                        return_exceptions=True), self._call_timeout_s)
-        out = {}
-        for key, result in zip(keys, results):
-            if isinstance(result, BaseException):
-                if not is_worker_death(result):
-                    raise result
-                await self._lost(key, death_cause(result))
-            else:
-                out[key] = result
-        return out
+        return await gather_alive({k: call(self._handle(k)) for k in keys}, self._call_timeout_s,
+                                  lambda key, exc: self._lost(key, death_cause(exc)))
 
 
 def _actor_id(handle: Any) -> str:

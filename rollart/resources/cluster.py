@@ -66,7 +66,8 @@ class Member:
 
 @dataclass(frozen=True)
 class MemberEvent:
-    """A change of a cluster's membership: `died` (with `cause`) or `joined` (with the new `actor`)."""
+    """A change of a cluster's membership: `died` (with `cause`) or `joined`; `actor` is the worker's actor
+    handle (the dead one, or the one that joined)."""
 
     kind: Literal["died", "joined"]
     role: str
@@ -226,7 +227,7 @@ class Cluster:
                     "; placing a replacement" if self.replace_dead else "")
         self._placer.record_death(member)
         _notify(listeners, MemberEvent("died", self.role, member.slot, member.worker, member.placement.pool,
-                                       cause=cause))
+                                       actor=member.actor, cause=cause))
         if self.replace_dead:
             self._schedule_replacement(member.slot)
         return True

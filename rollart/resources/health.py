@@ -2,8 +2,9 @@
 
 In: exceptions from actor calls; Ray actor ids; a tick function and `cluster.health_interval_s`. Out:
 `is_worker_death(exc)` (this call failed because the worker is gone), `death_cause(exc)` (one line),
-`actor_states(ids)` (what Ray's control store says of each actor: ALIVE, DEAD … and why), and
-`Ticker`, a daemon thread that calls the tick function every interval and survives its errors.
+`actor_states(ids)` (what Ray's control store says of each actor: ALIVE, DEAD … and why), `gather_alive`
+(await calls to several workers at once, bounded, going on past the dead ones), and `Ticker`, a daemon
+thread that calls the tick function every interval and survives its errors.
 
 Why Ray's actor table and not a ping: a synchronous actor busy in a long call (a trainer step, a model
 load) cannot answer a ping, yet is healthy; Ray's GCS knows an actor is dead the moment its process or its
@@ -18,14 +19,17 @@ one tick's duration plus `join_timeout_s`.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Awaitable, Callable, Hashable, Iterable, Mapping, TypeVar
 
 import ray
 
 log = logging.getLogger("rollart.resources")
+K = TypeVar("K", bound=Hashable)
 
 
 def is_worker_death(exc: BaseException) -> bool:
@@ -38,6 +42,26 @@ def death_cause(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     because = [ln for ln in lines if "because" in ln]
     return (because[-1] if because else lines[0] if lines else type(exc).__name__)[:300]
+
+
+async def gather_alive(calls: Mapping[K, Awaitable[Any]], timeout_s: float,
+                       on_dead: Callable[[K, BaseException], Any]) -> dict[K, Any]:
+    """Await every call at once, at most `timeout_s` (then `asyncio.TimeoutError`): the results of the
+    calls whose worker answered, by key. A call its worker's death ended calls `on_dead(key, exc)` (awaited
+    if that returns an awaitable) and is left out; any other error is raised."""
+    keys = list(calls)
+    results = await asyncio.wait_for(asyncio.gather(*calls.values(), return_exceptions=True), timeout_s)
+    out: dict[K, Any] = {}
+    for key, result in zip(keys, results):
+        if isinstance(result, BaseException):
+            if not is_worker_death(result):
+                raise result
+            reported = on_dead(key, result)
+            if inspect.isawaitable(reported):
+                await reported
+        else:
+            out[key] = result
+    return out
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,12 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
     trainer_state.json   — version, world size, LR scheduler, optimizer param groups;
     trainer_state.safetensors — the optimizers' tensors (moments, step counts), referenced from the JSON
     rng/rank<r>.json (+ .safetensors) — Python, numpy and torch (CPU and CUDA) RNG states of every rank
-    extra_state.json     — what the control plane handed in (step, run id and attempt, sampler …)
+    extra_state.json     — what the driver handed in, returned on load: its `RunState` — {"step", "eval_first",
+                           "run_id", "attempt", "ledger_bytes", "scheduler": {"next_seq", "rng", "replay": [[domain,
+                           seq], …] (groups still running, admitted again), "ready": [groups scored but not
+                           trained: {"group_id", "seq", "domain", "ready_at", "trajectories": [Trajectory as
+                           `rollart.codec.to_json` writes it: task, turns with token ids, logprobs and versions,
+                           status, reward …]}]}}
     reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
                             when the loss has a KL term
 

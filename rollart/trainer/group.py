@@ -66,6 +66,7 @@ class TrainerGroup:
         self._journal: list[tuple[str, Any]] = []  # steps since that checkpoint: ("train", batch) | ("sft", data)
         self._death: WorkerDied | None = None  # a rank died while no call was running
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[MemberEvent], None]] = []
         ckpt.remove_partial(cfg.run_dir)
         ready = self._start(publish_after=-1)
         self.version: int = self._agree(ready, "version")
@@ -76,6 +77,12 @@ class TrainerGroup:
     @property
     def names(self) -> list[str]:
         return self.cluster.names
+
+    def on_change(self, listener: Callable[[MemberEvent], None]) -> None:
+        """Call `listener` when a rank dies, and for each rank of a rebuilt group (`joined`, its `cause`
+        saying what it was rebuilt from); see `rollart.resources.Cluster.on_change`."""
+        self._listeners.append(listener)
+        self.cluster.on_change(listener)
 
     # --- steps ---------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -163,6 +170,11 @@ class TrainerGroup:
             self._train(data) if kind == "train" else self._sft(data)
         if self.version != target:
             raise TrainerFailed(f"the rebuilt trainer group replayed to version {self.version}, not {target}")
+        for member in self.cluster.members():
+            event = MemberEvent("joined", self.cluster.role, member.slot, member.worker, member.placement.pool,
+                                actor=member.actor, cause=f"rebuilt from {source}, {len(self._journal)} step(s) replayed")
+            for listener in self._listeners:
+                listener(event)
 
     def _start(self, publish_after: int) -> list[dict[str, Any]]:
         """Place the ranks, meet, set up from the checkpoint; rank 0 publishes versions > `publish_after`."""
@@ -178,6 +190,8 @@ class TrainerGroup:
             elastic=False,
         )
         self.cluster.on_change(self._on_change)
+        for listener in self._listeners:
+            self.cluster.on_change(listener)
         try:
             meet = self.cluster.gather([self.cluster.call_one(0, "rendezvous")])[0]
             one_node = all(other == meet["node"] for other in self.cluster.gather(self.cluster.call_all("node_id")))

@@ -29,7 +29,7 @@ def test_resume_reproduces_the_next_step_exactly(ray_local, tiny_model_path, tmp
     # cosine schedule with warm-up and an SFT step first: scheduler, both optimizers and the version matter
     cfg = trainer_config(tiny_model_path, tmp_path / "run", schedule="cosine", warmup_steps=1, steps=5,
                          keep_checkpoints=2)
-    extra = {"sampler": {"next_seed": 17}, "buffer": [("t1", 0.5)]}
+    extra = {"sampler": {"next_seed": 17}, "buffer": [["t1", 0.5]]}  # JSON data
     group, store = make_group(cfg)
     try:
         group.sft_step([CONVERSATION] * 4)

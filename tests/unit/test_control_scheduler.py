@@ -4,6 +4,7 @@ failure replacement and the exactly-once ledger, driven by a miniature of the dr
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import pytest
@@ -12,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollart.config import DomainConfig, RedundancyConfig, RolloutConfig
-from rollart.control import BatchTimeout, Fate, RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
+from rollart.control import (BatchTimeout, Fate, RolloutScheduler, SampleBuffer, SchedulerFailed, StalenessPolicy,
+                             TurnBarrier)
 from rollart.control.buffer import ReadyGroup
+from rollart.control.scheduler import trajectory_digest
 from rollart.types import Status, Task, Trajectory
 
 DOMAINS = {"fast": DomainConfig(env="fast", weight=1.0), "slow": DomainConfig(env="slow", weight=1.0)}
@@ -266,3 +269,75 @@ def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
     assert len(batches) == 4
+
+
+def test_a_failed_background_task_stops_rollout_within_a_second_naming_it():
+    class BrokenGate:  # the admission loop awaits it for every trajectory it starts
+        async def join(self, trajectory_id, cohort):
+            raise ConnectionError("turn barrier unreachable")
+
+        async def before_turn(self, trajectory_id, turn):
+            pass
+
+        async def leave(self, trajectory_id):
+            pass
+
+    async def main():
+        h = Harness(rollout_cfg(get_batch_timeout_s=600), steps=2, gate=BrokenGate())
+        h.sched.start()
+        start = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(SchedulerFailed, match="the admission loop failed: ConnectionError") as info:
+                await h.sched.get_batch(0)
+        finally:
+            await h.sched.stop()
+        assert asyncio.get_running_loop().time() - start < 1.0  # not the 600 s of get_batch_timeout_s
+        assert isinstance(info.value.__cause__, ConnectionError)  # its own error and traceback
+        with pytest.raises(SchedulerFailed):  # and every later ask
+            await h.sched.get_batch(0)
+
+    asyncio.run(main())
+
+
+def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_they_were():
+    async def main():
+        h = Harness(rollout_cfg(alpha=1), steps=6)
+        h.sched.start()
+        first = []
+        for k in range(2):  # the driver's loop, then a checkpoint while rollout goes on
+            first.append((k, await h.sched.get_batch(k)))
+            h.serve(k)
+        for _ in range(200):
+            if h.buffer.ready_groups:
+                break
+            await asyncio.sleep(0.01)
+        state = json.loads(json.dumps(h.sched.state_dict()))  # JSON, nothing else
+        await h.sched.stop()
+        ready = {t.trajectory_id: t for g in h.buffer.ready_groups for t in g.trajectories}
+        assert ready and {d for d, _ in state["replay"]} <= set(DOMAINS)
+        assert not {s for _, s in state["replay"]} & {g.seq for g in h.buffer.ready_groups}
+        journal = h.sched.drain_journal()
+        assert {e["fate"] for e in journal} >= {"running", "ready", "trained"} and h.sched.drain_journal() == []
+        digests = {e["id"]: e["digest"] for e in journal if e["fate"] == "ready"}
+
+        resumed = Harness(rollout_cfg(alpha=1), steps=4)
+        resumed.sched.load_state_dict(state)
+        resumed.serve(h.version)
+        restored = {t.trajectory_id: t for g in resumed.buffer.ready_groups for t in g.trajectories}
+        assert restored.keys() == ready.keys()
+        for tid, traj in restored.items():
+            assert traj.turns == ready[tid].turns and traj.reward == ready[tid].reward
+            assert trajectory_digest(traj) == digests[tid]
+        resumed.sched.start()
+        trained = {}
+        try:
+            for k in (h.version, h.version + 1):
+                trained.update({t.trajectory_id: t for t in await resumed.sched.get_batch(k)})
+                resumed.serve(k)
+        finally:
+            await resumed.sched.stop()
+        trained_before = {t.trajectory_id for _, b in first for t in b}
+        assert restored.keys() <= trained.keys() and not trained_before & trained.keys()  # once, and only once
+        assert all(trained[tid].turns == ready[tid].turns for tid in restored)  # as they were, not regenerated
+
+    asyncio.run(main())

@@ -51,14 +51,13 @@ def test_a_fresh_run_has_an_empty_state_and_a_state_survives_the_checkpoint_file
     assert RunState.from_checkpoint(load_extra(tmp_path)) == state
 
 
-def test_a_resumed_scheduler_replays_the_untrained_groups_then_draws_as_the_first_would():
+def test_a_resumed_scheduler_keeps_the_scored_groups_replays_the_running_then_draws_as_the_first_would():
     async def first_run():
         sched = make_scheduler(FakeRunner(lambda: 0))
         sched.start()
         await sched.get_batch(0)
         state = sched.state_dict()
-        # what the first run would admit next, from the same random state
-        sched.rng.setstate(state["rng"])
+        # what the first run would admit next, from the same random state (state_dict leaves it be)
         domains = sorted(DOMAINS)
         following = [(sched.rng.choices(domains, [DOMAINS[d].weight for d in domains])[0], state["next_seq"] + i)
                      for i in range(2)]
@@ -81,7 +80,9 @@ def test_a_resumed_scheduler_replays_the_untrained_groups_then_draws_as_the_firs
         return runner.groups
 
     state, following = asyncio.run(first_run())
-    replay = [tuple(g) for g in state["replay"]]
-    assert replay, "the first run left no group untrained: nothing to replay"
+    replay = [tuple(g) for g in state["replay"]]  # still running: generated again
+    ready = [(g["domain"], g["seq"]) for g in state["ready"]]  # scored: trained as they are
+    assert replay or ready, "the first run left no group untrained: nothing to carry over"
     groups = asyncio.run(resumed_run(state))
     assert groups[: len(replay) + len(following)] == replay + following
+    assert not set(ready) & set(groups)  # never generated again
