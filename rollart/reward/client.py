@@ -17,6 +17,10 @@ the control plane ends that trajectory FAILED with the reason and the batch goes
   `RewardInputError` (the trajectory cannot be scored) or `SandboxUnavailable` (the sandbox refuses).
 Both: at most `reward.max_in_flight` tries at once per client (waiting in backoff does not hold a slot);
 backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s · 2^(k-1))] ("full jitter").
+An outage of a service (HTTP clients: connection refused or reset, timeouts, 5xx — down or hung) is waited
+out past `reward.retries`, for up to `reward.outage_budget_s` from the first try, calling the client's
+`on_outage` before each such try (the router brings a dead service back there): an outage costs retries
+(`outage_retries`), not trajectories; past the budget the scoring fails as before.
 httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per event loop.
 """
 
@@ -30,7 +34,7 @@ import secrets
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import httpx
 
@@ -60,15 +64,18 @@ class BackendStats:
     retries: int = 0
     cold_starts: int = 0
     replays: int = 0
+    outage_retries: int = 0  # tries past `reward.retries` while a service was down (within the budget)
 
 
 class _Tries:
     """The retry loop shared by both clients: slots, backoff, bookkeeping."""
 
-    def __init__(self, cfg: RewardConfig, stats: BackendStats, seed: int | None = None) -> None:
+    def __init__(self, cfg: RewardConfig, stats: BackendStats, seed: int | None = None,
+                 on_outage: Callable[[], Awaitable[None]] | None = None) -> None:
         self.cfg = cfg
         self.stats = stats
         self.rng = random.Random(seed)
+        self.on_outage = on_outage  # set: the backend is a service whose outages are waited out
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
     def slots(self) -> asyncio.Semaphore:
@@ -85,7 +92,13 @@ class _Tries:
         self.stats.requests += 1
         error = ""
         tries = 0
-        for tries in range(1, self.cfg.retries + 2):
+        while True:
+            tries += 1
+            if tries > self.cfg.retries + 1:  # past the retries: only an outage within its budget goes on
+                if self.on_outage is None or time.monotonic() - t0 >= self.cfg.outage_budget_s:
+                    break
+                self.stats.outage_retries += 1
+                await self.on_outage()
             if tries > 1:
                 self.stats.retries += 1
                 await asyncio.sleep(backoff_delay(tries - 1, self.cfg.backoff_s, self.cfg.backoff_max_s, self.rng))
@@ -112,6 +125,10 @@ class _Tries:
         )
 
 
+async def _wait_it_out() -> None:
+    """An outage of a service nobody here can restart (an external endpoint): just try again."""
+
+
 def _details(answer: dict[str, Any]) -> dict[str, Any]:
     details = dict(answer.get("details") or {})
     if answer.get("per_turn") is not None:
@@ -133,16 +150,22 @@ class HttpRewardClient:
         transport: httpx.AsyncBaseTransport | None = None,
         seed: int | None = None,
         run_key: str | None = None,
+        on_outage: Callable[[], Awaitable[None]] | None = None,
+        outage_status: frozenset[int] = frozenset(),
     ) -> None:
-        """`run_key`: `<run id>/<attempt>` prefixed to every idempotency key (default: a fresh random run)."""
+        """`run_key`: `<run id>/<attempt>` prefixed to every idempotency key (default: a fresh random run).
+        `on_outage`: awaited before each try past `reward.retries` while the service is out (see above);
+        `outage_status`: more HTTP statuses that mean the service is out (for rollart's own service, 404:
+        its route is gone with its app)."""
         self.url = url
         self.run_key = run_key or f"{secrets.token_hex(16)}/0"
+        self.retry_status = RETRYABLE_STATUS | outage_status
         self.cfg = cfg
         self.token = token
         self.backend = backend
         self.transport = transport
         self.stats = BackendStats()
-        self._tries = _Tries(cfg, self.stats, seed)
+        self._tries = _Tries(cfg, self.stats, seed, on_outage=on_outage or _wait_it_out)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
     def _client(self) -> httpx.AsyncClient:
@@ -184,7 +207,7 @@ class HttpRewardClient:
                 self.stats.replays += bool(answer.get("replayed"))
                 return {"reward": float(answer["reward"]), "details": _details(answer)}, False, ""
             message = f"HTTP {resp.status_code}: {answer.get('error', answer) if isinstance(answer, dict) else answer}"
-            return None, resp.status_code in RETRYABLE_STATUS or resp.status_code == 200, message
+            return None, resp.status_code in self.retry_status or resp.status_code == 200, message
 
         return await self._tries.run(trajectory, self.backend, attempt)
 

@@ -29,6 +29,7 @@ Lifecycle (the driver's, from a RunConfig, inside a started `rollart.resources.R
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rollart.reward")
 _CUSTOM = "custom:"  # local fn name of a callable passed to the router for a domain
+_REVIVE_LOOK_S = 2.0
 
 
 class RewardRouter:
@@ -107,6 +109,8 @@ class RewardRouter:
         if service is not None:
             self._connect_serverless()
         self._started_at = time.monotonic()
+        self._reviving: asyncio.Future | None = None
+        self._last_revive_look = 0.0
 
     def _get_local_fn(self, spec: str) -> RewardFn:
         if spec.startswith(_CUSTOM):
@@ -116,7 +120,24 @@ class RewardRouter:
     def _connect_serverless(self) -> None:
         assert self.service is not None and self.service.url, "the reward service is not started"
         self.serverless = HttpRewardClient(self.service.url, self.cfg.reward, token=self.service.token,
-                                           backend="serverless", seed=self._seed, run_key=self.run_key)
+                                           backend="serverless", seed=self._seed, run_key=self.run_key,
+                                           on_outage=self._revive,
+                                           outage_status=frozenset({404}))  # its app is gone: revive it
+
+    async def _revive(self) -> None:
+        """The serverless service is out: bring it back if it died (one look at a time, at most every 2 s;
+        only a service this router started)."""
+        if not self._own_service or self.service is None:
+            return
+        if self._reviving is None or self._reviving.done():
+            if time.monotonic() - self._last_revive_look < _REVIVE_LOOK_S:
+                return
+            self._last_revive_look = time.monotonic()
+            self._reviving = asyncio.ensure_future(asyncio.to_thread(self.service.revive))
+        try:
+            await asyncio.shield(self._reviving)
+        except Exception as exc:  # noqa: BLE001 — a failed revival: the next outage retry looks again
+            log.error("could not bring the reward service back: %s", exc)
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> RewardRouter:
@@ -199,7 +220,7 @@ class RewardRouter:
             st: BackendStats = client.stats
             for k, v in st.latency.summary().items():
                 out[f"reward/{name}/{k}"] = v
-            for k in ("requests", "failures", "retries", "cold_starts", "replays"):
+            for k in ("requests", "failures", "retries", "cold_starts", "replays", "outage_retries"):
                 out[f"reward/{name}/{k}"] = float(getattr(st, k))
             for k in totals:
                 totals[k] += getattr(st, k)
@@ -210,7 +231,7 @@ class RewardRouter:
         if self.service is not None:
             stats = self.service.stats()
             for k in ("replicas", "replicas_max", "replicas_mean", "replica_starts", "replica_s", "busy_s",
-                      "pool_util", "completed", "duplicates", "replays", "evicted"):
+                      "pool_util", "completed", "duplicates", "replays", "evicted", "restarts"):
                 if k in stats:
                     out[f"reward/serverless/{k}"] = float(stats[k])
         out.update({f"reward/{k}": v for k, v in totals.items()})

@@ -22,6 +22,11 @@ Serve's HTTP proxy binds `reward.serverless.host` (127.0.0.1 by default; a non-l
 `reward.allow_plain_http`, since bearer tokens would cross the network in clear), and each replica's
 internal gRPC server binds the node's IP, not every interface (`_replica_grpc_off_public_interfaces`). If
 Serve is already running in this Ray (another app), its HTTP options stay and the URL uses its port.
+
+Failures: Ray Serve replaces a replica that dies (its in-flight requests fail and are retried by the
+client). If the app itself is gone or broken (deleted, its deployment failed, Serve lost), `revive()`
+deploys it again (and its ledger actor, if that died too) and counts it (`restarts`); the router calls it
+while the service is out.
 """
 
 from __future__ import annotations
@@ -196,6 +201,8 @@ class RewardService:
         self._started_serve = False
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self.restarts = 0
+        self._ledger_alive = False
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> str:
@@ -216,13 +223,15 @@ class RewardService:
             raise ValueError(problem)
         ledger_name = f"{self.app_name}-ledger"
         lease = self.cfg.reward.timeout_s + 5.0
-        self._ledger = (
-            ray.remote(SharedLedger)
-            .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000)
-            .remote(int(self.cfg.reward.dedupe_max_mb * 2**20), self.cfg.reward.dedupe_ttl_s, lease)
-        )
-        if self.shared and join_shared_service("probe") is not None:
-            raise RuntimeError(f"a shared reward service already runs in this Ray cluster (app {SHARED_APP})")
+        if self._ledger is None or not self._ledger_alive:
+            if self._ledger is None and self.shared and join_shared_service("probe") is not None:
+                raise RuntimeError(f"a shared reward service already runs in this Ray cluster (app {SHARED_APP})")
+            self._ledger = (
+                ray.remote(SharedLedger)
+                .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000)
+                .remote(int(self.cfg.reward.dedupe_max_mb * 2**20), self.cfg.reward.dedupe_ttl_s, lease)
+            )
+            self._ledger_alive = True
         port = self._start_serve()
         self.url = f"http://{sl.host}:{port}{self.route}"
         with warnings.catch_warnings(), _SERVE_API:
@@ -255,6 +264,36 @@ class RewardService:
         self._poller = threading.Thread(target=self._poll, name="reward-replica-poller", daemon=True)
         self._poller.start()
         return self.url
+
+    def alive(self) -> bool:
+        """The app is deployed and Serve runs it (RUNNING, or DEPLOYING a change such as a new replica)."""
+        try:
+            app = serve.status().applications.get(self.app_name)
+        except Exception:  # noqa: BLE001 — Serve itself is not answering: not alive
+            return False
+        return app is not None and str(getattr(app.status, "value", app.status)) in ("RUNNING", "DEPLOYING")
+
+    def revive(self) -> bool:
+        """Deploy the app again if it is gone or broken (see the module doc); True if it had to be."""
+        if not self.url or self.alive():
+            return False
+        log.warning("the reward service %s is down: deploying it again", self.app_name)
+        try:
+            serve.delete(self.app_name)
+        except Exception:  # noqa: BLE001 — already gone
+            pass
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=5)
+            self._poller = None
+        try:
+            ray.get(self._ledger.stats.remote(), timeout=_CALL_TIMEOUT_S)
+            self._ledger_alive = True
+        except Exception:  # noqa: BLE001 — the ledger died with it: a new one (its keys are lost, not reused)
+            self._ledger_alive = False
+        self._start()
+        self.restarts += 1
+        return True
 
     def _start_serve(self) -> int:
         sl = self.cfg.reward.serverless
@@ -344,6 +383,7 @@ class RewardService:
         # alive time (as of its last report) lags its end — take the larger of two underestimates
         replica_s = max(self.replicas.integral(), out.get("alive_s", 0.0))
         out.update({
+            "restarts": float(self.restarts),
             "replicas": self.replicas.current,
             "replicas_max": self.replicas.max,
             "replicas_mean": self.replicas.mean(),
