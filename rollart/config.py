@@ -319,8 +319,8 @@ class RewardConfig(Section):
     timeout_s: float = Field(30.0, gt=0, description="per request (client) and per scoring (service)")
     retries: int = Field(3, ge=0, description="tries after the first; then the trajectory ends FAILED")
     outage_budget_s: float = Field(
-        120.0, ge=0, description="how long a reward service that is down or hung (connection errors, 5xx, "
-        "timeouts) is retried past `retries` — reviving it if it died — before the trajectory ends FAILED"
+        120.0, ge=0, description="how long a reward service that is down or hung (connection errors, timeouts, "
+        "502/503/504) is retried past `retries` — reviving it if it died — before the trajectory ends FAILED"
     )
     backoff_s: float = Field(0.2, ge=0, description="first retry delay; doubles each try, full jitter")
     backoff_max_s: float = Field(5.0, ge=0)

@@ -17,9 +17,9 @@ the control plane ends that trajectory FAILED with the reason and the batch goes
   `RewardInputError` (the trajectory cannot be scored) or `SandboxUnavailable` (the sandbox refuses).
 Both: at most `reward.max_in_flight` tries at once per client (waiting in backoff does not hold a slot);
 backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s · 2^(k-1))] ("full jitter").
-An outage of a service (HTTP clients: connection refused or reset, timeouts, 5xx — down or hung) is waited
-out past `reward.retries`, for up to `reward.outage_budget_s` from the first try, calling the client's
-`on_outage` before each such try (the router brings a dead service back there): an outage costs retries
+An outage of a service (HTTP clients: connection refused or reset, timeouts, 502/503/504 — down or hung;
+not a 500, which is the reward itself failing) is waited out past `reward.retries`, for up to
+`reward.outage_budget_s` from the first try, calling the client's `on_outage` before each such try (the router brings a dead service back there): an outage costs retries
 (`outage_retries`), not trajectories; past the budget the scoring fails as before.
 httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per event loop.
 """
@@ -46,6 +46,8 @@ from rollart.types import RewardResult, Trajectory
 
 # 501: the service cannot run this reward at all (e.g. its code sandbox refuses) — retrying cannot help
 RETRYABLE_STATUS = frozenset({408, 429}) | (frozenset(range(500, 600)) - {501})
+# the service (or the gateway before it) is not there: an outage, waited out within reward.outage_budget_s
+OUTAGE_STATUS = frozenset({502, 503, 504})
 
 
 def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random) -> float:
@@ -87,25 +89,26 @@ class _Tries:
     async def run(
         self, trajectory: Trajectory, backend: str, attempt_fn: Callable[[], Any]
     ) -> RewardResult:
-        """`attempt_fn()` → (RewardResult | None, retryable, error). Returns the first success or the failure."""
+        """`attempt_fn()` → (result | None, retryable, error, outage: the service is down or hung). Returns
+        the first success or the failure."""
         t0 = time.monotonic()
         self.stats.requests += 1
         error = ""
-        tries = 0
+        tries, outage = 0, False
         while True:
-            tries += 1
-            if tries > self.cfg.retries + 1:  # past the retries: only an outage within its budget goes on
-                if self.on_outage is None or time.monotonic() - t0 >= self.cfg.outage_budget_s:
+            if tries > self.cfg.retries:  # past the retries: only an outage within its budget goes on
+                if not outage or self.on_outage is None or time.monotonic() - t0 >= self.cfg.outage_budget_s:
                     break
                 self.stats.outage_retries += 1
                 await self.on_outage()
+            tries += 1
             if tries > 1:
                 self.stats.retries += 1
                 await asyncio.sleep(backoff_delay(tries - 1, self.cfg.backoff_s, self.cfg.backoff_max_s, self.rng))
             async with self.slots():
                 self.stats.busy.enter()
                 try:
-                    result, retryable, error = await attempt_fn()
+                    result, retryable, error, outage = await attempt_fn()
                 finally:
                     self.stats.busy.exit()
             if result is not None:
@@ -159,7 +162,8 @@ class HttpRewardClient:
         its route is gone with its app)."""
         self.url = url
         self.run_key = run_key or f"{secrets.token_hex(16)}/0"
-        self.retry_status = RETRYABLE_STATUS | outage_status
+        self.outage_status = OUTAGE_STATUS | outage_status
+        self.retry_status = RETRYABLE_STATUS | self.outage_status
         self.cfg = cfg
         self.token = token
         self.backend = backend
@@ -191,13 +195,13 @@ class HttpRewardClient:
         # when the first try left: a replica created after it means this scoring waited for a cold start
         headers["x-rollart-sent-at"] = repr(time.time())
 
-        async def attempt() -> tuple[dict[str, Any] | None, bool, str]:
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool]:
             try:
                 resp = await self._client().post(self.url, content=body, headers=headers)
             except httpx.TimeoutException as exc:
-                return None, True, f"timeout after {self.cfg.timeout_s}s ({type(exc).__name__})"
+                return None, True, f"timeout after {self.cfg.timeout_s}s ({type(exc).__name__})", True
             except httpx.TransportError as exc:
-                return None, True, f"{type(exc).__name__}: {exc}"
+                return None, True, f"{type(exc).__name__}: {exc}", True
             try:
                 answer = resp.json()
             except ValueError:
@@ -205,9 +209,10 @@ class HttpRewardClient:
             if resp.status_code == 200 and isinstance(answer.get("reward"), (int, float)):
                 self.stats.cold_starts += bool(answer.get("cold_start"))
                 self.stats.replays += bool(answer.get("replayed"))
-                return {"reward": float(answer["reward"]), "details": _details(answer)}, False, ""
+                return {"reward": float(answer["reward"]), "details": _details(answer)}, False, "", False
             message = f"HTTP {resp.status_code}: {answer.get('error', answer) if isinstance(answer, dict) else answer}"
-            return None, resp.status_code in self.retry_status or resp.status_code == 200, message
+            return (None, resp.status_code in self.retry_status or resp.status_code == 200, message,
+                    resp.status_code in self.outage_status)
 
         return await self._tries.run(trajectory, self.backend, attempt)
 
@@ -228,17 +233,17 @@ class LocalRewardClient:
         self._tries = _Tries(cfg, self.stats, seed)
 
     async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
-        async def attempt() -> tuple[dict[str, Any] | None, bool, str]:
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool]:
             try:
                 out = await asyncio.wait_for(call_reward(self.get_fn(fn), trajectory, fn), self.cfg.timeout_s)
             except asyncio.TimeoutError:
-                return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s"
+                return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False
             except Exception as exc:  # noqa: BLE001 — a failing reward becomes a failed result, never a raise
                 retryable = not isinstance(exc, (RewardInputError, SandboxUnavailable))
-                return None, retryable, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}"
+                return None, retryable, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}", False
             details = dict(out.details)
             if out.per_turn is not None:
                 details["per_turn"] = out.per_turn
-            return {"reward": out.reward, "details": details}, False, ""
+            return {"reward": out.reward, "details": details}, False, "", False
 
         return await self._tries.run(trajectory, self.backend, attempt)
