@@ -92,7 +92,8 @@ def logged_steps(metrics: Path) -> list[tuple[int, float]]:
 
 class Injector(threading.Thread):
     def __init__(self, faults: Sequence[Fault], run_dir: str | Path, seed: int,
-                 kill_node: Callable[[], None] | None = None, poll_s: float = 0.2) -> None:
+                 kill_node: Callable[[], None] | None = None, poll_s: float = 0.2, since: float | None = None) -> None:
+        """`since`: only actors started after this unix time are victims (default: now — the job's own)."""
         super().__init__(name="rollart-fault-injector", daemon=True)
         if any(f.kind == "node" for f in faults) and kill_node is None:
             raise ValueError("a node fault needs kill_node (a multi-node cluster)")
@@ -101,13 +102,14 @@ class Injector(threading.Thread):
         self.rng = random.Random(seed)
         self.kill_node = kill_node
         self.poll_s = poll_s
+        self.since = time.time() if since is None else since
         self.timeline: list[Injected] = []
         self.errors: list[str] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._rl_start: float | None = None
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=10)
 
     def run(self) -> None:
@@ -123,7 +125,7 @@ class Injector(threading.Thread):
 
     def _wait_for(self, fault: Fault) -> tuple[int, float] | None:
         """Block until the fault's moment; (last step logged, step time) then, None if stopped."""
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             steps = logged_steps(self.metrics)
             if steps and self._rl_start is None:
                 self._rl_start = time.time()
@@ -131,10 +133,10 @@ class Injector(threading.Thread):
             if done:
                 times = [t for _, t in steps]
                 step_s = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0
-                if self._stop.wait(fault.delay_frac * step_s):
+                if self._halt.wait(fault.delay_frac * step_s):
                     return None
                 return steps[-1][0], step_s
-            self._stop.wait(self.poll_s)
+            self._halt.wait(self.poll_s)
         return None
 
     def _inject(self, fault: Fault, step: int, _step_s: float) -> Injected:
@@ -144,7 +146,7 @@ class Injector(threading.Thread):
             log.warning("chaos: killed a worker node after RL step %d", step)
             return Injected("node", at, step, "node", 0)
         cls = VICTIM_CLASSES[fault.kind]
-        pids = sorted(p for c, p in _alive_actors() if c == cls)
+        pids = sorted(p for c, p in _alive_actors(self.since) if c == cls)
         if not pids:
             raise RuntimeError(f"no alive {cls} actor to kill")
         pid = self.rng.choice(pids)
@@ -153,9 +155,9 @@ class Injector(threading.Thread):
         return Injected(fault.kind, at, step, cls, pid)
 
 
-def _alive_actors() -> list[tuple[str, int]]:
-    """(class name, pid) of every alive actor of this Ray cluster on this machine."""
+def _alive_actors(since: float) -> list[tuple[str, int]]:
+    """(class name, pid) of every alive actor of this Ray cluster started after `since` (unix time)."""
     from ray._private import state  # the GCS actor table (see rollart.resources.health)
 
     return [(str(a.get("ActorClassName", "")), int(a.get("Pid") or 0)) for a in state.actors().values()
-            if a.get("State") == "ALIVE" and a.get("Pid")]
+            if a.get("State") == "ALIVE" and a.get("Pid") and float(a.get("StartTime") or 0) / 1000 >= since]

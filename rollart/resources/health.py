@@ -41,7 +41,8 @@ def death_cause(exc: BaseException) -> str:
     """The line of Ray's message that says why an actor died (its first line when none says)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     because = [ln for ln in lines if "because" in ln]
-    return (because[-1] if because else lines[0] if lines else type(exc).__name__)[:300]
+    line = because[-1] if because else lines[0] if lines else type(exc).__name__
+    return line.split(". ")[0].rstrip(".")[:300]  # Ray goes on with advice after the first sentence
 
 
 async def gather_alive(calls: Mapping[K, Awaitable[Any]], timeout_s: float,
@@ -92,7 +93,7 @@ def _gcs_cause(cause: object) -> str:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("error_message:"):
-            return line.split(":", 1)[1].strip().strip('"')[:300]
+            return line.split(":", 1)[1].strip().strip('"').split(". ")[0].rstrip(".")[:300]
     return text.strip().splitlines()[0][:300] if text.strip() else "Ray reports the actor dead"
 
 
