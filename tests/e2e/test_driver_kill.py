@@ -1,0 +1,88 @@
+"""`rollart train` killed with SIGKILL mid-run, then resumed with `resume=true`, as a user would: the resumed
+run trains no scored group twice and drops none — the groups its checkpoint held scored but untrained are
+trained as they were (same digest: not generated again), every trajectory the final ledger started ended
+exactly once, and every step trains a full batch. The killed run's embedded Ray goes with it (its processes
+are found by their RAY_TMPDIR and must be gone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from raynodes import alive, kill_all, ours
+
+from rollart.codec import from_json
+from rollart.control.buffer import ReadyGroup
+from rollart.control.scheduler import trajectory_digest
+from rollart.observability.ledger import audit_ledger
+from rollart.trainer.checkpoint import latest_checkpoint, load_extra
+
+pytestmark = [pytest.mark.slow]
+STEPS, BATCH = 8, 8
+RUN = [f"train.steps={STEPS}", "train.checkpoint_every=3", "train.warm_start.steps=4", f"rollout.batch_size={BATCH}",
+       "eval.episodes_per_domain=4", "eval.every=100", "domains.frozenlake.max_turns=2",
+       "observability.progress=plain", "observability.tensorboard=false", "cluster.num_cpus=2"]
+
+
+def _steps_logged(run_dir) -> list[int]:
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "time/step" in record:
+            out.append(record["step"])
+    return out
+
+
+def test_a_driver_killed_with_sigkill_resumes_without_training_a_group_twice_or_dropping_one(
+        tmp_path, tmp_path_factory):
+    run_dir, ray_tmp = tmp_path / "run", tmp_path_factory.mktemp("rk")  # short: Ray's socket paths live under it
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "rollart.cli", "train", f"run_dir={run_dir}", *RUN]
+    first = subprocess.Popen(cmd, env=env, stdout=open(tmp_path / "first.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 420
+        # past the checkpoint taken before step 3, with work after it that the kill loses
+        while not (latest_checkpoint(run_dir) and max(_steps_logged(run_dir), default=-1) >= 4):
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first run did not reach step 4"
+            time.sleep(0.2)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    leftovers = ours(ray_tmp)
+    deadline = time.monotonic() + 30
+    while alive(leftovers) and time.monotonic() < deadline:  # the embedded Ray shares the driver's fate
+        time.sleep(0.5)
+    try:
+        assert alive(leftovers) == []
+        checkpoint = latest_checkpoint(run_dir)
+        held = [from_json(ReadyGroup, g) for g in load_extra(checkpoint)["scheduler"]["ready"]]
+        digests = {t.trajectory_id: trajectory_digest(t) for g in held for t in g.trajectories}
+
+        resumed = subprocess.run([*cmd, "resume=true"], env=env, capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    finally:
+        kill_all(ours(ray_tmp))
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == STEPS
+    audit = audit_ledger(run_dir / "ledger.jsonl")
+    assert audit.lost == () and audit.broken == (), (audit.lost, audit.broken)  # each ended once
+    assert len(audit.trained) == STEPS * BATCH  # every step a full batch, none trained twice (ids are unique)
+    assert digests, "the checkpoint held no scored group: the test would prove nothing"
+    for trajectory_id, digest in digests.items():  # held at the checkpoint: trained after, as they were
+        assert audit.trained[trajectory_id][1] == digest, trajectory_id
