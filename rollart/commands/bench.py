@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "rollout": "rollart.bench.rollout",
     "async": "rollart.bench.async_training",
     "staleness": "rollart.bench.staleness",
+    "chaos": "rollart.bench.chaos",
 }
 # option (its argparse dest, also the run() keyword) → the benchmarks that take it
 ONLY_FOR: dict[str, tuple[str, ...]] = {
@@ -28,6 +29,7 @@ ONLY_FOR: dict[str, tuple[str, ...]] = {
     "piece": ("staleness",),
     "report": ("staleness",),
     "lock": ("staleness",),
+    "nodes": ("chaos",),
 }
 STUDIES = {"staleness"}  # benches run piece by piece into their --json file (run() gets json_path)
 
@@ -48,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "PNG curves from --json without running anything")
     parser.add_argument("--lock", metavar="PATH", help="staleness: file each piece holds an exclusive flock on "
                         "while it runs (default /tmp/rollart-heavy.lock; '' = none)")
+    parser.add_argument("--nodes", type=int, metavar="N",
+                        help="chaos bench only: run on a loopback Ray cluster of N nodes and lose one")
     parser.set_defaults(func=_run)
 
 
@@ -64,9 +68,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"rollart: --{dest} applies to 'rollart bench {'|'.join(ONLY_FOR[dest])}' only, not "
                   f"'{args.name}'", file=sys.stderr)
             return 2
-    if options.get("jobs", 1) < 1:
-        print(f"rollart: --jobs takes a count ≥ 1, not {options['jobs']}", file=sys.stderr)
-        return 2
+    for dest in ("jobs", "nodes"):
+        if options.get(dest, 1) < 1:
+            print(f"rollart: --{dest} takes a count ≥ 1, not {options[dest]}", file=sys.stderr)
+            return 2
     try:
         extra = {"json_path": args.json} if args.name in STUDIES else {}
         result = importlib.import_module(BENCHES[args.name]).run(quick=args.quick, **options, **extra)
