@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rollart.bench.common import BenchResult
-from rollart.bench.faults import Fault, Injector, plan
+from rollart.bench.faults import Injector, plan
 from rollart.bench.nodes import FAST_NODE_DEATH, LoopbackCluster
 from rollart.config_loader import load_config
 from rollart.driver import train
