@@ -14,7 +14,9 @@ started, in reverse order, even after a failure.
 Failures: the resource plane keeps the clusters whole (a dead worker is replaced, an elastic pool grows);
 this module passes what it learns on — an inference worker that died leaves the LLM proxy's routing, one
 that joined is added to it (the proxy has it pull the served weights first) — and keeps every death, join
-and trainer rebuild as an `incident` (a timeline mark the recorder draws on the Gantt charts).
+and trainer rebuild as an `incident` (a timeline mark the recorder draws on the Gantt charts). What cannot
+be recovered stops rollout at once, naming it (the driver's next batch raises): no env worker left and none
+can be placed, or a domain with no inference worker on any pool of its chain and none can be placed.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class System:
     served_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
     _stack: ExitStack = field(default_factory=ExitStack)
+    _loop: asyncio.AbstractEventLoop | None = None  # the driver's, where the scheduler lives
+    _unrecoverable: tuple[BaseException, str] | None = None  # found before rollout started
 
     # --- keeping the planes in step with the resource plane ---------------------------------------------
     def watch_membership(self) -> None:
@@ -89,12 +93,21 @@ class System:
         for cluster in self.inference.values():
             cluster.on_change(self._inference_changed)
         if self.env_router.cluster is not None:
-            self.env_router.cluster.on_change(self._record)
+            self.env_router.cluster.on_change(self._env_changed)
         if self.trainer is not None:
             self.trainer.on_change(self._record)
 
     def _inference_changed(self, event: MemberEvent) -> None:
         self._record(event)
+        if event.kind == "unplaced":
+            alive = {m.placement.pool for cluster in self.inference.values() for m in cluster.members()}
+            stranded = sorted(d for d, dc in self.cfg.domains.items()
+                              if not {dc.pool, *self.cfg.pools[dc.pool].fallback} & alive)
+            if stranded:
+                self._stop_rollout(RuntimeError(f"no inference worker is left for domains {stranded} (their pools "
+                                                f"and fallbacks) and none can be placed: {event.cause}"),
+                                   f"inference (worker {event.worker})")
+            return
         if event.kind == "died":
             ref = self.proxy.remove_worker.remote(event.actor._actor_id.hex(), event.cause)
         else:
@@ -103,9 +116,23 @@ class System:
             "LLMProxy could not %s %s: %s", "drop" if event.kind == "died" else "add", event.worker,
             done.exception()))
 
+    def _env_changed(self, event: MemberEvent) -> None:
+        self._record(event)
+        if event.kind == "unplaced" and not self.env_router.members():
+            self._stop_rollout(RuntimeError(f"no env worker is left and none can be placed: {event.cause}"),
+                               f"the env workers ({event.worker} died)")
+
     def _record(self, event: MemberEvent) -> None:
         detail = event.cause or f"on pool {event.pool}"
-        self.incidents.append(Mark(f"worker {event.kind}", time.time(), event.worker, detail))
+        name = {"unplaced": "worker not replaced"}.get(event.kind, f"worker {event.kind}")
+        self.incidents.append(Mark(name, time.time(), event.worker, detail))
+
+    def _stop_rollout(self, error: BaseException, what: str) -> None:
+        """Stop the rollout from any thread (the scheduler lives on the driver's loop)."""
+        if self.scheduler is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.scheduler.fail, error, what)
+        elif self._unrecoverable is None:
+            self._unrecoverable = (error, what)
 
     async def metrics(self) -> dict[str, float]:
         """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries."""
@@ -128,7 +155,10 @@ class System:
         self.scheduler.set_inference_version(self.served_version)
         if self.resumed.scheduler is not None:
             self.scheduler.load_state_dict(self.resumed.scheduler)
+        self._loop = asyncio.get_running_loop()
         self.scheduler.start()
+        if self._unrecoverable is not None:
+            self.scheduler.fail(*self._unrecoverable)
         return self.scheduler
 
     # --- steps 2–5: suspend, update, resume (in-flight requests are re-prefilled by the engines) ------

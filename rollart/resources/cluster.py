@@ -66,10 +66,11 @@ class Member:
 
 @dataclass(frozen=True)
 class MemberEvent:
-    """A change of a cluster's membership: `died` (with `cause`) or `joined`; `actor` is the worker's actor
-    handle (the dead one, or the one that joined)."""
+    """A change of a cluster's membership: `died` (with `cause`), `joined`, or `unplaced` (a dead worker's
+    replacement could not be placed — `cause` says why; it is tried again at every health check); `actor`
+    is the worker's actor handle (the dead one, or the one that joined)."""
 
-    kind: Literal["died", "joined"]
+    kind: Literal["died", "joined", "unplaced"]
     role: str
     slot: int
     worker: str
@@ -293,9 +294,12 @@ class Cluster:
                 with self._lock:
                     first = slot not in self._unplaced
                     self._unplaced.add(slot)
+                    listeners = list(self._listeners)
                 if first:
                     log.error("cannot replace worker %s of cluster '%s' yet (retrying at every health check): %s",
                               dead.worker, self.role, exc)
+                    _notify(listeners, MemberEvent("unplaced", self.role, slot, dead.worker, dead.placement.pool,
+                                                   cause=str(exc)))
                 return
             with self._lock:
                 self._unplaced.discard(slot)

@@ -92,11 +92,12 @@ def test_a_replacement_without_room_is_retried_at_every_health_check():
     cluster, events = make(placer, replace_dead=True)
     placer.fail_next = 2
     cluster.report_dead(cluster.members()[0].actor, "node left")
-    assert [e.kind for e in events] == ["died"] and len(cluster) == 1
+    assert [e.kind for e in events] == ["died", "unplaced"] and len(cluster) == 1
+    assert events[1].cause == "no room"
     cluster.check({})
-    assert len(cluster) == 1  # second failure
+    assert len(cluster) == 1  # second failure: not announced again
     cluster.check({})
-    assert [e.kind for e in events] == ["died", "joined"] and len(cluster) == 2
+    assert [e.kind for e in events] == ["died", "unplaced", "joined"] and len(cluster) == 2
     assert placer.replacements == ["a"]
 
 
