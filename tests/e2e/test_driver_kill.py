@@ -23,8 +23,8 @@ from rollart.observability.ledger import audit_ledger
 from rollart.trainer.checkpoint import latest_checkpoint, load_extra
 
 pytestmark = [pytest.mark.slow]
-STEPS, BATCH = 8, 8
-RUN = [f"train.steps={STEPS}", "train.checkpoint_every=3", "train.warm_start.steps=4", f"rollout.batch_size={BATCH}",
+STEPS, BATCH = 6, 8
+RUN = [f"train.steps={STEPS}", "train.checkpoint_every=2", "train.warm_start.steps=4", f"rollout.batch_size={BATCH}",
        "eval.episodes_per_domain=4", "eval.every=100", "domains.frozenlake.max_turns=2",
        "observability.progress=plain", "observability.tensorboard=false", "cluster.num_cpus=2"]
 
@@ -53,10 +53,10 @@ def test_a_driver_killed_with_sigkill_resumes_without_training_a_group_twice_or_
     first = subprocess.Popen(cmd, env=env, stdout=open(tmp_path / "first.log", "w"), stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 420
-        # past the checkpoint taken before step 3, with work after it that the kill loses
-        while not (latest_checkpoint(run_dir) and max(_steps_logged(run_dir), default=-1) >= 4):
+        # past the checkpoint taken before step 2, with work after it that the kill loses
+        while not (latest_checkpoint(run_dir) and max(_steps_logged(run_dir), default=-1) >= 3):
             assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the first run did not reach step 4"
+            assert time.monotonic() < deadline, "the first run did not reach step 3"
             time.sleep(0.2)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)

@@ -17,7 +17,7 @@ from rollart.observability.ledger import audit_ledger
 from rollart.observability.report import build_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
-STEPS = 8
+STEPS = 6
 
 
 @pytest.fixture(scope="module")
