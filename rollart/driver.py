@@ -176,6 +176,7 @@ class _RLLoop:
         await self.land_train_step()
         await self.evaluate(steps, "last")
         await self.save_checkpoint(steps)
+        recorder.final(await system.metrics())  # the counters as the run ends (a replacement may have landed)
         return recorder.flush()
 
     async def save_checkpoint(self, step: int) -> None:

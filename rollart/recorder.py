@@ -105,6 +105,10 @@ class RunRecorder:
         self.steps_done = step + 1
         self._step_start = now
 
+    def final(self, metrics: Mapping[str, float]) -> None:
+        """The planes' counters at the end of the run, logged at step `train.steps`."""
+        self.logger.log(self.cfg.train.steps, dict(metrics))
+
     def evaluation(self, step: int, evaluation: Evaluation) -> None:
         scores = evaluation.scores
         self.evals[step] = dict(scores)

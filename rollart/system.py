@@ -135,10 +135,12 @@ class System:
             self._unrecoverable = (error, what)
 
     async def metrics(self) -> dict[str, float]:
-        """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries."""
+        """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries, trainer
+        restarts."""
         proxy = await _bounded(self.proxy.stats.remote(), 30, "LLMProxy.stats")
         return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(),
-                **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"])}
+                **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
+                **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {})}
 
     def start_rollout(self, steps_left: int) -> RolloutScheduler:
         """Create and start the control plane: batches from the trainer's current version on."""

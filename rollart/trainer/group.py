@@ -89,7 +89,7 @@ class TrainerGroup:
         """One RL step on every rank (the batch is put in the object store once); publishes version + 1."""
         metrics = self._call(lambda: self._train(batch))
         self._journal.append(("train", batch))
-        return {**metrics, "train/restarts": float(self.restarts)}
+        return metrics
 
     def sft_step(self, data: SftData) -> dict[str, float]:
         """One supervised step (samples or chat conversations); publishes version + 1."""

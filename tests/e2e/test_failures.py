@@ -30,7 +30,7 @@ def faulty_run(ray_local, tiny_model_path, tmp_path_factory):
         "observability.tensorboard=false", f"reward.serverless.port={free_port()}",
         "reward.serverless.min_replicas=1",
     ])
-    faults = [Fault("inference", 1, 0.3), Fault("env", 2, 0.3), Fault("reward", 3, 0.3), Fault("trainer", 4, 0.3)]
+    faults = [Fault("inference", 0, 0.3), Fault("env", 1, 0.3), Fault("reward", 2, 0.3), Fault("trainer", 3, 0.3)]
     injector = Injector(faults, run_dir, seed=0)
     injector.start()
     try:
