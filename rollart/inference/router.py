@@ -74,7 +74,9 @@ class Router:
     def _target_pool(self, domain: str) -> str | None:
         pool = self.domain_pools.get(domain)
         if pool is None:
-            raise ValueError(f"request domain {domain!r} is not a configured domain (known: {sorted(self.domain_pools)})")
+            raise ValueError(
+                f"request domain {domain!r} is not a configured domain (known: {sorted(self.domain_pools)})"
+            )
         return next((p for p in (pool, *self.pool_fallbacks.get(pool, ())) if self.workers(p)), None)
 
     def workers(self, pool: str) -> list[WorkerKey]:

@@ -305,8 +305,9 @@ class Cluster:
                 self._unplaced.discard(slot)
             if self._install(member):
                 self._placer.record_replacement(dead.placement.pool)
+                fell_back = member.placement.pool != dead.placement.pool
                 log.warning("worker %s replaced by %s%s", dead.worker, member.worker,
-                            f" (fallback from pool {dead.placement.pool})" if member.placement.pool != dead.placement.pool else "")
+                            f" (fallback from pool {dead.placement.pool})" if fell_back else "")
         finally:
             with self._lock:
                 self._replacing.discard(slot)

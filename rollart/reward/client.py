@@ -19,8 +19,9 @@ Both: at most `reward.max_in_flight` tries at once per client (waiting in backof
 backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s · 2^(k-1))] ("full jitter").
 An outage of a service (HTTP clients: connection refused or reset, timeouts, 502/503/504 — down or hung;
 not a 500, which is the reward itself failing) is waited out past `reward.retries`, for up to
-`reward.outage_budget_s` from the first try, calling the client's `on_outage` before each such try (the router brings a dead service back there): an outage costs retries
-(`outage_retries`), not trajectories; past the budget the scoring fails as before.
+`reward.outage_budget_s` from the first try, calling the client's `on_outage` before each such try (the
+router brings a dead service back there): an outage costs retries (`outage_retries`), not trajectories;
+past the budget the scoring fails as before.
 httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per event loop.
 """
 

@@ -172,7 +172,8 @@ class TrainerGroup:
             raise TrainerFailed(f"the rebuilt trainer group replayed to version {self.version}, not {target}")
         for member in self.cluster.members():
             event = MemberEvent("joined", self.cluster.role, member.slot, member.worker, member.placement.pool,
-                                actor=member.actor, cause=f"rebuilt from {source}, {len(self._journal)} step(s) replayed")
+                                actor=member.actor,
+                                cause=f"rebuilt from {source}, {len(self._journal)} step(s) replayed")
             for listener in self._listeners:
                 listener(event)
 

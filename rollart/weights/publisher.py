@@ -9,8 +9,8 @@ Guarantees: the bytes put are exactly the tensors' bytes at the time of the call
 its own copy: training may go on at once); `publish` returns only once the store holds the version, so a
 subscriber that sees it as latest can pull it. Ray ties the buckets to the process that put them: when a
 trainer dies, the versions it published become unpullable until a rebuilt trainer, replaying the same
-steps, publishes them again with `replace=True` (bit-identical tensors; the store swaps the buckets). The object is picklable and is handed to the trainer
-actor; the trainer never imports this package.
+steps, publishes them again with `replace=True` (bit-identical tensors; the store swaps the buckets). The
+object is picklable and is handed to the trainer actor; the trainer never imports this package.
 """
 
 from __future__ import annotations
