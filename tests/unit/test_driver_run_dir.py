@@ -21,7 +21,8 @@ def test_a_stopped_run_names_the_exact_command_that_continues_it(tmp_path):
     from rollart.trainer.checkpoint import STATE_FILE
 
     items = ["my run.yaml", "train.steps=5", "resume=false", "run_dir=elsewhere"]
-    assert resume_command(items, "runs/a b") == "rollart train 'my run.yaml' train.steps=5 'run_dir=runs/a b' resume=true"
+    assert resume_command(items, "runs/a b") == (
+        "rollart train 'my run.yaml' train.steps=5 'run_dir=runs/a b' resume=true")
     cfg = load_config(None, [f"run_dir={tmp_path}"])
     assert "from the start (no checkpoint was written yet)" in resume_hint([], cfg)
     (tmp_path / "checkpoints" / "step_00000007").mkdir(parents=True)
