@@ -18,7 +18,7 @@ def test_an_existing_run_is_continued_or_refused(tmp_path):
 
 def test_a_stopped_run_names_the_exact_command_that_continues_it(tmp_path):
     from rollart.commands.train import resume_command, resume_hint
-    from rollart.trainer.checkpoint import STATE_FILE
+    from rollart.trainer.checkpoint import STATE
 
     items = ["my run.yaml", "train.steps=5", "resume=false", "run_dir=elsewhere"]
     assert resume_command(items, "runs/a b") == (
@@ -26,5 +26,5 @@ def test_a_stopped_run_names_the_exact_command_that_continues_it(tmp_path):
     cfg = load_config(None, [f"run_dir={tmp_path}"])
     assert "from the start (no checkpoint was written yet)" in resume_hint([], cfg)
     (tmp_path / "checkpoints" / "step_00000007").mkdir(parents=True)
-    (tmp_path / "checkpoints" / "step_00000007" / STATE_FILE).write_bytes(b"")
+    (tmp_path / "checkpoints" / "step_00000007" / f"{STATE}.json").write_text("{}")
     assert resume_hint([], cfg).startswith("To continue from its last checkpoint (step_00000007):")
