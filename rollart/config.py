@@ -127,12 +127,58 @@ class RoleConfig(Section):
 
 
 class LatencyConfig(Section):
-    """An injected delay: constant = mean_s; gaussian = N(mean_s, std_s) clipped at 0; lognormal with this
-    mean and std (of the delay itself)."""
+    """A delay: constant = mean_s; gaussian = N(mean_s, std_s) clipped at 0; lognormal with this mean and std
+    (of the delay itself); empirical = drawn from `samples` (e.g. env times measured in a run's timeline)."""
 
-    dist: Literal["none", "constant", "gaussian", "lognormal"] = "none"
-    mean_s: float = Field(0.0, ge=0)
-    std_s: float = Field(0.0, ge=0)
+    dist: Literal["none", "constant", "gaussian", "lognormal", "empirical"] = Field(
+        "none", description="the delay's distribution"
+    )
+    mean_s: float = Field(0.0, ge=0, description="mean delay, seconds")
+    std_s: float = Field(0.0, ge=0, description="standard deviation of the delay, seconds")
+    samples: list[float] = Field(default_factory=list, description="empirical: the delays to draw from, seconds")
+
+    @model_validator(mode="after")
+    def _check_samples(self) -> LatencyConfig:
+        if self.dist == "empirical" and not self.samples:
+            raise ValueError("dist 'empirical' needs samples (a list of delays in seconds)")
+        if any(x < 0 for x in self.samples):
+            raise ValueError("samples: delays must be ≥ 0")
+        return self
+
+
+class CountConfig(Section):
+    """A count per episode or per turn (turns, tokens): constant = mean; gaussian / lognormal with this mean
+    and std, rounded, at least `min`; empirical = drawn from `samples`."""
+
+    dist: Literal["constant", "gaussian", "lognormal", "empirical"] = Field("constant", description="distribution")
+    mean: float = Field(1.0, ge=0, description="mean")
+    std: float = Field(0.0, ge=0, description="standard deviation")
+    min: int = Field(1, ge=0, description="smallest value drawn")
+    samples: list[int] = Field(default_factory=list, description="empirical: the values to draw from")
+
+    @model_validator(mode="after")
+    def _check_samples(self) -> CountConfig:
+        if self.dist == "empirical" and not self.samples:
+            raise ValueError("dist 'empirical' needs samples (a list of counts)")
+        return self
+
+
+class DomainProfileConfig(Section):
+    """What a domain's episodes look like to the hardware: turns, tokens and env/reward times. Declared here
+    (or measured: `profile/<domain>/*` metrics of a run), read by the cluster twin (`rollart sim`) and the
+    planner (`rollart plan`); a running job compares it with what it measures to detect drift."""
+
+    turns: CountConfig = Field(CountConfig(), description="turns per episode (the env ends it; ≤ max_turns)")
+    prompt_tokens: CountConfig = Field(CountConfig(mean=256), description="tokens of the first turn's prompt")
+    obs_tokens: CountConfig = Field(
+        CountConfig(mean=128), description="tokens each later turn adds before generating (observation, template)"
+    )
+    response_tokens: CountConfig = Field(
+        CountConfig(mean=256), description="tokens generated per turn (capped by max_new_tokens)"
+    )
+    env_reset: LatencyConfig = Field(LatencyConfig(), description="time of env.reset")
+    env_step: LatencyConfig = Field(LatencyConfig(), description="time of env.step (besides any `inject` delay)")
+    reward: LatencyConfig = Field(LatencyConfig(), description="time to score one trajectory")
 
 
 class FaultInjectionConfig(Section):
@@ -174,6 +220,9 @@ class DomainConfig(Section):
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
     inject: FaultInjectionConfig | None = None
     val_size: int = Field(32, ge=1, description="validation episodes (a fixed seed range)")
+    profile: DomainProfileConfig | None = Field(
+        None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
+    )
 
     @field_validator("reward", mode="before")
     @classmethod

@@ -7,8 +7,8 @@ where each reset/step first sleeps a latency drawn from its `LatencyConfig`, the
 probability `hang_prob`, else calls the env. Sleeps and hangs are asyncio waits: they occupy no thread,
 so injected latency never starves the pool that runs real env calls.
 
-Latency: `constant` = mean_s; `gaussian` = N(mean_s, std_s) clipped at 0; `lognormal` with the given
-mean and std of the latency itself (μ, σ of the underlying normal derived from them).
+Latency: `constant` = mean_s; `gaussian` = N(mean_s, std_s) clipped at 0; `empirical` = one of `samples`;
+`lognormal` with the given mean and std of the latency itself (μ, σ of the underlying normal derived from them).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def sample_latency(cfg: LatencyConfig, rng: random.Random) -> float:
         return cfg.mean_s
     if cfg.dist == "gaussian":
         return max(0.0, rng.gauss(cfg.mean_s, cfg.std_s))
+    if cfg.dist == "empirical":
+        return rng.choice(cfg.samples)
     if cfg.mean_s <= 0:
         return 0.0
     sigma2 = math.log1p((cfg.std_s / cfg.mean_s) ** 2)

@@ -1,0 +1,111 @@
+"""A discrete-event asyncio event loop: virtual time that jumps to the next timer when nothing is runnable.
+
+In: any coroutine (the production control plane, the simulated workers). Out: its result, computed in
+virtual time — `loop.time()` starts at 0 and moves only when every task waits: then the clock jumps to the
+earliest timer (an `asyncio.sleep`, a `wait_for` deadline, a `call_at`). Nothing really sleeps, so an hour
+of a 1,000-GPU cluster runs in the seconds its events take to process.
+
+How: asyncio's `_run_once` asks its selector to wait until the next timer is due. `_VirtualSelector`
+answers at once, and advances the loop's virtual clock by that wait instead of sleeping. Real I/O still
+works: work handed to threads (`run_in_executor`, `asyncio.to_thread`, e.g. a checkpoint written in a
+thread) is counted, and while any is pending the selector waits for it for real — it takes no virtual
+time. A loop with no timer, no runnable task and no thread work can never progress: that is a deadlock
+of the simulated system, raised as `SimulationDeadlock` instead of hanging.
+
+Written here rather than taken from `looptime` (a pytest plugin that patches the test loop's clock)
+because the twin needs a standalone loop that also knows about executor work and fails on deadlock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, Coroutine, TypeVar
+
+T = TypeVar("T")
+
+THREAD_WAIT_S = 600.0  # longest real wait for thread work before the simulation gives up
+
+
+class SimulationDeadlock(RuntimeError):
+    """Nothing can ever run again: no timer, no runnable task, no thread work."""
+
+
+class _VirtualSelector(selectors.DefaultSelector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop: VirtualTimeLoop | None = None
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        loop = self.loop
+        assert loop is not None
+        if loop.threads_pending:  # thread work: wait for it in real time (it costs no virtual time)
+            events = super().select(THREAD_WAIT_S if timeout is None or timeout > 0 else 0)
+            if not events and timeout is None:
+                raise SimulationDeadlock(f"thread work did not finish within {THREAD_WAIT_S:.0f}s of real time")
+            return events
+        loop.iterations += 1
+        if loop.iterations % 1024 == 0:  # now and then, look at real fds (a call_soon_threadsafe, a signal)
+            events = super().select(0)
+            if events:
+                return events
+        if timeout is None:
+            raise SimulationDeadlock(
+                "the simulated system waits for something that can never happen (no timer, no runnable task, "
+                f"no thread work) at virtual time {loop.time():.3f}s"
+            )
+        if timeout > 0:
+            loop.advance(timeout)
+        return []
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose `time()` is virtual (seconds since the simulation began)."""
+
+    def __init__(self) -> None:
+        selector = _VirtualSelector()
+        super().__init__(selector)
+        selector.loop = self
+        self._now = 0.0
+        self.threads_pending = 0
+        self.iterations = 0
+        self._clock_resolution = 1e-9  # timers due within this are run together
+
+    def time(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        future = super().run_in_executor(executor, func, *args)
+        self.threads_pending += 1
+        future.add_done_callback(self._thread_done)
+        return future
+
+    def _thread_done(self, _: asyncio.Future) -> None:
+        self.threads_pending -= 1
+
+
+def run_virtual(main: Coroutine[Any, Any, T] | Callable[[], Awaitable[T]]) -> T:
+    """Run `main` (a coroutine, or a function returning an awaitable) to completion in virtual time."""
+    loop = VirtualTimeLoop()
+    threads = ThreadPoolExecutor(4, thread_name_prefix="rollart-sim")
+    loop.set_default_executor(threads)
+    try:
+        asyncio.set_event_loop(loop)
+        coro = main() if callable(main) else main
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+            threads.shutdown(wait=True)
+
+
+def now() -> float:
+    """The running loop's clock (virtual inside `run_virtual`)."""
+    return asyncio.get_running_loop().time()

@@ -1,0 +1,178 @@
+"""`SimEnvRunner`: the twin's env plane, behind the control plane's `TrajectoryRunner` protocol.
+
+In: the run config's domains (their `profile`, limits and `inject`), the `LLMClient` to generate with (the
+production `LLMProxy`, in process) and optionally the production turn barrier. Out: `run(task,
+start_version)` → the finished `Trajectory` (not scored), `cancel(trajectory_id, status, reason)`,
+`progress()` — what `EnvPool` offers the `RolloutScheduler`.
+
+An episode is drawn from its domain's profile with a generator seeded by the task (workload.py), then
+played as the EnvManager plays one: reset (its time; an injected failure is retried with the same bounded
+exponential backoff, `envs.reset_retries`), then per turn [the turn barrier] → a `GenerationRequest` with
+the whole context through the LLM client (so the proxy routes it: by domain to its pool, sticky per
+trajectory) → the env step's time → the next turn, until the episode ends. Statuses follow the EnvManager:
+COMPLETED, TRUNCATED (limits), FAILED (an injected step failure, reset failures past the retries, a
+generation error), ABORTED/STALE when cancelled (generation aborted, partial turns kept).
+
+Tokens are `Runs` (O(1) memory); each turn's spans are the env step and the generate wait, on the virtual
+clock. The runner keeps, per domain, the profile it observed (turns, prompt and generated tokens per turn,
+prefix hits, env and reward time) for the online profiler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from rollart.config import DomainConfig, EnvsConfig
+from rollart.sim.tokens import Runs
+from rollart.sim.workload import draw_episode
+from rollart.types import GenerationRequest, LLMClient, SamplingParams, Span, Status, Task, Trajectory, Turn, TurnGate
+
+WORKER = "env/sim/0"
+
+
+@dataclass(eq=False)
+class _Live:
+    oldest_version: int | None = None
+    cancelled: tuple[Status, str] | None = None
+    sleeping: asyncio.Future | None = None
+    generating: bool = False
+
+
+class SimEnvRunner:
+    def __init__(
+        self,
+        domains: Mapping[str, DomainConfig],
+        envs: EnvsConfig,
+        llm: LLMClient,
+        gate: TurnGate | None = None,
+        seed: int = 0,
+        observer: Any = None,
+    ) -> None:
+        self.domains, self.envs, self.llm, self.gate, self.seed = dict(domains), envs, llm, gate, seed
+        self.observer = observer  # gets observe_turn / observe_episode calls (the profiler), or None
+        self._live: dict[str, _Live] = {}
+        self.started = 0
+
+    # --- TrajectoryRunner -----------------------------------------------------------------------------
+    async def run(self, task: Task, start_version: int) -> Trajectory:
+        tid = task.task_id
+        if tid in self._live:
+            raise ValueError(f"trajectory {tid} is already running in the twin")
+        live = self._live[tid] = _Live()
+        self.started += 1
+        try:
+            return await self._episode(task, start_version, live)
+        finally:
+            del self._live[tid]
+            if self.gate is not None:
+                await self.gate.leave(tid)
+
+    async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
+        live = self._live.get(trajectory_id)
+        if live is None or live.cancelled is not None:
+            return
+        live.cancelled = (status, reason)
+        if live.generating:
+            await self.llm.abort(trajectory_id)
+        if live.sleeping is not None and not live.sleeping.done():
+            live.sleeping.set_result(None)  # wake it: the episode ends with the cancel's status
+
+    async def progress(self) -> dict[str, int | None]:
+        return {tid: live.oldest_version for tid, live in self._live.items()}
+
+    # --- one episode ------------------------------------------------------------------------------------
+    async def _sleep(self, live: _Live, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        live.sleeping = loop.create_future()
+        handle = loop.call_later(seconds, _wake, live.sleeping)
+        try:
+            await live.sleeping
+        finally:
+            handle.cancel()
+            live.sleeping = None
+
+    async def _episode(self, task: Task, start_version: int, live: _Live) -> Trajectory:
+        domain = self.domains[task.domain]
+        rng = random.Random(f"{self.seed}:{task.task_id}:{task.seed}")
+        episode = draw_episode(domain, rng)
+        traj = Trajectory(task.task_id, task, start_version)
+        clock = asyncio.get_running_loop().time
+        t0 = clock()
+        failed = self._reset_fails(domain, rng)
+        for attempt in range(self.envs.reset_retries + 1):
+            await self._sleep(live, episode.reset_s)
+            if live.cancelled:
+                return traj.finished(*live.cancelled)
+            if not failed[attempt]:
+                break
+            if attempt == self.envs.reset_retries:
+                return traj.finished(Status.FAILED, f"env.reset failed {attempt + 1} time(s): injected")
+            await self._sleep(live, min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s))
+        traj = replace(traj, spans=(Span("env.reset", t0, clock(), WORKER),))
+        context = 0
+        generated = 0
+        for k, turn in enumerate(episode.turns):
+            if self.gate is not None:
+                await self.gate.before_turn(task.task_id, k)
+            if live.cancelled:
+                return self._end(traj, *live.cancelled, generated)
+            context += turn.prompt_tokens
+            request = GenerationRequest(
+                f"{task.task_id}/{k}", task.task_id, task.domain, Runs.of(0, context),
+                SamplingParams(max_new_tokens=turn.response_tokens),
+            )
+            started = clock()
+            live.generating = True
+            try:
+                result = await self.llm.generate(request)
+            except Exception as exc:  # noqa: BLE001 — a broken generation ends the episode, as in EnvManager
+                return self._end(traj, Status.FAILED, f"generation failed: {type(exc).__name__}: {exc}", generated)
+            finally:
+                live.generating = False
+            n = len(result.token_ids)
+            generated += n
+            context += n
+            if n and live.oldest_version is None:
+                live.oldest_version = result.versions[0]
+            wait = Span("generate.wait", started, clock(), WORKER)
+            record = Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
+                          finish_reason=result.finish_reason, spans=(wait,))
+            if self.observer is not None:
+                self.observer.observe_turn(task.domain, turn.prompt_tokens, n, result.prompt_tokens,
+                                           result.prefill_tokens, turn.env_s)
+            if result.finish_reason == "abort" or live.cancelled:
+                status, reason = live.cancelled or (Status.ABORTED, "generation aborted by the inference plane")
+                return self._end(traj.with_turn(record), status, reason, generated)
+            step_start = clock()
+            await self._sleep(live, turn.env_s)
+            record = Turn(record.prompt_token_ids, record.response_token_ids, record.logprobs, record.versions,
+                          finish_reason=record.finish_reason, spans=(wait, Span("env.step", step_start, clock(), WORKER)))
+            traj = traj.with_turn(record)
+            if live.cancelled:
+                return self._end(traj, *live.cancelled, generated)
+            if turn.env_fails:
+                return self._end(traj, Status.FAILED, "env.step failed: injected", generated)
+        status = Status.TRUNCATED if episode.truncated else Status.COMPLETED
+        return self._end(traj, status, "max_turns/max_total_tokens reached" if episode.truncated else "env terminated",
+                         generated, episode.reward_s)
+
+    def _reset_fails(self, domain: DomainConfig, rng: random.Random) -> list[bool]:
+        p = domain.inject.reset_fail_prob if domain.inject is not None else 0.0
+        return [p > 0 and rng.random() < p for _ in range(self.envs.reset_retries + 1)]
+
+    def _end(self, traj: Trajectory, status: Status, reason: str, generated: int, reward_s: float = 0.0) -> Trajectory:
+        total = sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in traj.turns)
+        if self.observer is not None and status.trainable:
+            self.observer.observe_episode(traj.domain, len(traj.turns))
+        return traj.finished(status, reason, {"turns": float(len(traj.turns)), "response_tokens": float(generated),
+                                              "total_tokens": float(total), "reward_s": reward_s})
+
+
+def _wake(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,151 @@
+"""Run the twin: the driver's loop over a `SimSystem`, in virtual time, and what it measured.
+
+In: a `RunConfig` (its `train.steps`, rollout mode and domains with their profiles) and a `SimHardware`.
+Out: `SimReport` — per step the virtual step time and its parts (wait for the batch, exposed weight sync,
+train step), trajectories and tokens trained, throughput (trajectories per second and per dollar-hour),
+utilisation of each pool, the control plane's counters and its ledger/staleness invariants checked.
+
+The loop is `rollart.driver`'s own (no copy of it here): the twin hands it a `SimSystem` and a
+`SimRecorder` that keeps the step records in memory on the virtual clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from rollart.config import RunConfig
+from rollart.control import StalenessPolicy
+from rollart.driver import _loop
+from rollart.sim.clock import run_virtual
+from rollart.sim.hardware import SimHardware
+from rollart.sim.reward import SimRewardPool
+from rollart.sim.system import SimSystem
+from rollart.types import Trajectory
+
+
+class SimRecorder:
+    """The recorder surface the driver's loop uses, on the virtual clock, in memory."""
+
+    def __init__(self, cfg: RunConfig, clock: Any) -> None:
+        self.cfg, self.clock = cfg, clock
+        self.evals: dict[int, dict[str, float]] = {}
+        self.eval_first: dict[str, float] | None = None
+        self.steps: list[dict[str, float]] = []
+        self.staleness_violations: list[str] = []
+        self._pending: dict[str, float] = {}
+        self._step_start = clock()
+        self.policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
+
+    def add(self, metrics: Mapping[str, Any], span: str) -> None:
+        for key, value in metrics.items():
+            if not key.startswith("_"):
+                self._pending[key] = self._pending.get(key, 0.0) + float(value)
+
+    def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
+        pass
+
+    def trained(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if step < len(self.steps):
+            self.steps[step]["train_s"] = float(metrics.get("time/train_step", 0.0))
+
+    def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
+        now = self.clock()
+        for t in batch:  # the invariant, checked on every trajectory handed to training
+            if not self.policy.is_fresh(t, version):
+                self.staleness_violations.append(
+                    f"step {step}: {t.trajectory_id} behaviour version {self.policy.behaviour_version(t)} "
+                    f"trained at {version} (α={self.policy.alpha})")
+        record = {
+            "step": float(step), "time": now, "step_s": now - self._step_start,
+            "trajectories": float(len(batch)),
+            "tokens": float(sum(t.metrics.get("total_tokens", 0.0) for t in batch)),
+            "response_tokens": float(sum(t.num_response_tokens for t in batch)),
+            "max_staleness": float(max((self.policy.staleness(t, version) for t in batch), default=0)),
+            **{k: float(v) for k, v in metrics.items()},
+            **self._pending,
+        }
+        self._pending = {}
+        self.steps.append(record)
+        self._step_start = now
+
+    def evaluation(self, step: int, scores: Mapping[str, float]) -> None:
+        self.evals[step] = dict(scores)
+
+    def flush(self) -> dict[str, Any]:
+        return {"steps": len(self.steps)}
+
+
+@dataclass
+class SimReport:
+    steps: list[dict[str, float]]
+    virtual_s: float
+    wall_s: float
+    price_per_hour: float
+    pools: dict[str, dict[str, float]]
+    reward: dict[str, Any]
+    counters: dict[str, float]
+    ledger_violations: list[str]
+    staleness_violations: list[str]
+    sync_exposed_s: list[float]
+    trainer_busy_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def mean_step_s(self, skip: int = 1) -> float:
+        """Mean step time, the first `skip` steps left out (the pipeline fills)."""
+        times = [s["step_s"] for s in self.steps[skip:]] or [s["step_s"] for s in self.steps]
+        return sum(times) / len(times)
+
+    @property
+    def trajectories_per_s(self) -> float:
+        done = sum(s["trajectories"] for s in self.steps)
+        return done / self.virtual_s if self.virtual_s else 0.0
+
+    def steady_trajectories_per_s(self, skip: int = 1) -> float:
+        rows = self.steps[skip:] or self.steps
+        return sum(r["trajectories"] for r in rows) / sum(r["step_s"] for r in rows)
+
+    def per_dollar_hour(self, skip: int = 1) -> float:
+        """Trained trajectories per second per dollar-hour of the cluster."""
+        return self.steady_trajectories_per_s(skip) / self.price_per_hour
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "steps": len(self.steps), "virtual_s": round(self.virtual_s, 3), "wall_s": round(self.wall_s, 3),
+            "mean_step_s": round(self.mean_step_s(), 3),
+            "trajectories_per_s": round(self.steady_trajectories_per_s(), 4),
+            "price_per_hour": round(self.price_per_hour, 2),
+            "ledger_violations": len(self.ledger_violations),
+            "staleness_violations": len(self.staleness_violations),
+        }
+
+
+def simulate(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
+             observer: Any = None) -> SimReport:
+    """Run `cfg.train.steps` RL steps of `cfg` on `hardware`, in virtual time."""
+    started = time.perf_counter()
+    return run_virtual(simulate_async(cfg, hardware, reward_pool, observer, started))
+
+
+async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
+                         observer: Any = None, started: float | None = None) -> SimReport:
+    """The same, inside a running virtual-time loop (several jobs can share one loop and one reward pool)."""
+    started = started if started is not None else time.perf_counter()
+    system = SimSystem(cfg, hardware, reward_pool, observer)
+    recorder = SimRecorder(cfg, system.clock)
+    try:
+        await _loop(cfg, system, recorder)
+    finally:
+        await system.close()
+    sched = system.scheduler
+    assert sched is not None
+    now = asyncio.get_running_loop().time()
+    return SimReport(
+        steps=recorder.steps, virtual_s=now, wall_s=time.perf_counter() - started,
+        price_per_hour=hardware.price_per_hour(), pools=system.engine_stats(),
+        reward=system.reward_pool.stats(now), counters=sched.metrics(), ledger_violations=sched.check_ledger(),
+        staleness_violations=recorder.staleness_violations, sync_exposed_s=system.sync_exposed_s,
+        trainer_busy_s=system.trainer.busy_s,
+    )

@@ -1,0 +1,153 @@
+"""`SimSystem`: the production control plane wired to simulated workers — what the driver's loop runs on.
+
+In: a validated `RunConfig`, a `SimHardware`, optionally a shared `SimRewardPool` (several jobs, one
+service). Out: an object with the surface the driver's loop uses of `rollart.system.System`
+(`start_rollout`, `sync_weights`, `train`, `evaluate`, `warm_start`, `served_version`, `trainer`,
+`reward`, `resources`, `close`), built from:
+
+- the production control plane: `RolloutScheduler`, `SampleBuffer`, `StalenessPolicy`, the `TurnBarrier`
+  (`rollout.barrier=turn`), with the virtual clock;
+- the production `LLMProxy` (suspend/resume, abort, routing by domain → pool, sticky per trajectory) over
+  one `SimEngine` per `tp` GPUs of each generation pool, reached through `LocalHandle`s;
+- the production `RewardRouter`, each domain scored by the `SimRewardPool`'s function;
+- `SimEnvRunner` (the env plane), `SimTrainer` and the `WeightChannel`.
+
+Everything runs in one `VirtualTimeLoop`; nothing here re-implements a decision of the control plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from rollart.config import RunConfig
+from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
+from rollart.inference.proxy import LLMProxy, LLMProxyClient
+from rollart.reward.router import RewardRouter
+from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
+from rollart.sim.engine import LocalHandle, SimEngine
+from rollart.sim.envs import SimEnvRunner
+from rollart.sim.hardware import SimHardware
+from rollart.sim.reward import SimRewardPool
+from rollart.sim.trainer import SimTrainer, WeightChannel
+from rollart.types import Trajectory
+
+
+class SimResources:
+    """What the driver reads of the resource plane: pool metrics (the twin places nothing)."""
+
+    def __init__(self, hardware: SimHardware) -> None:
+        self.hardware = hardware
+
+    def metrics(self) -> dict[str, float]:
+        return {f"pools/{name}/gpus": float(p.count) for name, p in self.hardware.pools.items()}
+
+
+class SimSystem:
+    def __init__(self, cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
+                 observer: Any = None) -> None:
+        self.cfg, self.hardware = cfg, hardware
+        self.clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
+        gen_pools = sorted({d.pool for d in cfg.domains.values()})
+        for pool in gen_pools + [hardware.train_pool]:
+            if pool not in hardware.pools or hardware.pools[pool].count == 0:
+                raise ValueError(
+                    f"pool {pool!r} (used by the run config) has no GPUs in the hardware file; "
+                    f"hardware pools: {sorted(hardware.pools)}"
+                )
+        engines_total = sum(hardware.pools[p].count // hardware.pools[p].tp for p in gen_pools)
+        self.weights = WeightChannel(WeightSyncCost(hardware.model, hardware.link_gbps(), hardware.weights,
+                                                    engines_total))
+        self.engines: dict[str, list[SimEngine]] = {}
+        index = 0
+        for pool in gen_pools:
+            spec = hardware.pools[pool]
+            cost = EngineCost(hardware.model, hardware.gpu_kind(pool), spec.tp, hardware.engine)
+            self.engines[pool] = []
+            for i in range(spec.count // spec.tp):
+                self.engines[pool].append(SimEngine(f"inference/{pool}/{i}", cost, self.weights, index))
+                index += 1
+        domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
+        self.proxy_impl = LLMProxy({p: [LocalHandle(e) for e in es] for p, es in self.engines.items()},
+                                   domain_pools, cfg.inference)
+        self.proxy = LocalHandle(self.proxy_impl)
+        self.barrier = TurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
+        self.gate = self.barrier
+        self.envs = SimEnvRunner(cfg.domains, cfg.envs, LLMProxyClient(self.proxy), gate=self.gate, seed=cfg.seed,
+                                 observer=observer)
+        self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
+        self.reward = RewardRouter(cfg, fns={d: self.reward_pool.fn(d) for d in cfg.domains}, seed=cfg.seed)
+        train = hardware.pools[hardware.train_pool]
+        self.trainer = SimTrainer(TrainerCost(hardware.model, hardware.gpu_kind(hardware.train_pool), train.count,
+                                              hardware.trainer), self.weights)
+        self.resources = SimResources(hardware)
+        self.scheduler: RolloutScheduler | None = None
+        self.served_version = 0
+        self.resume_step = 0
+        self.sync_exposed_s: list[float] = []
+
+    # --- what the driver's loop calls ---------------------------------------------------------------
+    def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
+        """The twin starts from the policy as given (a warm start is not part of a step's time)."""
+
+    def start_rollout(self, steps_left: int) -> RolloutScheduler:
+        cfg = self.cfg
+        policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
+        weights = {d: dc.weight for d, dc in cfg.domains.items() if dc.weight > 0}
+        buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights, clock=self.clock)
+        self.scheduler = RolloutScheduler(
+            cfg.rollout, cfg.domains, self.envs, self.reward, buffer, policy, total_batches=steps_left,
+            first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
+            trajectory_timeout_s=max(d.max_turns for d in cfg.domains.values())
+            * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
+            clock=self.clock,
+        )
+        self.scheduler.set_inference_version(self.served_version)
+        self.scheduler.start()
+        return self.scheduler
+
+    async def sync_weights(self, version: int) -> dict[str, float]:
+        """Steps 2–5 through the production proxy: suspend, every engine takes `version`, resume."""
+        if version <= self.served_version:
+            return {}
+        start = self.clock()
+        await self.proxy.suspend.remote()
+        try:
+            timings = await self.proxy.update_weights_to.remote(version)
+        finally:
+            await self.proxy.resume.remote()
+        exposed = self.clock() - start
+        self.sync_exposed_s.append(exposed)
+        self.served_version = version
+        if self.scheduler:
+            self.scheduler.set_inference_version(version)
+        pulls = [t.get("pull_s", 0.0) for t in timings.values()]
+        return {"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0)}
+
+    async def train(self, trajectories: list[Trajectory], version: int) -> dict[str, float]:
+        return await self.trainer.train_step(trajectories)
+
+    async def evaluate(self, tag: str) -> dict[str, float]:
+        """The twin does not score a policy: evaluation takes no time and reports nothing."""
+        return {}
+
+    async def close(self) -> None:
+        if self.scheduler:
+            await self.scheduler.stop()
+
+    # --- what the twin reports ----------------------------------------------------------------------
+    def engine_stats(self) -> dict[str, dict[str, float]]:
+        """Per generation pool: GPU-busy share, generated tokens, prefix-hit rate."""
+        now = self.clock()
+        out = {}
+        for pool, engines in self.engines.items():
+            busy = sum(e.busy_s for e in engines)
+            prompt = sum(e.counts["prompt_tokens"] for e in engines)
+            prefill = sum(e.counts["prefill_tokens"] for e in engines)
+            out[pool] = {
+                "engines": float(len(engines)),
+                "busy_fraction": busy / (len(engines) * now) if now > 0 else 0.0,
+                "generated_tokens": float(sum(e.counts["generated"] for e in engines)),
+                "prefix_hit_rate": 1 - prefill / prompt if prompt else 0.0,
+            }
+        return out

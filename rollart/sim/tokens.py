@@ -1,0 +1,68 @@
+"""Token sequences that cost O(1) memory: what the twin puts in the production records.
+
+In the twin, a trajectory of 30,000 tokens must not hold 30,000 Python ints three times over (ids,
+logprobs, versions) while 10,000 of them run. `Runs` is an immutable `Sequence` stored as runs of one
+repeated value — `Runs.of(0, n)` for n token ids, `Runs.of(v, n)` for n tokens generated at version v,
+and `+` for a turn whose tokens span a weight update. `len`, indexing, iteration, `min` and equality
+behave as on the tuple it stands for, so `Turn`, `Trajectory`, the staleness policy and the buffer work
+on it unchanged.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate, repeat
+from typing import Any, Iterator, Sequence, overload
+
+
+class Runs(Sequence[Any]):
+    __slots__ = ("_runs", "_ends")
+
+    def __init__(self, runs: tuple[tuple[Any, int], ...] = ()) -> None:
+        self._runs = tuple((v, n) for v, n in runs if n > 0)
+        self._ends = tuple(accumulate(n for _, n in self._runs))
+
+    @classmethod
+    def of(cls, value: Any, count: int) -> Runs:
+        return cls(((value, count),))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Any, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("Runs index out of range")
+        return self._runs[bisect_right(self._ends, index)][0]
+
+    def __iter__(self) -> Iterator[Any]:
+        for value, count in self._runs:
+            yield from repeat(value, count)
+
+    def __add__(self, other: Runs) -> Runs:
+        return Runs(self._runs + other._runs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Runs):
+            return self._runs == other._runs
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._runs)
+
+    def __repr__(self) -> str:
+        return f"Runs({list(self._runs)})"
+
+    def values(self) -> tuple[Any, ...]:
+        """The distinct run values, in order (e.g. the versions a turn was generated under)."""
+        return tuple(v for v, _ in self._runs)

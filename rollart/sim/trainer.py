@@ -1,0 +1,70 @@
+"""The twin's trainer and weight movement.
+
+`SimTrainer` (the trainer group's surface the driver uses: `version`, `extra_state`, `names`,
+`train_step`, `save_checkpoint`): a train step on a batch takes `TrainerCost.step_s(tokens)` of virtual
+time, then publishes version + 1 to the `WeightChannel`.
+
+`WeightChannel` times the path from the trainer to each inference engine (costs.py `WeightSyncCost`):
+- overlapped (the paper's bucketed store): publishing starts when the train step ends; engine i's pull is
+  done at publish + last bucket + ⌈(i+1)/store_streams⌉ transfers (pulls queue behind the store's
+  streams), so at the next sync an engine waits only for what is not done yet, then swaps;
+- naive: nothing moves in the background; at the sync, engine i waits for the push and for its place in
+  the pull queue: the slowest engine exposes push + all pulls + swap.
+`pull_wait(version, engine, now)` → (seconds the engine still waits, its pull's duration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from math import ceil
+from typing import Any, Sequence
+
+from rollart.sim.costs import GB, TrainerCost, WeightSyncCost
+from rollart.types import Trajectory
+
+
+class WeightChannel:
+    def __init__(self, cost: WeightSyncCost) -> None:
+        self.cost = cost
+        self.swap_s = cost.spec.swap_s
+        self.published: dict[int, float] = {0: float("-inf")}  # version → time its publishing began
+        self.sync_started: dict[int, float] = {}
+
+    def publish(self, version: int, now: float) -> None:
+        self.published[version] = now
+
+    def pull_wait(self, version: int, engine: int, now: float) -> tuple[float, float]:
+        transfer = self.cost.transfer_s
+        rank = ceil((engine + 1) / self.cost.spec.store_streams)
+        if not self.cost.spec.overlap:
+            return transfer + rank * transfer, rank * transfer
+        begun = self.published.get(version, now)
+        bucket = min(self.cost.spec.bucket_gb * GB, self.cost.model.weight_bytes) / (self.cost.link_gbps * GB)
+        ready = begun + bucket + rank * transfer if begun > float("-inf") else now
+        return max(0.0, ready - now), rank * transfer
+
+
+class SimTrainer:
+    def __init__(self, cost: TrainerCost, weights: WeightChannel, version: int = 0) -> None:
+        self.cost, self.weights = cost, weights
+        self.version = version
+        self.extra_state: dict[str, Any] = {}
+        self.names = [f"trainer/sim/{i}" for i in range(cost.gpus)][:1]
+        self.busy_s = 0.0
+        self.steps = 0
+        self.tokens = 0
+
+    async def train_step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        tokens = int(sum(t.metrics.get("total_tokens", 0.0) for t in trajectories))
+        seconds = self.cost.step_s(tokens)
+        await asyncio.sleep(seconds)
+        self.busy_s += seconds
+        self.steps += 1
+        self.tokens += tokens
+        self.version += 1
+        self.weights.publish(self.version, asyncio.get_running_loop().time())
+        return {"train/tokens": float(tokens), "time/train_step": seconds}
+
+    def save_checkpoint(self, state: Any) -> None:
+        """The twin keeps no weights: a checkpoint is only its run state."""
+        self.extra_state = dict(state)
