@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 
 from rollart.bench.common import BenchResult
 from rollart.config import RunConfig
@@ -51,7 +50,8 @@ def bench_config(mean_s: float, turns: int, batch: int, run_dir: str) -> RunConf
 
 
 async def rollout_seconds(system: System, domain: str, barrier: bool, batches: int) -> list[float]:
-    """Seconds to fill each of `batches` batches of `domain` (α = 0: one cohort at a time)."""
+    """Seconds to fill each of `batches` batches of `domain` (α = 0: one cohort at a time). `system` is the
+    real one or the twin's `SimSystem` (which has the same `cfg`, `envs`, `reward` and `gate`)."""
     cfg = system.cfg
     policy = StalenessPolicy(alpha=0)
     buffer = SampleBuffer(policy)
@@ -59,13 +59,14 @@ async def rollout_seconds(system: System, domain: str, barrier: bool, batches: i
         cfg.rollout, {domain: cfg.domains[domain]}, system.env_router, system.reward, buffer, policy,
         total_batches=batches, gate=system.gate if barrier else None, trajectory_timeout_s=600,
     )
+    clock = asyncio.get_running_loop().time  # monotonic on a real loop, virtual in the twin (rollart.sim)
     times = []
     sched.start()
     try:
         for k in range(batches):
-            start = time.perf_counter()
+            start = clock()
             await sched.get_batch(k)
-            times.append(time.perf_counter() - start)
+            times.append(clock() - start)
             sched.set_inference_version(k + 1)  # admit the next cohort (no training in this benchmark)
     finally:
         await sched.stop()

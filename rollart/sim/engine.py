@@ -181,6 +181,7 @@ class SimEngine:
         begin = max(now, self._stall_until)
         self._stall_until = begin + seconds
         self.busy_s += seconds
+        self._schedule()
 
     def _kv_live(self) -> float:
         return self._ctx_sum + self.batch * self.tick - self._start_sum
@@ -201,13 +202,24 @@ class SimEngine:
             self._waiting.popleft()
             self._admit(req, need)
         self._step_s = self.cost.decode_step_s(self.batch, self._kv_live()) if self.batch else 0.0
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Set the timer for the next request's end at the current step time and stall."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._ends:
-            steps = max(0.0, self._ends[0][0] - self.tick)
-            when = max(self._now(), self._stall_until) + steps * self._step_s
-            self._timer = asyncio.get_running_loop().call_at(when, self._pump)
+            target = self._ends[0][0]
+            when = max(self._now(), self._stall_until) + max(0.0, target - self.tick) * self._step_s
+            self._timer = asyncio.get_running_loop().call_at(when, self._on_timer, target)
+
+    def _on_timer(self, target: float) -> None:
+        # The timer is re-set on every change of rate or stall, so when it fires the target is reached;
+        # snapping to it keeps float rounding from re-arming it at the same instant forever.
+        self._advance()
+        self.tick = max(self.tick, target)
+        self._pump()
 
     def _admit(self, req: _Request, need: int) -> None:
         if req.prefill:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -147,5 +148,5 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
         price_per_hour=hardware.price_per_hour(), pools=system.engine_stats(),
         reward=system.reward_pool.stats(now), counters=sched.metrics(), ledger_violations=sched.check_ledger(),
         staleness_violations=recorder.staleness_violations, sync_exposed_s=system.sync_exposed_s,
-        trainer_busy_s=system.trainer.busy_s,
+        trainer_busy_s=system.trainer.busy_s, extra={"fates": dict(Counter(sched.fate.values()))},
     )
