@@ -68,6 +68,11 @@ class SampleBuffer:
         self.on_drop = on_drop
         self.clock = clock
         self._ready: list[ReadyGroup] = []
+        self._ready_by_domain: Counter[str] = Counter()
+        # the last version each ready group may still train at (inf: never stale), and their minimum, so that
+        # looking for stale groups costs O(1) until one of them can really have become stale
+        self._fresh_until: dict[str, float] = {}
+        self._min_fresh_until = float("inf")
         self._seen: set[str] = set()
         self._changed = asyncio.Event()
         self.duplicates_refused = 0
@@ -81,8 +86,28 @@ class SampleBuffer:
             return False
         self._seen.update(ids)
         self._ready.append(replace(group, ready_at=self.clock()))
+        self._ready_by_domain[group.domain] += 1
+        until = self._last_fresh_version(group)
+        self._fresh_until[group.group_id] = until
+        self._min_fresh_until = min(self._min_fresh_until, until)
         self._changed.set()
         return True
+
+    def _last_fresh_version(self, group: ReadyGroup) -> float:
+        versions = [self.policy.behaviour_version(t) for t in group.trajectories]
+        known = [v for v in versions if v is not None]
+        return min(known) + self.policy.alpha if known else float("inf")
+
+    def _remove(self, taken: set[str]) -> None:
+        kept = []
+        for g in self._ready:
+            if g.group_id in taken:
+                self._ready_by_domain[g.domain] -= 1
+                del self._fresh_until[g.group_id]
+            else:
+                kept.append(g)
+        self._ready = kept
+        self._min_fresh_until = min(self._fresh_until.values(), default=float("inf"))
 
     # --- out -----------------------------------------------------------------------------------------
     @property
@@ -94,11 +119,10 @@ class SampleBuffer:
 
     def drop_stale(self, next_batch: int) -> list[ReadyGroup]:
         """Drop ready groups that can no longer serve batch `next_batch` or later."""
-        keep, dropped = [], []
-        for g in self._ready:
-            fresh = all(self.policy.is_fresh(t, next_batch) for t in g.trajectories)
-            (keep if fresh else dropped).append(g)
-        self._ready = keep
+        if next_batch <= self._min_fresh_until:
+            return []
+        dropped = [g for g in self._ready if self._fresh_until[g.group_id] < next_batch]
+        self._remove({g.group_id for g in dropped})
         for g in dropped:
             if self.on_drop:
                 self.on_drop(g, f"stale: trained at version {next_batch} > behaviour version + α")
@@ -112,6 +136,8 @@ class SampleBuffer:
             chosen = self._ready[:num_groups] if len(self._ready) >= num_groups else None
         else:
             quotas = domain_quotas(self.domain_weights, num_groups)
+            if any(self._ready_by_domain[d] < q for d, q in quotas.items()):
+                return None  # O(domains) per look while a quota is short
             picked: list[ReadyGroup] = []
             used: Counter[str] = Counter()
             for g in self._ready:
@@ -121,8 +147,7 @@ class SampleBuffer:
             chosen = picked if len(picked) == num_groups else None
         if chosen is None:
             return None
-        taken = {g.group_id for g in chosen}
-        self._ready = [g for g in self._ready if g.group_id not in taken]
+        self._remove({g.group_id for g in chosen})
         now = self.clock()
         out = []
         for g in sorted(chosen, key=lambda g: g.seq):

@@ -58,7 +58,9 @@ class LocalHandle:
         self._obj = obj
 
     def __getattr__(self, name: str) -> Any:
-        return _Method(getattr(self._obj, name))
+        method = _Method(getattr(self._obj, name))
+        setattr(self, name, method)  # found directly from now on
+        return method
 
 
 class _Method:
@@ -97,7 +99,9 @@ class SimEngine:
     async def ready(self) -> str:
         return self.name
 
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
+    def generate(self, request: GenerationRequest) -> asyncio.Future[GenerationResult]:
+        """Queue `request`; the returned future (awaitable like the actor method's result) resolves with
+        its result. A future rather than a coroutine: awaiting it costs the proxy no extra task."""
         loop = asyncio.get_running_loop()
         if self.started_at is None:
             self.started_at = loop.time()
@@ -114,7 +118,7 @@ class SimEngine:
         self.counts["prompt_tokens"] += context
         self.counts["prefill_tokens"] += req.prefill
         self._pump()
-        return await req.future
+        return req.future
 
     async def abort(self, trajectory_id: str) -> None:
         req = self._running.get(trajectory_id)

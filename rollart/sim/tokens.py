@@ -24,7 +24,9 @@ class Runs(Sequence[Any]):
 
     @classmethod
     def of(cls, value: Any, count: int) -> Runs:
-        return cls(((value, count),))
+        runs = cls.__new__(cls)  # the common case, without the general constructor's passes
+        runs._runs, runs._ends = (((value, count),), (count,)) if count > 0 else ((), ())
+        return runs
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0

@@ -77,3 +77,29 @@ def test_a_pool_without_workers_falls_back_and_a_joining_worker_takes_over():
     r.remove(("b", 0))
     assert r.route("d", "t1") is None  # nowhere to go: the caller waits for a worker
     assert Router({"a": 1, "b": 1}, {"d": "a"}).route("d", "x") == ("a", 0)  # no fallback given: none used
+
+
+def test_heap_routing_picks_what_a_scan_would() -> None:
+    """The O(log n) choice equals the plain rule (min in flight, then assigned, then index) at every step,
+    while workers die and join."""
+    import random
+
+    rng = random.Random(5)
+    r = Router({"p": 7, "q": 3}, {"d": "p", "e": "q"})
+    live: list[tuple[str, int]] = []
+    for i in range(3000):
+        if live and rng.random() < 0.45:
+            r.finished(live.pop(rng.randrange(len(live))))
+            continue
+        pool = rng.choice("pq")
+        if rng.random() < 0.03 and len(r.workers(pool)) > 1:
+            r.remove(rng.choice(r.workers(pool)))  # its requests still finish later: no count to give back
+        elif rng.random() < 0.03:
+            r.add(pool)
+        domain = {"p": "d", "q": "e"}[pool]
+        in_flight, assigned = r.in_flight(), r.assigned()
+        expect = min(r.workers(pool), key=lambda k: (in_flight[k], assigned[k], k[1]))
+        key = r.route(domain, f"t{i}")
+        assert key == expect
+        r.started(key)
+        live.append(key)
