@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "async": "rollart.bench.async_training",
     "staleness": "rollart.bench.staleness",
     "chaos": "rollart.bench.chaos",
+    "sim": "rollart.bench.sim",
 }
 # option (its argparse dest, also the run() keyword) → the benchmarks that take it
 ONLY_FOR: dict[str, tuple[str, ...]] = {

@@ -15,11 +15,14 @@ Engine (one inference engine = `tp` GPUs of one kind, tensor parallel):
 
 Trainer: t = flops_per_token_factor · params · tokens / (gpus · peak · mfu) + fixed_s.
 
-Weights (bytes = params · bytes_per_param) over a link of L GB/s: a push takes bytes/L; every engine then
-pulls the same bytes, `store_streams` at a time at full speed. Naive (stop the world): exposed = push +
-all pulls + swap. Overlapped (the paper's bucketed store): push and pulls run in the background while
-rollout and training go on; what stays exposed is the last bucket's pull, the part of the pulls that
-outlasts the train step, and the swap.
+Weights (bytes = params · bytes_per_param) over a link of L GB/s (an effective figure: the paper's
+measured transfer rates), T = bytes / L per copy:
+- naive (stop the world, a synchronous NCCL-style scheme): the trainer pushes, then sends to the engines
+  `naive_streams` at a time: exposed = T + ⌈engines / naive_streams⌉ · T + swap;
+- overlapped (the paper's bucketed store, Mooncake-like: distributed, every engine pulls in parallel):
+  publishing starts when the train step ends and each engine's pull follows the push bucket by bucket, so a
+  pull is done at publish + T + one bucket's time; at the sync an engine waits only for what is left of
+  it, then swaps. Exposed = max(0, T + bucket − background) + swap.
 """
 
 from __future__ import annotations
@@ -100,18 +103,16 @@ class WeightSyncCost:
         """One copy of the weights over the link."""
         return self.model.weight_bytes / (self.link_gbps * GB)
 
-    def all_pulls_s(self) -> float:
-        """Every engine pulls the weights, `store_streams` at a time."""
-        return ceil(self.engines / self.spec.store_streams) * self.transfer_s
+    @property
+    def bucket_s(self) -> float:
+        return min(self.spec.bucket_gb * GB, self.model.weight_bytes) / (self.link_gbps * GB)
 
     def naive_exposed_s(self) -> float:
-        return self.transfer_s + self.all_pulls_s() + self.spec.swap_s
+        return self.transfer_s + ceil(self.engines / self.spec.naive_streams) * self.transfer_s + self.spec.swap_s
 
     def overlapped_exposed_s(self, background_s: float) -> float:
-        """Exposed time when push and pulls had `background_s` of rollout/training to hide behind."""
-        last_bucket = min(self.spec.bucket_gb * GB, self.model.weight_bytes) / (self.link_gbps * GB)
-        outlasting = max(0.0, self.transfer_s + self.all_pulls_s() - background_s)
-        return last_bucket + outlasting + self.spec.swap_s
+        """Exposed time when the pull had `background_s` of rollout since publishing began."""
+        return max(0.0, self.transfer_s + self.bucket_s - background_s) + self.spec.swap_s
 
     def exposed_s(self, background_s: float) -> float:
         return self.overlapped_exposed_s(background_s) if self.spec.overlap else self.naive_exposed_s()

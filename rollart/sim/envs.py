@@ -140,19 +140,19 @@ class SimEnvRunner:
             if n and live.oldest_version is None:
                 live.oldest_version = result.versions[0]
             wait = Span("generate.wait", started, clock(), WORKER)
-            record = Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
-                          finish_reason=result.finish_reason, spans=(wait,))
             if self.observer is not None:
                 self.observer.observe_turn(task.domain, turn.prompt_tokens, n, result.prompt_tokens,
                                            result.prefill_tokens, turn.env_s)
             if result.finish_reason == "abort" or live.cancelled:
                 status, reason = live.cancelled or (Status.ABORTED, "generation aborted by the inference plane")
+                record = Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
+                              finish_reason=result.finish_reason, spans=(wait,))
                 return self._end(traj.with_turn(record), status, reason, generated)
             step_start = clock()
             await self._sleep(live, turn.env_s)
-            record = Turn(record.prompt_token_ids, record.response_token_ids, record.logprobs, record.versions,
-                          finish_reason=record.finish_reason, spans=(wait, Span("env.step", step_start, clock(), WORKER)))
-            traj = traj.with_turn(record)
+            traj = traj.with_turn(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs,
+                                       result.versions, finish_reason=result.finish_reason,
+                                       spans=(wait, Span("env.step", step_start, clock(), WORKER))))
             if live.cancelled:
                 return self._end(traj, *live.cancelled, generated)
             if turn.env_fails:

@@ -50,8 +50,8 @@ class CpuKind(_Strict):
 
 
 class NetworkSpec(_Strict):
-    rdma_400g_gbps: float = Field(gt=0, description="GB/s of a 400 Gb/s RDMA link")
-    ethernet_200g_gbps: float = Field(gt=0, description="GB/s of a 200 Gb/s Ethernet link")
+    rdma_400g_gbps: float = Field(gt=0, description="effective GB/s of a weight transfer over 400 Gb/s RDMA")
+    ethernet_200g_gbps: float = Field(gt=0, description="effective GB/s over 200 Gb/s Ethernet")
     tcp_cross_cluster_gbps: float = Field(gt=0, description="effective GB/s of TCP between clusters")
     sources: dict[str, str]
 
@@ -157,8 +157,8 @@ class WeightSyncSpec(_Strict):
     )
     bucket_gb: float = Field(1.0, gt=0, description="weights move in buckets of this size (paper: ~1 GB)")
     overlap: bool = Field(True, description="publish and pull in the background (False: the naive stop-the-world)")
-    store_streams: int = Field(
-        4, ge=1, description="pulls the store serves at full link speed at once (the rest queue behind)"
+    naive_streams: int = Field(
+        2, ge=1, description="naive scheme: engines the trainer sends to at once, the rest wait their turn"
     )
     swap_s: float = Field(0.2, ge=0, description="swapping pulled weights in, per engine")
 

@@ -68,20 +68,34 @@ SCALE_OVERRIDES = [
 ]
 
 
-def run_config(domains: dict[str, str], *, batch: int = 512, group: int = 8, steps: int = 10, alpha: int = 1,
-               barrier: str = "none", extra: list[str] | None = None, pools: tuple[str, ...] = ("h800", "h20"),
-               ) -> RunConfig:
-    """A run config with `domains` ({task kind: pool}) from `TASKS`, pools `pools` + `train`, equal weights."""
+def task(kind: str, pool: str, **profile: Any) -> dict[str, Any]:
+    """The domain config of task kind `kind` (from `TASKS`) generated on `pool`; `profile` replaces parts of
+    its profile (e.g. `turns={"mean": 10}`)."""
+    spec = TASKS[kind]
+    return {"env": kind, "pool": pool, "max_total_tokens": 32768, **spec,
+            "profile": {**spec["profile"], **profile}}
+
+
+def run_config(domains: dict[str, dict[str, Any]], *, batch: int = 512, group: int = 8, steps: int = 10,
+               alpha: int = 1, barrier: str = "none", extra: list[str] | None = None,
+               pools: tuple[str, ...] = ("h800", "h20")) -> RunConfig:
+    """A run config with `domains` ({name: domain config, see `task`}), GPU pools `pools` + `train`, equal
+    weights, the paper's GRPO batch by default, and timeouts sized for paper-scale episodes."""
     data: dict[str, Any] = {
         "pools": {p: {"kind": "gpu", "device": "cuda", "capacity": 1} for p in (*pools, "train")}
         | {"env": {"kind": "cpu", "capacity": 1}, "reward": {"kind": "serverless", "device": "", "capacity": 1}},
-        "domains": {d: {"env": d, "pool": pool, "max_total_tokens": 32768, **TASKS[d]} for d, pool in domains.items()},
+        "domains": domains,
     }
     overrides = SCALE_OVERRIDES + [
         f"train.steps={steps}", f"rollout.batch_size={batch}", f"rollout.group_size={group}",
         f"rollout.alpha={alpha}", f"rollout.barrier={barrier}", "rollout.redundancy.selection=stratified",
     ] + list(extra or [])
     return RunConfig.model_validate({**load_config(None, overrides).model_dump(), **data})
+
+
+def mapped(mapping: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Domains of the given task kinds, each on its pool ({task kind: pool})."""
+    return {kind: task(kind, pool) for kind, pool in mapping.items()}
 
 
 def hardware(pools: dict[str, tuple[str, int, int]], *, model: str = "qwen3-8b", train: tuple[str, int] = ("H800", 32),
@@ -100,7 +114,7 @@ def hardware(pools: dict[str, tuple[str, int, int]], *, model: str = "qwen3-8b",
 def thousand_gpus(alpha: int = 1, barrier: str = "none", steps: int = 50) -> tuple[RunConfig, SimHardware]:
     """1,000 GPUs (256 H800 train, 512 H800 + 232 H20 rollout, Qwen3-8B on TP 2), batch 5,120 (640 groups of 8):
     with α = 1 about 10,000 trajectories are in flight at once."""
-    domains = {"frozenlake": "h800", "math": "h20", "game": "h20"}
+    domains = mapped({"frozenlake": "h800", "math": "h20", "game": "h20"})
     cfg = run_config(domains, batch=5120, group=8, steps=steps, alpha=alpha, barrier=barrier)
     hw = hardware({"h800": ("H800", 512, 2), "h20": ("H20", 232, 2)}, train=("H800", 256))
     return cfg, hw

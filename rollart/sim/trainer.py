@@ -5,11 +5,10 @@
 time, then publishes version + 1 to the `WeightChannel`.
 
 `WeightChannel` times the path from the trainer to each inference engine (costs.py `WeightSyncCost`):
-- overlapped (the paper's bucketed store): publishing starts when the train step ends; engine i's pull is
-  done at publish + last bucket + ⌈(i+1)/store_streams⌉ transfers (pulls queue behind the store's
-  streams), so at the next sync an engine waits only for what is not done yet, then swaps;
-- naive: nothing moves in the background; at the sync, engine i waits for the push and for its place in
-  the pull queue: the slowest engine exposes push + all pulls + swap.
+- overlapped: publishing starts when the train step ends; every engine's pull is done at publish + one
+  transfer + one bucket, so at the next sync an engine waits only for what is not done yet, then swaps;
+- naive: nothing moves in the background; at the sync, engine i waits for the push and for its turn among
+  `naive_streams` sends: the slowest engine exposes push + ⌈engines / streams⌉ transfers + swap.
 `pull_wait(version, engine, now)` → (seconds the engine still waits, its pull's duration).
 """
 
@@ -19,7 +18,7 @@ import asyncio
 from math import ceil
 from typing import Any, Sequence
 
-from rollart.sim.costs import GB, TrainerCost, WeightSyncCost
+from rollart.sim.costs import TrainerCost, WeightSyncCost
 from rollart.types import Trajectory
 
 
@@ -34,14 +33,14 @@ class WeightChannel:
         self.published[version] = now
 
     def pull_wait(self, version: int, engine: int, now: float) -> tuple[float, float]:
-        transfer = self.cost.transfer_s
-        rank = ceil((engine + 1) / self.cost.spec.store_streams)
-        if not self.cost.spec.overlap:
-            return transfer + rank * transfer, rank * transfer
-        begun = self.published.get(version, now)
-        bucket = min(self.cost.spec.bucket_gb * GB, self.cost.model.weight_bytes) / (self.cost.link_gbps * GB)
-        ready = begun + bucket + rank * transfer if begun > float("-inf") else now
-        return max(0.0, ready - now), rank * transfer
+        cost, transfer = self.cost, self.cost.transfer_s
+        if not cost.spec.overlap:
+            turn = ceil((engine + 1) / cost.spec.naive_streams)
+            return transfer + turn * transfer, turn * transfer
+        begun = self.published.get(version)
+        if begun is None or begun == float("-inf"):
+            return 0.0, 0.0
+        return max(0.0, begun + transfer + cost.bucket_s - now), transfer
 
 
 class SimTrainer:

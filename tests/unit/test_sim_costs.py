@@ -50,11 +50,11 @@ def test_trainer_and_weight_sync() -> None:
     m, h800 = MODEL_SHAPES["qwen3-32b"], load_catalogue().gpu("H800")
     trainer = TrainerCost(m, h800, 32, TrainerSpec(mfu=0.4, flops_per_token_factor=8, fixed_s=1))
     assert trainer.step_s(1_000_000) == pytest.approx(8 * 32.8e9 * 1e6 / (32 * 989e12 * 0.4) + 1)
-    sync = WeightSyncCost(m, 2.06, WeightSyncSpec(store_streams=4, bucket_gb=1, swap_s=0.5), engines=10)
-    transfer = 32.8e9 * 2 / 2.06e9
-    assert sync.naive_exposed_s() == pytest.approx(transfer + 3 * transfer + 0.5)
-    assert sync.overlapped_exposed_s(background_s=1e6) == pytest.approx(1 / 2.06 + 0.5)
-    assert sync.overlapped_exposed_s(background_s=0) == pytest.approx(1 / 2.06 + 4 * transfer + 0.5)
+    sync = WeightSyncCost(m, 6.46, WeightSyncSpec(naive_streams=2, bucket_gb=1, swap_s=0.5), engines=10)
+    transfer = 32.8e9 * 2 / 6.46e9
+    assert sync.naive_exposed_s() == pytest.approx(transfer + 5 * transfer + 0.5)
+    assert sync.overlapped_exposed_s(background_s=1e6) == pytest.approx(0.5)
+    assert sync.overlapped_exposed_s(background_s=0) == pytest.approx(transfer + 1 / 6.46 + 0.5)
 
 
 def test_hardware_file_errors_name_the_field() -> None:
