@@ -91,6 +91,8 @@ class SimEngine:
         self._ctx_sum = 0  # Σ context of running requests
         self._start_sum = 0.0  # Σ start tick of running requests
         self._timer: asyncio.TimerHandle | None = None
+        self._plan: tuple[float, float] | None = None  # (when, tick) of the next request's end
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set at the first call
         self.counts = {"requests": 0, "prompt_tokens": 0, "prefill_tokens": 0, "generated": 0, "aborted": 0}
         self.busy_s = 0.0
         self.started_at: float | None = None
@@ -102,7 +104,7 @@ class SimEngine:
     def generate(self, request: GenerationRequest) -> asyncio.Future[GenerationResult]:
         """Queue `request`; the returned future (awaitable like the actor method's result) resolves with
         its result. A future rather than a coroutine: awaiting it costs the proxy no extra task."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         if self.started_at is None:
             self.started_at = loop.time()
         tid = request.trajectory_id
@@ -138,7 +140,7 @@ class SimEngine:
     async def update_weights_to(self, version: int) -> dict[str, float]:
         if version <= self.version:
             return {}
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._advance()
         wait, pull_s = self.weights.pull_wait(version, self.index, loop.time())
         swap = self.weights.swap_s
@@ -168,7 +170,7 @@ class SimEngine:
         return len(self._running) - len(self._waiting)
 
     def _now(self) -> float:
-        return asyncio.get_running_loop().time()
+        return self._loop.time()
 
     def _advance(self) -> None:
         """Bring `tick` up to now at the step time in force since the last event."""
@@ -209,20 +211,28 @@ class SimEngine:
         self._schedule()
 
     def _schedule(self) -> None:
-        """Set the timer for the next request's end at the current step time and stall."""
+        """Plan the next request's end at the current step time and stall. The timer is moved only when
+        the end comes earlier than it is set for; a timer that fires early just plans again (fewer
+        cancelled timers for the event loop's heap to carry)."""
+        if not self._ends:
+            self._plan = None
+            return
+        target = self._ends[0][0]
+        when = max(self._now(), self._stall_until) + max(0.0, target - self.tick) * self._step_s
+        self._plan = (when, target)
         if self._timer is not None:
+            if self._timer.when() <= when:
+                return
             self._timer.cancel()
-            self._timer = None
-        if self._ends:
-            target = self._ends[0][0]
-            when = max(self._now(), self._stall_until) + max(0.0, target - self.tick) * self._step_s
-            self._timer = asyncio.get_running_loop().call_at(when, self._on_timer, target)
+        self._timer = self._loop.call_at(when, self._on_timer)
 
-    def _on_timer(self, target: float) -> None:
-        # The timer is re-set on every change of rate or stall, so when it fires the target is reached;
-        # snapping to it keeps float rounding from re-arming it at the same instant forever.
+    def _on_timer(self) -> None:
+        self._timer = None
         self._advance()
-        self.tick = max(self.tick, target)
+        # Due: the planned end is reached. Snapping to it keeps float rounding from re-arming the timer at
+        # the same instant forever (the plan is redone on every change of rate or stall).
+        if self._plan is not None and self._now() >= self._plan[0]:
+            self.tick = max(self.tick, self._plan[1])
         self._pump()
 
     def _admit(self, req: _Request, need: int) -> None:
@@ -247,6 +257,20 @@ class SimEngine:
         self._running.pop(tid, None)
         self.counts["generated"] += generated
         self._remember(tid, req.context + generated)
+        if len(req.segments) == 1:
+            versions = Runs.of(req.segments[0][0], generated)
+        else:
+            versions = self._split_versions(req, generated)
+        if not req.future.done():
+            req.future.set_result(GenerationResult(
+                request_id=req.request.request_id, trajectory_id=tid, token_ids=Runs.of(0, generated),
+                logprobs=Runs.of(0.0, generated), versions=versions, finish_reason=reason,
+                prompt_tokens=req.context, prefill_tokens=req.prefill, worker=self.name,
+            ))
+
+    @staticmethod
+    def _split_versions(req: _Request, generated: int) -> Runs:
+        """The versions of a request's tokens when weight updates fell inside it."""
         versions = []
         for i, (version, begin) in enumerate(req.segments):
             end = req.segments[i + 1][1] if i + 1 < len(req.segments) else req.start_tick + generated
@@ -254,12 +278,7 @@ class SimEngine:
         counted = sum(n for _, n in versions)
         if versions and counted != generated:  # rounding: the last segment takes the difference
             versions[-1] = (versions[-1][0], versions[-1][1] + generated - counted)
-        if not req.future.done():
-            req.future.set_result(GenerationResult(
-                request_id=req.request.request_id, trajectory_id=tid, token_ids=Runs.of(0, generated),
-                logprobs=Runs.of(0.0, generated), versions=Runs(tuple(versions)), finish_reason=reason,
-                prompt_tokens=req.context, prefill_tokens=req.prefill, worker=self.name,
-            ))
+        return Runs(tuple(versions))
 
     def _remember(self, tid: str, tokens: int) -> None:
         """Keep the trajectory's context cached for its next turn (LRU within the cache's share of KV)."""

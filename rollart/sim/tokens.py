@@ -16,20 +16,22 @@ from typing import Any, Iterator, Sequence, overload
 
 
 class Runs(Sequence[Any]):
-    __slots__ = ("_runs", "_ends")
+    __slots__ = ("_runs", "_ends", "_len")
 
     def __init__(self, runs: tuple[tuple[Any, int], ...] = ()) -> None:
         self._runs = tuple((v, n) for v, n in runs if n > 0)
         self._ends = tuple(accumulate(n for _, n in self._runs))
+        self._len = self._ends[-1] if self._ends else 0
 
     @classmethod
     def of(cls, value: Any, count: int) -> Runs:
         runs = cls.__new__(cls)  # the common case, without the general constructor's passes
         runs._runs, runs._ends = (((value, count),), (count,)) if count > 0 else ((), ())
+        runs._len = max(count, 0)
         return runs
 
     def __len__(self) -> int:
-        return self._ends[-1] if self._ends else 0
+        return self._len
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
