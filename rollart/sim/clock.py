@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import selectors
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from operator import getitem
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
@@ -67,16 +69,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         selector = _VirtualSelector()
         super().__init__(selector)
         selector.loop = self
-        self._now = 0.0
+        self._clock = [0.0]
+        # asyncio asks for the time and the debug flag on every callback: C-level callables (no Python frame)
+        self.time = partial(getitem, self._clock, 0)  # type: ignore[method-assign]
+        self.get_debug = partial(getattr, self, "_debug")  # type: ignore[method-assign]
         self.threads_pending = 0
         self.iterations = 0
         self._clock_resolution = 1e-9  # timers due within this are run together
 
-    def time(self) -> float:
-        return self._now
-
     def advance(self, seconds: float) -> None:
-        self._now += seconds
+        self._clock[0] += seconds
 
     def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         future = super().run_in_executor(executor, func, *args)

@@ -169,12 +169,9 @@ class SimEngine:
     def batch(self) -> int:
         return len(self._running) - len(self._waiting)
 
-    def _now(self) -> float:
-        return self._loop.time()
-
     def _advance(self) -> None:
         """Bring `tick` up to now at the step time in force since the last event."""
-        now = self._now()
+        now = self._loop.time()
         start = max(self._last, self._stall_until)
         if now > start and self.batch > 0 and self._step_s > 0:
             self.tick += (now - start) / self._step_s
@@ -183,7 +180,7 @@ class SimEngine:
 
     def _stall(self, seconds: float) -> None:
         """Decoding stops for `seconds` (a prefill, a swap, a KV recompute) from now or the current stall."""
-        now = self._now()
+        now = self._loop.time()
         begin = max(now, self._stall_until)
         self._stall_until = begin + seconds
         self.busy_s += seconds
@@ -218,7 +215,7 @@ class SimEngine:
             self._plan = None
             return
         target = self._ends[0][0]
-        when = max(self._now(), self._stall_until) + max(0.0, target - self.tick) * self._step_s
+        when = max(self._loop.time(), self._stall_until) + max(0.0, target - self.tick) * self._step_s
         self._plan = (when, target)
         if self._timer is not None:
             if self._timer.when() <= when:
@@ -231,7 +228,7 @@ class SimEngine:
         self._advance()
         # Due: the planned end is reached. Snapping to it keeps float rounding from re-arming the timer at
         # the same instant forever (the plan is redone on every change of rate or stall).
-        if self._plan is not None and self._now() >= self._plan[0]:
+        if self._plan is not None and self._loop.time() >= self._plan[0]:
             self.tick = max(self.tick, self._plan[1])
         self._pump()
 
