@@ -1,0 +1,201 @@
+"""The planner's search: pool sizes and the domain → pool mapping that maximise trained trajectories per
+second per dollar, scored by the cluster twin.
+
+In: a run config (its domains, with their declared or measured `profile`s, and its rollout settings), a
+hardware template (`SimHardware`: model shape, the training pool, efficiencies, the weight link; its
+generation pools are ignored), the GPU kinds to consider, a budget in USD per hour for the generation
+GPUs and the node size (GPUs per node: pools grow in whole nodes). Out: `Plan` — the chosen `Candidate`,
+its twin report, the best homogeneous cluster's, and every candidate scored.
+
+Candidates: for each split of the budget between the kinds (whole nodes, as much of the budget spent as
+the nodes allow; each kind alone included), every mapping of domains to the pools that have GPUs. The
+search is two-stage, since a twin run costs seconds at scale:
+1. an analytic estimate ranks all candidates — each domain's GPU-seconds per trajectory on each kind
+   (prefill of what is not cached, decode at the batch the KV allows) gives each pool's rollout time per
+   step; a step is the slowest of those, the train step and the slowest episode's serial latency;
+2. the twin runs the `top_k` best of them, plus the best homogeneous cluster of each kind, and the
+   plan is the twin's best. `exhaustive` runs the twin on every candidate (for small scenarios, and
+   `rollart bench sim`'s `plan_vs_exhaustive`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from math import floor
+from typing import Any, Iterable, Sequence
+
+from rollart.config import RunConfig
+from rollart.sim.costs import EngineCost, TrainerCost
+from rollart.sim.hardware import GpuPoolSpec, SimHardware
+from rollart.sim.run import SimReport, simulate
+from rollart.sim.workload import profile_of
+
+
+@dataclass(frozen=True)
+class Candidate:
+    pools: tuple[tuple[str, str, int], ...]  # (pool name, GPU kind, GPUs), pools with GPUs only
+    mapping: tuple[tuple[str, str], ...]  # (domain, pool)
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(self.pools) == 1
+
+    def describe(self) -> str:
+        pools = " + ".join(f"{n} {kind}" for _, kind, n in self.pools)
+        return f"{pools}: " + ", ".join(f"{d}→{p}" for d, p in self.mapping)
+
+
+@dataclass
+class Scored:
+    candidate: Candidate
+    estimate: float  # analytic trajectories/s per $/h
+    score: float | None = None  # the twin's trajectories/s per $/h
+    report: SimReport | None = None
+
+
+@dataclass
+class Plan:
+    best: Scored
+    best_homogeneous: Scored
+    scored: list[Scored] = field(default_factory=list)
+
+    @property
+    def gain_over_homogeneous(self) -> float:
+        return (self.best.score or 0.0) / (self.best_homogeneous.score or float("inf"))
+
+
+def pool_name(kind: str) -> str:
+    return kind.lower().replace("-", "_")
+
+
+def candidates(domains: Sequence[str], kinds: Sequence[str], hardware: SimHardware, budget: float,
+               node: int, tp: int) -> list[Candidate]:
+    """Every budget split (whole nodes) × every mapping of domains to the pools with GPUs."""
+    cat = hardware.load_catalogue()
+    prices = {k: cat.gpu(k).price_per_hour * node for k in kinds}  # per node
+    splits: set[tuple[tuple[str, int], ...]] = set()
+    for counts in _node_splits(list(kinds), prices, budget):
+        used = tuple((k, n * node) for k, n in zip(kinds, counts) if n > 0)
+        if used and all(n % tp == 0 for _, n in used):
+            splits.add(used)
+    out = []
+    for split in sorted(splits):
+        names = [pool_name(k) for k, _ in split]
+        for assignment in itertools.product(names, repeat=len(domains)):
+            if len(names) > 1 and set(assignment) != set(names):
+                continue  # a pool that generates for no domain is money spent for nothing
+            out.append(Candidate(tuple((pool_name(k), k, n) for k, n in split), tuple(zip(domains, assignment))))
+    return out
+
+
+def _node_splits(kinds: list[str], prices: dict[str, float], budget: float) -> Iterable[tuple[int, ...]]:
+    """Node counts per kind whose price fits the budget, the last kind taking all that is left."""
+    if len(kinds) == 1:
+        yield (floor(budget / prices[kinds[0]] + 1e-9),)
+        return
+    first = kinds[0]
+    for n in range(floor(budget / prices[first] + 1e-9) + 1):
+        for rest in _node_splits(kinds[1:], prices, budget - n * prices[first]):
+            yield (n, *rest)
+
+
+# --- scenario building ----------------------------------------------------------------------------------
+def apply(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, steps: int | None = None
+          ) -> tuple[RunConfig, SimHardware]:
+    """The run config and hardware of a candidate (generation pools replaced, domains re-mapped)."""
+    data = cfg.model_dump()
+    gen = {name for name, _, _ in cand.pools}
+    old_gen = {d.pool for d in cfg.domains.values()}
+    pools = {n: p for n, p in data["pools"].items() if n not in old_gen or n == hardware.train_pool}
+    for name, _, gpus in cand.pools:
+        pools[name] = {"kind": "gpu", "device": "cuda", "capacity": gpus // tp,
+                       "fallback": sorted(gen - {name}), "description": ""}
+    data["pools"] = pools
+    for domain, pool in cand.mapping:
+        data["domains"][domain]["pool"] = pool
+    if steps is not None:
+        data["train"]["steps"] = steps
+    hw = hardware.model_copy(update={"pools": {
+        hardware.train_pool: hardware.pools[hardware.train_pool],
+        **{name: GpuPoolSpec(gpu=kind, count=gpus, tp=tp) for name, kind, gpus in cand.pools},
+    }})
+    return RunConfig.model_validate(data), hw
+
+
+# --- stage 1: the analytic estimate ---------------------------------------------------------------------
+def estimate(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int) -> float:
+    """Trajectories per second per $/h, from the cost models without running anything."""
+    batch, alpha = cfg.rollout.batch_size, cfg.rollout.alpha
+    weights = {d: dc.weight for d, dc in cfg.domains.items() if dc.weight > 0}
+    total_w = sum(weights.values())
+    cat = hardware.load_catalogue()
+    engines = {name: gpus // tp for name, _, gpus in cand.pools}
+    share = {d: batch * w / total_w for d, w in weights.items()}
+    in_flight: dict[str, float] = {}
+    for domain, pool in cand.mapping:
+        in_flight[pool] = in_flight.get(pool, 0.0) + (alpha + 1) * share.get(domain, 0.0)
+    busy: dict[str, float] = {}
+    serial = tokens = 0.0
+    for domain, pool in cand.mapping:
+        if domain not in weights:
+            continue
+        kind = next(k for n, k, _ in cand.pools if n == pool)
+        engine = EngineCost(hardware.model, cat.gpu(kind), tp, hardware.engine)
+        prof, dc = profile_of(cfg.domains[domain]), cfg.domains[domain]
+        turns = min(max(prof.turns.mean, 1.0), dc.max_turns)
+        prompt, obs = prof.prompt_tokens.mean, prof.obs_tokens.mean
+        response = min(prof.response_tokens.mean, dc.max_new_tokens)
+        context = prompt + (turns - 1) * obs + turns * response
+        prefill = engine.prefill_s(int(prompt)) + (turns - 1) * engine.prefill_s(int(obs + response), int(context / 2))
+        # sequences an engine decodes at once: what is in flight on the pool, as far as slots and KV allow
+        kv_room = engine.kv_capacity_tokens() / max(context, 1)
+        running = max(1.0, min(engine.eff.max_batch, kv_room, in_flight[pool] / engines[pool]))
+        step_s = engine.decode_step_s(int(running), running * context / 2)
+        busy[pool] = busy.get(pool, 0.0) + share[domain] * (prefill + turns * response * step_s / running)
+        # the slowest episode of a batch: a long one (mean + 2 std of turns and of response length)
+        long_turns = min(turns + 2 * prof.turns.std, dc.max_turns)
+        long_response = min(response + 2 * prof.response_tokens.std, dc.max_new_tokens)
+        env = prof.env_reset.mean_s + long_turns * prof.env_step.mean_s + prof.reward.mean_s
+        serial = max(serial, env + long_turns * (long_response * step_s + engine.prefill_s(int(obs + response))))
+        tokens += share[domain] * context
+    rollout = max(busy.get(p, 0.0) / engines[p] for p in engines)
+    train = hardware.pools[hardware.train_pool]
+    train_s = TrainerCost(hardware.model, cat.gpu(train.gpu), train.count, hardware.trainer).step_s(int(tokens))
+    step = max(rollout, serial, train_s)
+    price = sum(cat.gpu(k).price_per_hour * n for _, k, n in cand.pools) + train.count * cat.gpu(train.gpu).price_per_hour
+    return batch / step / price
+
+
+# --- stage 2: the twin -----------------------------------------------------------------------------------
+def twin_score(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, steps: int) -> tuple[float, SimReport]:
+    run_cfg, hw = apply(cfg, hardware, cand, tp, steps)
+    report = simulate(run_cfg, hw)
+    return report.per_dollar_hour(), report
+
+
+def plan(cfg: RunConfig, hardware: SimHardware, kinds: Sequence[str], budget: float, *, node: int = 8,
+         tp: int = 1, steps: int = 4, top_k: int = 4, exhaustive: bool = False, progress: Any = None) -> Plan:
+    """Choose pool sizes and the domain → pool mapping (see the module docstring)."""
+    for k in kinds:
+        hardware.load_catalogue().gpu(k, "plan --gpus")
+    domains = sorted(cfg.domains)
+    cands = candidates(domains, kinds, hardware, budget, node, tp)
+    if not cands:
+        cheapest = min(hardware.load_catalogue().gpu(k).price_per_hour * node for k in kinds)
+        raise ValueError(f"budget ${budget:g}/h buys no node of {node} GPUs of {list(kinds)} "
+                         f"(the cheapest node costs ${cheapest:g}/h)")
+    scored = sorted((Scored(c, estimate(cfg, hardware, c, tp)) for c in cands), key=lambda s: -s.estimate)
+    chosen = scored if exhaustive else scored[:top_k]
+    for kind in kinds:  # the best homogeneous cluster of each kind, for the gain the plan reports
+        homo = [s for s in scored if s.candidate.homogeneous and s.candidate.pools[0][1] == kind]
+        if homo and homo[0] not in chosen:
+            chosen.append(homo[0])
+    for i, s in enumerate(chosen):
+        s.score, s.report = twin_score(cfg, hardware, s.candidate, tp, steps)
+        if progress:
+            progress(i + 1, len(chosen), s)
+    ran = [s for s in scored if s.score is not None]
+    best = max(ran, key=lambda s: s.score or 0.0)
+    homogeneous = [s for s in ran if s.candidate.homogeneous]
+    return Plan(best, max(homogeneous, key=lambda s: s.score or 0.0) if homogeneous else best, scored)
