@@ -431,6 +431,14 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     get_batch_timeout_s: float = Field(600.0, gt=0)
+    remap: Literal["none", "propose", "auto"] = Field(
+        "none", description="online re-mapping when a domain's measured profile drifts from its declared one: "
+        "none; propose (log the mapping the planner's estimate prefers); auto (route that domain's new "
+        "trajectories to it at the next weight sync). The cluster twin does it; real runs need GPU kinds per pool"
+    )
+    remap_drift: float = Field(
+        0.5, gt=0, description="drift (largest relative change of a domain's turn/token means) that triggers it"
+    )
 
 
 # --- training and weights ----------------------------------------------------------------------------

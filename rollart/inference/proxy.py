@@ -3,7 +3,8 @@
 In: the inference workers of each pool (`{pool: [InferenceWorker actor handles]}`), the domain → pool
 mapping (`{domain: domains.<domain>.pool}`) and each pool's fallback pools, from the driver; later, workers
 that join (`add_worker`) and leave (`remove_worker`) as the resource plane replaces and grows clusters.
-Calls: `generate`, `abort(trajectory_id)`, `suspend`/`resume`, `update_weights_to(version)`, `in_flight`,
+Calls: `generate`, `abort(trajectory_id)`, `suspend`/`resume`, `update_weights_to(version)`, `remap(domain_pools)`,
+`in_flight`,
 `stats`. Out: each request's `GenerationResult`, from the worker `rollart.inference.router.Router` chose.
 
 Guarantees:
@@ -158,6 +159,14 @@ class LLMProxy:
                     raise
                 await self._lost(key, death_cause(exc))  # its requests are gone with it: nothing to abort
             self._router.forget(trajectory_id)
+
+    async def remap(self, domain_pools: Mapping[str, str]) -> None:
+        """Route new trajectories of these domains to these pools (in-flight ones stay where they are)."""
+        self._router.remap(domain_pools)
+
+    def domain_pools(self) -> dict[str, str]:
+        """The pool each domain's new trajectories go to now."""
+        return dict(self._router.domain_pools)
 
     async def suspend(self) -> None:
         self._suspended = True

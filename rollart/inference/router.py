@@ -10,8 +10,9 @@ Rules:
 - A domain goes to the first pool of its chain — its own pool, then that pool's fallbacks — that has a
   worker, never elsewhere (an unknown domain is a ValueError). While its own pool has a worker, that is
   the only pool it uses.
-- A trajectory seen before goes to the worker it went to before (its KV prefix is cached there), while
-  that worker is alive and on the pool the rule above picks now.
+- A trajectory seen before goes to the worker it went to before (its KV prefix is cached there) while that
+  worker is alive — even if its domain was re-mapped since (`remap`: only new trajectories follow the new
+  mapping) — unless it went there as a fallback and its domain's own pool has a worker again.
 - A new trajectory goes to the worker of that pool with the fewest requests in flight; ties go to the
   worker that has been given the fewest trajectories, then the lowest index, so idle moments (all zero in
   flight, e.g. while envs step) still spread trajectories evenly.
@@ -65,7 +66,7 @@ class Router:
         if target is None:
             return None
         key = self._sticky.get(trajectory_id)
-        if key is not None and key[0] == target and key in self._in_flight:
+        if key is not None and key in self._in_flight and (key[0] == target or not self._on_fallback(domain, key)):
             self._sticky.move_to_end(trajectory_id)
             return key
         key = self._least_loaded(target)
@@ -110,6 +111,18 @@ class Router:
         self._alive.get(key[0], set()).discard(key[1])  # its heap entries are skipped from now on
         for trajectory_id in [t for t, k in self._sticky.items() if k == key]:
             del self._sticky[trajectory_id]
+
+    def _on_fallback(self, domain: str, key: WorkerKey) -> bool:
+        return key[0] in self.pool_fallbacks.get(self.domain_pools[domain], ())
+
+    def remap(self, domain_pools: Mapping[str, str]) -> None:
+        """New trajectories of these domains go to these pools from now on; trajectories already routed
+        stay where they are (the online re-mapping, at a weight sync)."""
+        for domain, pool in domain_pools.items():
+            if not self._alive.get(pool):
+                raise ValueError(f"remap: domain {domain!r} to pool {pool!r}, which has no inference workers "
+                                 f"(pools with workers: {sorted(p for p, alive in self._alive.items() if alive)})")
+        self.domain_pools.update(domain_pools)
 
     def worker_of(self, trajectory_id: str) -> WorkerKey | None:
         return self._sticky.get(trajectory_id)

@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from rollart.config import DomainConfig, EnvsConfig
+from rollart.config import DomainConfig, DomainProfileConfig, EnvsConfig
 from rollart.sim.tokens import Runs
 from rollart.sim.workload import draw_episode
 from rollart.types import GenerationRequest, LLMClient, SamplingParams, Span, Status, Task, Trajectory, Turn, TurnGate
@@ -50,9 +50,12 @@ class SimEnvRunner:
         gate: TurnGate | None = None,
         seed: int = 0,
         observer: Any = None,
+        shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
     ) -> None:
         self.domains, self.envs, self.llm, self.gate, self.seed = dict(domains), envs, llm, gate, seed
         self.observer = observer  # gets observe_turn / observe_episode calls (the profiler), or None
+        # a workload shift: episodes begun at version ≥ v draw from another profile (the re-mapping demo)
+        self.shifts = {d: (v, self.domains[d].model_copy(update={"profile": p})) for d, (v, p) in (shifts or {}).items()}
         self._live: dict[str, _Live] = {}
         self.started = 0
 
@@ -98,6 +101,9 @@ class SimEnvRunner:
 
     async def _episode(self, task: Task, start_version: int, live: _Live) -> Trajectory:
         domain = self.domains[task.domain]
+        shift = self.shifts.get(task.domain)
+        if shift is not None and start_version >= shift[0]:
+            domain = shift[1]
         rng = random.Random(f"{self.seed}:{task.task_id}:{task.seed}")
         episode = draw_episode(domain, rng)
         traj = Trajectory(task.task_id, task, start_version)
@@ -142,7 +148,7 @@ class SimEnvRunner:
             wait = Span("generate.wait", started, clock(), WORKER)
             if self.observer is not None:
                 self.observer.observe_turn(task.domain, turn.prompt_tokens, n, result.prompt_tokens,
-                                           result.prefill_tokens, turn.env_s)
+                                           result.prefill_tokens, turn.env_s, k == 0)
             if result.finish_reason == "abort" or live.cancelled:
                 status, reason = live.cancelled or (Status.ABORTED, "generation aborted by the inference plane")
                 record = Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
@@ -168,7 +174,7 @@ class SimEnvRunner:
     def _end(self, traj: Trajectory, status: Status, reason: str, generated: int, reward_s: float = 0.0) -> Trajectory:
         total = sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in traj.turns)
         if self.observer is not None and status.trainable:
-            self.observer.observe_episode(traj.domain, len(traj.turns))
+            self.observer.observe_episode(traj.domain, len(traj.turns), reward_s)
         return traj.finished(status, reason, {"turns": float(len(traj.turns)), "response_tokens": float(generated),
                                               "total_tokens": float(total), "reward_s": reward_s})
 

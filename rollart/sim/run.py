@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from rollart.config import RunConfig
+from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import StalenessPolicy
 from rollart.driver import _loop
 from rollart.sim.clock import run_virtual
@@ -126,17 +126,19 @@ class SimReport:
 
 
 def simulate(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
-             observer: Any = None) -> SimReport:
-    """Run `cfg.train.steps` RL steps of `cfg` on `hardware`, in virtual time."""
+             shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None) -> SimReport:
+    """Run `cfg.train.steps` RL steps of `cfg` on `hardware`, in virtual time (`shifts`: a workload shift,
+    {domain: (version, profile)})."""
     started = time.perf_counter()
-    return run_virtual(simulate_async(cfg, hardware, reward_pool, observer, started))
+    return run_virtual(simulate_async(cfg, hardware, reward_pool, shifts, started))
 
 
 async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
-                         observer: Any = None, started: float | None = None) -> SimReport:
+                         shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
+                         started: float | None = None) -> SimReport:
     """The same, inside a running virtual-time loop (several jobs can share one loop and one reward pool)."""
     started = started if started is not None else time.perf_counter()
-    system = SimSystem(cfg, hardware, reward_pool, observer)
+    system = SimSystem(cfg, hardware, reward_pool, shifts)
     recorder = SimRecorder(cfg, system.clock)
     try:
         await _loop(cfg, system, recorder)
@@ -150,5 +152,7 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
         price_per_hour=hardware.price_per_hour(), pools=system.engine_stats(),
         reward=system.reward_pool.stats(now), counters=sched.metrics(), ledger_violations=sched.check_ledger(),
         staleness_violations=recorder.staleness_violations, sync_exposed_s=system.sync_exposed_s,
-        trainer_busy_s=system.trainer.busy_s, extra={"fates": dict(Counter(sched.fate.values()))},
+        trainer_busy_s=system.trainer.busy_s,
+        extra={"fates": dict(Counter(sched.fate.values())), "remaps": system.remaps, "profile": system.profiler.metrics(),
+               "domain_pools": dict(system.proxy_impl.domain_pools())},
     )

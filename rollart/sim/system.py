@@ -10,7 +10,9 @@ service). Out: an object with the surface the driver's loop uses of `rollart.sys
 - the production `LLMProxy` (suspend/resume, abort, routing by domain → pool, sticky per trajectory) over
   one `SimEngine` per `tp` GPUs of each generation pool, reached through `LocalHandle`s;
 - the production `RewardRouter`, each domain scored by the `SimRewardPool`'s function;
-- `SimEnvRunner` (the env plane), `SimTrainer` and the `WeightChannel`.
+- `SimEnvRunner` (the env plane), `SimTrainer` and the `WeightChannel`;
+- the online profiler (`DomainProfiler`: `profile/<domain>/*` metrics from every turn) and, with
+  `rollout.remap`, the re-mapping it triggers at a weight sync (`_maybe_remap`).
 
 Everything runs in one `VirtualTimeLoop`; nothing here re-implements a decision of the control plane.
 """
@@ -18,20 +20,25 @@ Everything runs in one `VirtualTimeLoop`; nothing here re-implements a decision 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+import logging
+from typing import Any, Callable, Mapping
 
-from rollart.config import RunConfig
+from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
 from rollart.inference.proxy import LLMProxy, LLMProxyClient
 from rollart.reward.router import RewardRouter
 from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
+from rollart.observability.profile import DomainProfiler
 from rollart.sim.engine import LocalHandle, SimEngine
+from rollart.sim.estimate import best_mapping
 from rollart.sim.envs import SimEnvRunner
 from rollart.sim.hardware import SimHardware
 from rollart.sim.reward import SimRewardPool
 from rollart.sim.trainer import SimTrainer, WeightChannel
+from rollart.sim.workload import profile_of
 from rollart.types import Trajectory
 
+log = logging.getLogger("rollart.sim")
 
 class SimResources:
     """What the driver reads of the resource plane: pool metrics (the twin places nothing)."""
@@ -45,8 +52,12 @@ class SimResources:
 
 class SimSystem:
     def __init__(self, cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
-                 observer: Any = None) -> None:
+                 shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None) -> None:
         self.cfg, self.hardware = cfg, hardware
+        self.profiler = DomainProfiler()
+        self.planned_for = {d: profile_of(dc) for d, dc in cfg.domains.items()}  # what the mapping was made for
+        self.domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
+        self.remaps: list[dict[str, Any]] = []
         self.clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
         gen_pools = sorted({d.pool for d in cfg.domains.values()})
         for pool in gen_pools + [hardware.train_pool]:
@@ -74,7 +85,7 @@ class SimSystem:
         self.barrier = TurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
         self.gate = self.barrier
         self.envs = SimEnvRunner(cfg.domains, cfg.envs, LLMProxyClient(self.proxy), gate=self.gate, seed=cfg.seed,
-                                 observer=observer)
+                                 observer=self.profiler, shifts=shifts)
         self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
         self.reward = RewardRouter(cfg, fns={d: self.reward_pool.fn(d) for d in cfg.domains}, seed=cfg.seed)
         train = hardware.pools[hardware.train_pool]
@@ -122,7 +133,35 @@ class SimSystem:
         if self.scheduler:
             self.scheduler.set_inference_version(version)
         pulls = [t.get("pull_s", 0.0) for t in timings.values()]
-        return {"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0)}
+        await self._maybe_remap(version)
+        return {"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0),
+                **self.profiler.metrics()}
+
+    async def _maybe_remap(self, version: int) -> None:
+        """`rollout.remap`: when a domain's measured profile has drifted past `remap_drift` from the one the
+        mapping was made for, the estimate's best mapping for the measured profiles is proposed (logged in
+        `remaps`) and, with `auto`, new trajectories of the domains it moves go to their new pool."""
+        rollout = self.cfg.rollout
+        if rollout.remap == "none":
+            return
+        drifted = {d: self.profiler.drift(d, p) for d, p in self.planned_for.items()}
+        drifted = {d: x for d, x in drifted.items() if x > rollout.remap_drift}
+        if not drifted:
+            return
+        measured = {d: self.profiler.measured(d, p) for d, p in self.planned_for.items()}
+        cfg = self.cfg.model_copy(update={"domains": {
+            d: dc.model_copy(update={"profile": measured[d]}) for d, dc in self.cfg.domains.items()}})
+        pools = tuple((p, self.hardware.pools[p].gpu, self.hardware.pools[p].count) for p in sorted(self.engines))
+        tp = self.hardware.pools[pools[0][0]].tp
+        proposal = dict(best_mapping(cfg, self.hardware, pools, tp))
+        moved = {d: p for d, p in proposal.items() if self.domain_pools[d] != p}
+        self.remaps.append({"version": version, "drift": drifted, "moved": moved, "applied": rollout.remap == "auto"})
+        log.info("profile drift %s at version %d: the estimate moves %s%s", drifted, version, moved or "nothing",
+                 "" if rollout.remap == "auto" else " (proposed only: rollout.remap=propose)")
+        if rollout.remap == "auto" and moved:
+            await self.proxy.remap.remote(moved)
+            self.domain_pools.update(moved)
+        self.planned_for.update({d: measured[d] for d in drifted})
 
     async def train(self, trajectories: list[Trajectory], version: int) -> dict[str, float]:
         return await self.trainer.train_step(trajectories)

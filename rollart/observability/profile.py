@@ -1,0 +1,90 @@
+"""The online profiler: what each domain's episodes look like now, and how far that has drifted.
+
+In: finished trajectories (`observe_trajectory`: a real run's, from their turns and spans) or, in the
+cluster twin, each turn as the engine saw it (`observe_turn`, which also knows the prefill the prefix cache
+saved) and each episode's end. Out: `metrics()` — `profile/<domain>/{turns, prompt_tokens, obs_tokens,
+response_tokens, prefix_hit, env_s, reward_s}`, means over the last `window` observations; `measured(d)`
+— those means as a `DomainProfileConfig` (what the planner takes); `drift(d, declared)` — the largest
+relative change of the token and turn means against a declared profile (0.5 = some mean moved by 50%).
+Pure bookkeeping: no clocks, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from typing import Deque
+
+from rollart.config import CountConfig, DomainProfileConfig, LatencyConfig
+from rollart.types import Trajectory
+
+FIELDS = ("turns", "prompt_tokens", "obs_tokens", "response_tokens", "prefix_hit", "env_s", "reward_s")
+
+
+class DomainProfiler:
+    def __init__(self, window: int = 2000) -> None:
+        self.window = window
+        self._obs: dict[str, dict[str, Deque[float]]] = defaultdict(
+            lambda: {f: deque(maxlen=window) for f in FIELDS})
+
+    # --- observations ---------------------------------------------------------------------------------
+    def observe_turn(self, domain: str, new_prompt: int, generated: int, context: int, prefill: int,
+                     env_s: float, first: bool) -> None:
+        d = self._obs[domain]
+        d["prompt_tokens" if first else "obs_tokens"].append(float(new_prompt))
+        d["response_tokens"].append(float(generated))
+        if context:
+            d["prefix_hit"].append(1.0 - prefill / context)
+        d["env_s"].append(env_s)
+
+    def observe_episode(self, domain: str, turns: int, reward_s: float = 0.0) -> None:
+        self._obs[domain]["turns"].append(float(turns))
+        self._obs[domain]["reward_s"].append(reward_s)
+
+    def observe_trajectory(self, trajectory: Trajectory) -> None:
+        """A finished trajectory of a real run: its turns' tokens, env.step and reward spans."""
+        for k, turn in enumerate(trajectory.turns):
+            env = sum(s.duration for s in turn.spans if s.name == "env.step")
+            d = self._obs[trajectory.domain]
+            d["prompt_tokens" if k == 0 else "obs_tokens"].append(float(len(turn.prompt_token_ids)))
+            d["response_tokens"].append(float(len(turn.response_token_ids)))
+            d["env_s"].append(env)
+        reward = sum(s.duration for s in trajectory.spans if s.name == "reward")
+        self.observe_episode(trajectory.domain, len(trajectory.turns), reward)
+
+    # --- what it says -----------------------------------------------------------------------------------
+    def mean(self, domain: str, field: str) -> float | None:
+        values = self._obs[domain][field] if domain in self._obs else ()
+        return sum(values) / len(values) if values else None
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for domain in sorted(self._obs):
+            for field in FIELDS:
+                value = self.mean(domain, field)
+                if value is not None:
+                    out[f"profile/{domain}/{field}"] = value
+        return out
+
+    def measured(self, domain: str, declared: DomainProfileConfig) -> DomainProfileConfig:
+        """`declared` with every mean this profiler has observed put in (spreads kept as declared)."""
+        update = {}
+        for field in ("turns", "prompt_tokens", "obs_tokens", "response_tokens"):
+            value = self.mean(domain, field)
+            if value is not None:
+                old: CountConfig = getattr(declared, field)
+                update[field] = old.model_copy(update={"mean": value, "dist": "constant" if old.dist == "empirical"
+                                                       else old.dist, "samples": []})
+        env = self.mean(domain, "env_s")
+        if env is not None:
+            update["env_step"] = LatencyConfig(dist="constant", mean_s=env)
+        return declared.model_copy(update=update)
+
+    def drift(self, domain: str, declared: DomainProfileConfig) -> float:
+        """Largest relative change of the turn and token means against `declared` (0 with no data)."""
+        worst = 0.0
+        for field in ("turns", "prompt_tokens", "obs_tokens", "response_tokens"):
+            value = self.mean(domain, field)
+            base = getattr(declared, field).mean
+            if value is not None and base > 0:
+                worst = max(worst, abs(value - base) / base)
+        return worst
