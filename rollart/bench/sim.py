@@ -10,11 +10,13 @@ rollart/sim/presets.py; ratios are measured side by side in one run. Reported:
 - `traj_vs_batch_sigma_<σ/μ>_paper_scale`: trajectory-level rollout over a turn barrier at the paper's batch
   (512 × group 8) under env latency N(10 s, σ) (paper: 1.23× at σ = 1 s, 2.27× at σ = 10 s);
 - `mixed_vs_homogeneous_best`: step time of the best equal-cost homogeneous cluster (208 H20 or 72 H800) over
-  the mixed 64 H800 + 24 H20 one with the paper's domain mapping (paper: 1.12–1.68);
+  the mixed 64 H800 + 24 H20 one with its best domain mapping (paper: 1.12–1.68);
 - `async_vs_sync_throughput_1000gpu` and `async_vs_oneoff_throughput_1000gpu` (paper: 2.65–4.58× vs Sync);
 - `weight_sync_exposed_fraction_<8b|32b>`: exposed weight-sync time, bucketed and overlapped over naive
   (paper: 1.4/38.6 and 9.6/157 s);
 - `plan_vs_exhaustive`: the planner's choice over the exhaustive best, both scored by the twin (≥ 0.95);
+- `remap_recovered_fraction`: after a workload shift, the throughput online re-mapping wins back, as a
+  fraction of what the best mapping for the new workload would give (and `remap_throughput_lost_fraction`);
 - `reward_util_*`: reward utilisation, reserved GPUs vs a serverless pool shared by one or three jobs
   (paper: 6% vs 88% with three jobs), and the rollout time the four reserved GPUs cost when given back.
 
@@ -24,6 +26,7 @@ rollart/sim/presets.py; ratios are measured side by side in one run. Reported:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import tempfile
 import time
@@ -32,7 +35,9 @@ from typing import Any
 
 from rollart.bench.common import BenchResult
 from rollart.bench.rollout import SIGMAS, _measure, bench_config, rollout_seconds
+from rollart.config import DomainProfileConfig
 from rollart.plan import plan
+from rollart.plan.search import twin_remapper
 from rollart.sim import presets
 from rollart.sim.calibration import build_machine, frozenlake_tiny, with_profiles
 from rollart.sim.clock import run_virtual
@@ -98,7 +103,7 @@ def _paper_scale_rollout(quick: bool) -> tuple[dict[str, float], list[dict]]:
     return ratios, rows
 
 
-MIX_DOMAINS = ("frozenlake", "webshop", "swe", "math", "game")
+GEN_DOMAINS = ("frozenlake", "math", "game")  # the generation-heavy kinds: where the hardware matters
 EQUAL_COST = {  # the paper's §7.3 clusters (generation GPUs; training on 32 H800 in each)
     "mixed_64xH800_24xH20": {"h800": ("H800", 64, 2), "h20": ("H20", 24, 2)},
     "homogeneous_208xH20": {"h20": ("H20", 208, 2)},
@@ -106,28 +111,32 @@ EQUAL_COST = {  # the paper's §7.3 clusters (generation GPUs; training on 32 H8
 }
 
 
-def _mix_run(name: str, pools: dict[str, tuple[str, int, int]], steps: int, batch: int) -> SimReport:
-    mapping = presets.PAPER_MAPPING if len(pools) > 1 else {d: next(iter(pools)) for d in MIX_DOMAINS}
-    cfg = presets.run_config(presets.mapped({d: mapping[d] for d in MIX_DOMAINS}), batch=batch, steps=steps,
-                             pools=tuple(pools))
-    return simulate(cfg, presets.hardware(pools))
-
-
 def _mixed_vs_homogeneous(quick: bool) -> tuple[dict[str, float], list[dict]]:
-    steps, batch = (3, 80) if quick else (6, 520)
+    """Figure 11a: the mixed cluster with its best domain → pool mapping (the twin tries them all) against
+    the two homogeneous clusters of about the same price, on the generation-heavy task kinds."""
+    steps, batch = (3, 96) if quick else (5, 512)
     rows, step_s = [], {}
     for name, pools in EQUAL_COST.items():
-        report = _mix_run(name, pools, steps, batch)
-        step_s[name] = report.mean_step_s()
-        rows.append({"experiment": "equal_cost", "cluster": name, "price_per_hour": round(report.price_per_hour, 1),
-                     "mean_step_s": round(step_s[name], 2), **{f"busy_{p}": round(v["busy_fraction"], 3)
-                                                               for p, v in report.pools.items()}})
-    mixed = step_s["mixed_64xH800_24xH20"]
+        names = tuple(pools)
+        mappings = [m for m in itertools.product(names, repeat=len(GEN_DOMAINS)) if set(m) == set(names)]
+        for assignment in mappings:
+            cfg = presets.run_config(presets.mapped(dict(zip(GEN_DOMAINS, assignment))), batch=batch, steps=steps,
+                                     pools=names)
+            report = simulate(cfg, presets.hardware(pools))
+            label = f"{name} " + ", ".join(f"{d}→{p}" for d, p in zip(GEN_DOMAINS, assignment))
+            step_s[label] = report.mean_step_s()
+            rows.append({"experiment": "equal_cost", "cluster": label, "price_per_hour": round(report.price_per_hour, 1),
+                         "mean_step_s": round(step_s[label], 2),
+                         **{f"busy_{p}": round(v["busy_fraction"], 3) for p, v in report.pools.items()}})
+    best = {name: min(v for k, v in step_s.items() if k.startswith(name)) for name in EQUAL_COST}
+    mixed = best["mixed_64xH800_24xH20"]
     ratios = {
-        "mixed_vs_homogeneous_h20": step_s["homogeneous_208xH20"] / mixed,
-        "mixed_vs_homogeneous_h800": step_s["homogeneous_72xH800"] / mixed,
+        "mixed_vs_homogeneous_h20": best["homogeneous_208xH20"] / mixed,
+        "mixed_vs_homogeneous_h800": best["homogeneous_72xH800"] / mixed,
+        "mixed_paper_mapping_vs_homogeneous_best": min(best["homogeneous_208xH20"], best["homogeneous_72xH800"])
+        / step_s["mixed_64xH800_24xH20 frozenlake→h800, math→h20, game→h20"],
     }
-    ratios["mixed_vs_homogeneous_best"] = min(ratios.values())
+    ratios["mixed_vs_homogeneous_best"] = min(ratios["mixed_vs_homogeneous_h20"], ratios["mixed_vs_homogeneous_h800"])
     return ratios, rows
 
 
@@ -232,6 +241,39 @@ def _plan_vs_exhaustive(quick: bool) -> tuple[dict[str, float], list[dict]]:
             "plan_gain_over_homogeneous": (chosen.score or 0.0) / (homo.score or 1.0)}, rows
 
 
+def _remap(quick: bool) -> tuple[dict[str, float], list[dict]]:
+    """A workload shift mid-run: `math` (one long answer, on H20) turns into a prefill-heavy multi-turn task
+    at version 3. Post-shift throughput without re-mapping, with `rollout.remap=auto` (the profiler confirms
+    the drift on fresh turns, the planner's twin scores the mappings of the running pools), and with the
+    best mapping for the shifted workload from the start; `remap_recovered_fraction` = (remap − none) ÷
+    (best − none), over every step after the shift (detection delay included)."""
+    steps, shift_at, batch = (9, 3, 128) if quick else (14, 3, 256)
+    lake = presets.task("frozenlake", "h800", turns={"mean": 6}, response_tokens={"mean": 40})
+    math = presets.task("math", "h20", response_tokens={"mean": 2000}) | {"max_turns": 8}
+    shifted = DomainProfileConfig.model_validate({"turns": {"mean": 6}, "prompt_tokens": {"mean": 4000},
+                                                  "obs_tokens": {"mean": 3000}, "response_tokens": {"mean": 40}})
+    hw = presets.hardware({"h800": ("H800", 8, 1), "h20": ("H20", 24, 1)}, train=("H800", 128))
+
+    def run(remap: str, start: int, math_pool: str, lake_pool: str) -> float:
+        cfg = presets.run_config({"frozenlake": {**lake, "pool": lake_pool}, "math": {**math, "pool": math_pool}},
+                                 batch=batch, steps=steps, extra=[f"rollout.remap={remap}", "rollout.remap_drift=0.5"])
+        report = simulate(cfg, hw, shifts={"math": (start, shifted)}, remapper=twin_remapper(6))
+        post = report.steps[shift_at + 1:]
+        rows.append({"experiment": "remap", "remap": remap, "shift_at_version": start, "math": math_pool,
+                     "frozenlake": lake_pool, "post_shift_trajectories_per_s": round(
+                         sum(s["trajectories"] for s in post) / sum(s["step_s"] for s in post), 3),
+                     "remaps": report.extra["remaps"]})
+        return rows[-1]["post_shift_trajectories_per_s"]
+
+    rows: list[dict] = []
+    unshifted = run("none", 10**9, "h20", "h800")
+    none = run("none", shift_at, "h20", "h800")
+    auto = run("auto", shift_at, "h20", "h800")
+    best = max(run("none", 0, m, f) for m, f in (("h800", "h20"), ("h800", "h800"), ("h20", "h20")))
+    return {"remap_throughput_lost_fraction": 1 - none / unshifted,
+            "remap_recovered_fraction": (auto - none) / (best - none) if best > none else 0.0}, rows
+
+
 def run(quick: bool) -> BenchResult:
     ratios: dict[str, float] = {}
     rows: list[dict] = []
@@ -260,7 +302,7 @@ def run(quick: bool) -> BenchResult:
                  f"{real['commit']})")
 
     for experiment in (_paper_scale_rollout, _mixed_vs_homogeneous, _weight_sync, _serverless_reward,
-                       _plan_vs_exhaustive):
+                       _plan_vs_exhaustive, _remap):
         r, w = experiment(quick)
         ratios.update(r)
         rows += w

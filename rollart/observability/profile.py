@@ -51,6 +51,13 @@ class DomainProfiler:
         reward = sum(s.duration for s in trajectory.spans if s.name == "reward")
         self.observe_episode(trajectory.domain, len(trajectory.turns), reward)
 
+    def reset(self, domain: str) -> None:
+        """Forget a domain's observations (after a drift: what comes next measures the new workload alone)."""
+        self._obs.pop(domain, None)
+
+    def count(self, domain: str, field: str = "turns") -> int:
+        return len(self._obs[domain][field]) if domain in self._obs else 0
+
     # --- what it says -----------------------------------------------------------------------------------
     def mean(self, domain: str, field: str) -> float | None:
         values = self._obs[domain][field] if domain in self._obs else ()

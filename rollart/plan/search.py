@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from math import floor
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from rollart.config import RunConfig
 from rollart.sim.estimate import Candidate, estimate
@@ -140,3 +140,18 @@ def plan(cfg: RunConfig, hardware: SimHardware, kinds: Sequence[str], budget: fl
     best = max(ran, key=lambda s: s.score or 0.0)
     homogeneous = [s for s in ran if s.candidate.homogeneous]
     return Plan(best, max(homogeneous, key=lambda s: s.score or 0.0) if homogeneous else best, scored)
+
+
+def twin_remapper(steps: int = 3) -> Callable[[RunConfig, SimHardware, tuple[tuple[str, str, int], ...], int],
+                                              tuple[tuple[str, str], ...]]:
+    """A re-mapper for the twin's `rollout.remap` (SimSystem's `remapper`): every mapping of the domains to
+    the running pools, scored by a short twin run of the measured workload; the best one."""
+
+    def remap(cfg: RunConfig, hardware: SimHardware, pools: tuple[tuple[str, str, int], ...], tp: int
+              ) -> tuple[tuple[str, str], ...]:
+        domains = sorted(cfg.domains)
+        names = [name for name, _, _ in pools]
+        mappings = [Candidate(pools, tuple(zip(domains, a))) for a in itertools.product(names, repeat=len(domains))]
+        return max(mappings, key=lambda c: twin_score(cfg, hardware, c, tp, steps)[0]).mapping
+
+    return remap

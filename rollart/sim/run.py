@@ -126,19 +126,19 @@ class SimReport:
 
 
 def simulate(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
-             shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None) -> SimReport:
+             shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None, remapper: Any = None) -> SimReport:
     """Run `cfg.train.steps` RL steps of `cfg` on `hardware`, in virtual time (`shifts`: a workload shift,
-    {domain: (version, profile)})."""
+    {domain: (version, profile)}; `remapper`: what proposes a mapping on drift, see SimSystem)."""
     started = time.perf_counter()
-    return run_virtual(simulate_async(cfg, hardware, reward_pool, shifts, started))
+    return run_virtual(simulate_async(cfg, hardware, reward_pool, shifts, started, remapper))
 
 
 async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
                          shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
-                         started: float | None = None) -> SimReport:
+                         started: float | None = None, remapper: Any = None) -> SimReport:
     """The same, inside a running virtual-time loop (several jobs can share one loop and one reward pool)."""
     started = started if started is not None else time.perf_counter()
-    system = SimSystem(cfg, hardware, reward_pool, shifts)
+    system = SimSystem(cfg, hardware, reward_pool, shifts, remapper)
     recorder = SimRecorder(cfg, system.clock)
     try:
         await _loop(cfg, system, recorder)

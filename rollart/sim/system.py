@@ -52,12 +52,15 @@ class SimResources:
 
 class SimSystem:
     def __init__(self, cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
-                 shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None) -> None:
+                 shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
+                 remapper: Callable[..., tuple[tuple[str, str], ...]] | None = None) -> None:
         self.cfg, self.hardware = cfg, hardware
+        self.remapper = remapper  # (cfg, hardware, pools, tp) → mapping; None: the analytic estimate's best
         self.profiler = DomainProfiler()
         self.planned_for = {d: profile_of(dc) for d, dc in cfg.domains.items()}  # what the mapping was made for
         self.domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
         self.remaps: list[dict[str, Any]] = []
+        self._suspect: set[str] = set()  # domains whose drift awaits confirmation on fresh observations
         self.clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
         gen_pools = sorted({d.pool for d in cfg.domains.values()})
         for pool in gen_pools + [hardware.train_pool]:
@@ -146,14 +149,25 @@ class SimSystem:
             return
         drifted = {d: self.profiler.drift(d, p) for d, p in self.planned_for.items()}
         drifted = {d: x for d, x in drifted.items() if x > rollout.remap_drift}
+        # A drift seen for the first time is confirmed on fresh observations only (the window still mixes
+        # the old workload in): the domain's profile is reset and judged again at a later sync.
+        fresh = {d for d in drifted if d not in self._suspect}
+        for d in fresh:
+            self.profiler.reset(d)
+        self._suspect = {d for d in self._suspect if d in drifted} | fresh
+        drifted = {d: x for d, x in drifted.items() if d not in fresh and self.profiler.count(d) >= 16}
         if not drifted:
             return
+        self._suspect -= set(drifted)
         measured = {d: self.profiler.measured(d, p) for d, p in self.planned_for.items()}
         cfg = self.cfg.model_copy(update={"domains": {
             d: dc.model_copy(update={"profile": measured[d]}) for d, dc in self.cfg.domains.items()}})
         pools = tuple((p, self.hardware.pools[p].gpu, self.hardware.pools[p].count) for p in sorted(self.engines))
         tp = self.hardware.pools[pools[0][0]].tp
-        proposal = dict(best_mapping(cfg, self.hardware, pools, tp))
+        if self.remapper is not None:  # e.g. the planner's twin runs: in a thread, taking no virtual time
+            proposal = dict(await asyncio.to_thread(self.remapper, cfg, self.hardware, pools, tp))
+        else:
+            proposal = dict(best_mapping(cfg, self.hardware, pools, tp))
         moved = {d: p for d, p in proposal.items() if self.domain_pools[d] != p}
         self.remaps.append({"version": version, "drift": drifted, "moved": moved, "applied": rollout.remap == "auto"})
         log.info("profile drift %s at version %d: the estimate moves %s%s", drifted, version, moved or "nothing",
