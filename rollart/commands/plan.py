@@ -57,8 +57,8 @@ def _plan(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "run.yaml").write_text(run_yaml(cfg, hw, best.candidate, args.tp))
-    (out / "ray_start.sh").write_text("\n".join(ray_start_lines(hw, best.candidate, args.tp, args.node)) + "\n")
-    (out / "raycluster.yaml").write_text(yaml.safe_dump(raycluster_manifest(hw, best.candidate, args.tp, args.node),
+    (out / "ray_start.sh").write_text("\n".join(ray_start_lines(cfg, hw, best.candidate, args.tp, args.node)) + "\n")
+    (out / "raycluster.yaml").write_text(yaml.safe_dump(raycluster_manifest(cfg, hw, best.candidate, args.tp, args.node),
                                                         sort_keys=False))
     print(f"wrote {out}/run.yaml, {out}/ray_start.sh, {out}/raycluster.yaml")
     return 0

@@ -7,7 +7,8 @@ size). Out:
   as its fallback, the training pool, every domain on its planned pool, and `inference.replicas_per_pool` (one number for every pool in this version of rollart:
   the smallest pool's engine count, so every engine slot of a larger pool is not filled — said in a
   comment in the file);
-- `ray_start_lines` — one `ray start` per node: the head (training GPUs, env and reward slots), then each
+- `ray_start_lines` — one `ray start` per node: the head (training GPUs, the run's CPU and serverless
+  pools' slots), then the other training nodes and each
   generation node with `--num-gpus` and its pool's custom resource (`pool_<name>`: engine slots);
 - `raycluster_manifest` — a KubeRay `RayCluster` (ray.io/v1) with a head group and one worker group per
   pool, each pod asking for its node's GPUs and landing on that GPU kind (`nvidia.com/gpu.product`).
@@ -59,13 +60,17 @@ def _nodes(gpus: int, node: int) -> int:
     return -(-gpus // node)
 
 
-def ray_start_lines(hardware: SimHardware, cand: Candidate, tp: int, node: int, env_slots: int = 64,
-                    reward_slots: int = 32, port: int = 6379) -> list[str]:
+def cpu_slots(cfg: RunConfig) -> dict[str, int]:
+    """The run's CPU and serverless pools as Ray resources (`pool_<name>`: slots), hosted by the head."""
+    return {f"pool_{name}": int(pool.capacity) for name, pool in sorted(cfg.pools.items()) if pool.kind != "gpu"}
+
+
+def ray_start_lines(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, node: int,
+                    port: int = 6379) -> list[str]:
     train = hardware.pools[hardware.train_pool]
-    head_resources = {f"pool_{hardware.train_pool}": min(train.count, node), "pool_env": env_slots,
-                      "pool_reward": reward_slots}
+    head_resources = {f"pool_{hardware.train_pool}": min(train.count, node), **cpu_slots(cfg)}
     lines = [f"ray start --head --port={port} --num-gpus={min(train.count, node)} "
-             f"--resources='{json.dumps(head_resources)}'   # head: training GPUs, env and reward slots"]
+             f"--resources='{json.dumps(head_resources)}'   # head: training GPUs, the CPU and serverless pools"]
     for i in range(1, _nodes(train.count, node)):
         n = min(node, train.count - i * node)
         lines.append(f"ray start --address=HEAD_IP:{port} --num-gpus={n} "
@@ -78,8 +83,8 @@ def ray_start_lines(hardware: SimHardware, cand: Candidate, tp: int, node: int, 
     return lines
 
 
-def raycluster_manifest(hardware: SimHardware, cand: Candidate, tp: int, node: int, name: str = "rollart",
-                        image: str = f"rayproject/ray:{RAY_VERSION}-gpu") -> dict[str, Any]:
+def raycluster_manifest(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, node: int,
+                        name: str = "rollart", image: str = f"rayproject/ray:{RAY_VERSION}-gpu") -> dict[str, Any]:
     train = hardware.pools[hardware.train_pool]
 
     def pod(kind: str, gpus: int, role: str) -> dict[str, Any]:
@@ -93,7 +98,7 @@ def raycluster_manifest(hardware: SimHardware, cand: Candidate, tp: int, node: i
         return {"spec": spec}
 
     head_gpus = min(train.count, node)
-    head_resources = {f"pool_{hardware.train_pool}": head_gpus, "pool_env": 64, "pool_reward": 32}
+    head_resources = {f"pool_{hardware.train_pool}": head_gpus, **cpu_slots(cfg)}
     groups = []
     rest = _nodes(train.count, node) - 1
     if rest > 0:

@@ -79,7 +79,7 @@ def test_plan_outputs_load_as_a_config_and_a_schema_valid_raycluster(tmp_path: P
     for domain, pool in cand.mapping:
         assert loaded.domains[domain].pool == pool
     assert {name for name, _, _ in cand.pools} <= set(loaded.pools)
-    manifest = raycluster_manifest(hw, cand, tp=1, node=4)
+    manifest = raycluster_manifest(cfg, hw, cand, tp=1, node=4)
     schema = strict(yaml.safe_load(SCHEMA.read_text()))
     jsonschema.validate(manifest, schema)
     assert {g["groupName"] for g in manifest["spec"]["workerGroupSpecs"]} >= {n for n, _, _ in cand.pools}
@@ -87,8 +87,9 @@ def test_plan_outputs_load_as_a_config_and_a_schema_valid_raycluster(tmp_path: P
     bad["spec"]["workerGroupSpecs"][0]["replica"] = 3  # a typo the schema must catch
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
-    lines = ray_start_lines(hw, cand, tp=1, node=4)
+    lines = ray_start_lines(cfg, hw, cand, tp=1, node=4)
     assert lines[0].startswith("ray start --head") and all("--resources=" in line for line in lines)
+    assert '"pool_env": 1' in lines[0]  # the run's CPU pool, with its slots
     gpus = sum(n for _, _, n in cand.pools) + hw.pools["train"].count
     assert sum(int(line.split("--num-gpus=")[1].split()[0]) for line in lines) == gpus
 
