@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 from rollart.config import RunConfig
 from rollart.config_loader import write_resolved
 from rollart.observability import (
+    DomainProfiler,
     MetricsLogger,
     Progress,
     Timeline,
@@ -50,6 +51,7 @@ class RunRecorder:
         self.timeline = Timeline(start_time=self.t0, max_trajectories=cfg.observability.timeline_max_trajectories)
         self.progress = Progress(cfg.observability.progress)
         self.workers = list(workers)
+        self.profiler = DomainProfiler()  # profile/<domain>/*: what episodes look like lately, per domain
         self.evals: dict[int, dict[str, float]] = {}
         self.eval_first: dict[str, float] | None = None  # before a resume: from the checkpoint
         self.steps_done = 0
@@ -87,6 +89,7 @@ class RunRecorder:
         now = time.time()
         for t in batch:
             self.timeline.add_trajectory(t)
+            self.profiler.observe_trajectory(t)
         step_s = now - self._step_start
         tokens = sum(t.num_response_tokens for t in batch)
         record = {
@@ -94,6 +97,7 @@ class RunRecorder:
             **utilisation_metrics(self.timeline.window_spans(self._step_start), (self._step_start, now),
                                   self.workers),
             **system_metrics(tokens, step_s),
+            **self.profiler.metrics(),
             **metrics,
             **self._pending,
             "time/step": step_s,

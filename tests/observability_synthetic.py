@@ -16,6 +16,7 @@ from pathlib import Path
 from rollart.config import RunConfig
 from rollart.config_loader import write_resolved
 from rollart.observability import (
+    DomainProfiler,
     MetricsLogger,
     Timeline,
     batch_metrics,
@@ -75,6 +76,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
     timeline = Timeline(start_time=t0)
     clock = t0 + 1.0
     wasted = 0
+    profiler = DomainProfiler()
     for step in range(1, steps + 1):
         step_start = clock
         version = step - 1
@@ -92,6 +94,8 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
         train = Span("train", publish.end, publish.end + 0.3, "trainer/train/0")
         for t in trajs + dropped:
             timeline.add_trajectory(t)
+        for t in trajs:
+            profiler.observe_trajectory(t)
         for s in (wait, publish, train):
             timeline.add_span(s, step=step)
         clock = train.end
@@ -99,6 +103,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
         wasted += sum(t.num_response_tokens for t in dropped)
         metrics = {
             **batch_metrics(trajs, version),
+            **profiler.metrics(),
             # RolloutScheduler.metrics(): counters since the run started
             "buffer/aborted": float(step), "buffer/stale": float(step), "buffer/failed": 0.0,
             "buffer/wasted_tokens": float(wasted),

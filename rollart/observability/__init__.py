@@ -34,6 +34,8 @@ Metric names (issue 8 ยง1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, โ€
   report read their last value); buffer/cancelled likewise if a plane counts it.
 - pools/<pool>/utilisation (`utilisation_metrics`), pools/fallbacks (the resource plane's count).
 - system/{tokens_per_s, rss_mb} (`system_metrics`).
+- profile/<d>/{turns, prompt_tokens, obs_tokens, response_tokens, env_s, reward_s} (and prefix_hit in the
+  cluster twin): what each domain's episodes look like lately (`DomainProfiler`, fed every trained batch).
 """
 
 from rollart.observability.aggregate import (
@@ -48,6 +50,7 @@ from rollart.observability.aggregate import (
     utilisation_metrics,
 )
 from rollart.observability.logger import MetricsLogger
+from rollart.observability.profile import DomainProfiler
 from rollart.observability.progress import Progress
 from rollart.observability.records import read_metrics, summarize, write_summary
 from rollart.observability.metric_names import NAMESPACES
@@ -56,6 +59,7 @@ from rollart.observability.utilisation import pool_utilisation, worker_utilisati
 
 __all__ = [
     "NAMESPACES",
+    "DomainProfiler",
     "PHASES",
     "MetricsLogger",
     "Progress",

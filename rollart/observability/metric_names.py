@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # Metric namespaces (issue 8 §1). `weights/*` carries what a WeightPublisher returns (bytes, buckets).
 NAMESPACES: tuple[str, ...] = (
-    "time", "rollout", "env", "eval", "reward", "train", "buffer", "pools", "system", "weights",
+    "time", "rollout", "env", "eval", "reward", "train", "buffer", "pools", "system", "weights", "profile",
 )
 RESERVED_KEYS = ("step", "wall_s", "time")
 
