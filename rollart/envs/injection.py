@@ -35,10 +35,15 @@ def sample_latency(cfg: LatencyConfig, rng: random.Random) -> float:
         return max(0.0, rng.gauss(cfg.mean_s, cfg.std_s))
     if cfg.dist == "empirical":
         return rng.choice(cfg.samples)
-    if cfg.mean_s <= 0:
+    return lognormal(cfg.mean_s, cfg.std_s, rng)
+
+
+def lognormal(mean: float, std: float, rng: random.Random) -> float:
+    """A lognormal draw with this mean and standard deviation (of the value itself); 0 if mean ≤ 0."""
+    if mean <= 0:
         return 0.0
-    sigma2 = math.log1p((cfg.std_s / cfg.mean_s) ** 2)
-    return rng.lognormvariate(math.log(cfg.mean_s) - sigma2 / 2, math.sqrt(sigma2))
+    sigma2 = math.log1p((std / mean) ** 2)
+    return rng.lognormvariate(math.log(mean) - sigma2 / 2, math.sqrt(sigma2))
 
 
 class FaultInjectingEnv:

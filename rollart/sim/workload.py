@@ -8,12 +8,11 @@ A domain with no profile gets the defaults of `DomainProfileConfig`.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
 from rollart.config import CountConfig, DomainConfig, DomainProfileConfig
-from rollart.envs.injection import sample_latency
+from rollart.envs.injection import lognormal, sample_latency
 
 
 def sample_count(cfg: CountConfig, rng: random.Random) -> int:
@@ -23,11 +22,8 @@ def sample_count(cfg: CountConfig, rng: random.Random) -> int:
         value = rng.choice(cfg.samples)
     elif cfg.dist == "gaussian":
         value = rng.gauss(cfg.mean, cfg.std)
-    elif cfg.mean <= 0:
-        value = 0.0
     else:
-        sigma2 = math.log1p((cfg.std / cfg.mean) ** 2)
-        value = rng.lognormvariate(math.log(cfg.mean) - sigma2 / 2, math.sqrt(sigma2))
+        value = lognormal(cfg.mean, cfg.std, rng)
     return max(cfg.min, int(round(value)))
 
 
