@@ -82,7 +82,7 @@ def _paper_scale_rollout(quick: bool) -> tuple[dict[str, float], list[dict]]:
     for rel in SIGMAS:
         name = f"env_sigma{round(rel * 10):02d}"
         # FrozenLake-like turns (short moves): generation is small beside 10 s of env, as in the paper's sweep
-        domain = presets.task("frozenlake", "h800", turns={"mean": turns}) | {
+        domain = presets.task("frozenlake", "h800", turns={"dist": "constant", "mean": turns}) | {
             "inject": {"step_latency": {"dist": "gaussian", "mean_s": 10.0, "std_s": 10.0 * rel}}}
         cfg = presets.run_config({name: domain}, batch=batch, steps=2, alpha=0, barrier="turn", pools=("h800",))
         hw = presets.hardware({"h800": ("H800", 32, 1)})
