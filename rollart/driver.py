@@ -130,8 +130,10 @@ class _TrainStepInFlight:
 class _RLLoop:
     """The RL steps of one training job (resumed or fresh), from its first step to its last checkpoint."""
 
-    def __init__(self, cfg: RunConfig, system: System, recorder: RunRecorder) -> None:
+    def __init__(self, cfg: RunConfig, system: System, recorder: RunRecorder,
+                 clock: Callable[[], float] = time.time) -> None:
         self.cfg, self.system, self.recorder = cfg, system, recorder
+        self.clock = clock  # the cluster twin (rollart.sim) runs this loop in virtual time
         self.scheduler: RolloutScheduler | None = None  # started once the first evaluation is done
         self.training: _TrainStepInFlight | None = None
 
@@ -191,9 +193,9 @@ class _RLLoop:
     # --- the named steps -----------------------------------------------------------------------------
     async def get_batch(self, version: int) -> list[Trajectory]:
         """Step 1: the batch that trains `version` (stale work is cancelled as it is taken)."""
-        waited_from = time.time()
+        waited_from = self.clock()
         batch = await self.scheduler.get_batch(version)
-        waited_to = time.time()
+        waited_to = self.clock()
         self.recorder.phase(TimedMetrics({"time/get_batch_wait": waited_to - waited_from},
                                          Span("get_batch.wait", waited_from, waited_to, DRIVER_LANE)))
         return batch

@@ -51,7 +51,7 @@ def bench_config(mean_s: float, turns: int, batch: int, run_dir: str) -> RunConf
 
 async def rollout_seconds(system: System, domain: str, barrier: bool, batches: int) -> list[float]:
     """Seconds to fill each of `batches` batches of `domain` (α = 0: one cohort at a time). `system` is the
-    real one or the twin's `SimSystem` (which has the same `cfg`, `envs`, `reward` and `gate`)."""
+    real one or the twin's `SimSystem` (which has the same `cfg`, `env_router`, `reward` and `gate`)."""
     cfg = system.cfg
     policy = StalenessPolicy(alpha=0)
     buffer = SampleBuffer(policy)

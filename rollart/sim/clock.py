@@ -10,7 +10,8 @@ answers at once, and advances the loop's virtual clock by that wait instead of s
 works: work handed to threads (`run_in_executor`, `asyncio.to_thread`, e.g. a checkpoint written in a
 thread) is counted, and while any is pending the selector waits for it for real — it takes no virtual
 time. A loop with no timer, no runnable task and no thread work can never progress: that is a deadlock
-of the simulated system, raised as `SimulationDeadlock` instead of hanging.
+of the simulated system, raised as `SimulationDeadlock` instead of hanging; so is a livelock (a million
+loop iterations without virtual time moving).
 
 Written here rather than taken from `looptime` (a pytest plugin that patches the test loop's clock)
 because the twin needs a standalone loop that also knows about executor work and fails on deadlock.
@@ -28,6 +29,7 @@ from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 T = TypeVar("T")
 
 THREAD_WAIT_S = 600.0  # longest real wait for thread work before the simulation gives up
+LIVELOCK_ITERATIONS = 1_000_000  # loop iterations at one virtual instant before it is called a livelock
 
 
 class SimulationDeadlock(RuntimeError):
@@ -59,6 +61,14 @@ class _VirtualSelector(selectors.DefaultSelector):
             )
         if timeout > 0:
             loop.advance(timeout)
+            loop.same_instant = 0
+        else:
+            loop.same_instant += 1
+            if loop.same_instant > LIVELOCK_ITERATIONS:
+                raise SimulationDeadlock(
+                    f"the simulated system ran {LIVELOCK_ITERATIONS:,} loop iterations without virtual time moving "
+                    f"(at {loop.time():.3f}s): a livelock, e.g. work that fails and is replaced at once, forever"
+                )
         return []
 
 
@@ -75,6 +85,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self.get_debug = partial(getattr, self, "_debug")  # type: ignore[method-assign]
         self.threads_pending = 0
         self.iterations = 0
+        self.same_instant = 0  # iterations since virtual time last moved
         self._clock_resolution = 1e-9  # timers due within this are run together
 
     def advance(self, seconds: float) -> None:
@@ -100,8 +111,15 @@ def run_virtual(main: Coroutine[Any, Any, T] | Callable[[], Awaitable[T]]) -> T:
         coro = main() if callable(main) else main
         return loop.run_until_complete(coro)
     finally:
-        try:
+        try:  # whatever is left (after a deadlock, a livelock or an error) is cancelled, then async generators
+            loop.same_instant = 0
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
+        except SimulationDeadlock:
+            pass  # cleanup that cannot finish either: the error that stopped the run is the one to see
         finally:
             asyncio.set_event_loop(None)
             loop.close()

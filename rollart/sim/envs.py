@@ -61,7 +61,7 @@ class SimEnvRunner:
 
     # --- TrajectoryRunner -----------------------------------------------------------------------------
     async def run(self, task: Task, start_version: int) -> Trajectory:
-        tid = task.task_id
+        tid = task.trajectory_id
         if tid in self._live:
             raise ValueError(f"trajectory {tid} is already running in the twin")
         live = self._live[tid] = _Live()
@@ -104,9 +104,9 @@ class SimEnvRunner:
         shift = self.shifts.get(task.domain)
         if shift is not None and start_version >= shift[0]:
             domain = shift[1]
-        rng = random.Random(f"{self.seed}:{task.task_id}:{task.seed}")
+        rng = random.Random(f"{self.seed}:{task.trajectory_id}:{task.seed}")
         episode = draw_episode(domain, rng)
-        traj = Trajectory(task.task_id, task, start_version)
+        traj = Trajectory(task.trajectory_id, task, start_version)
         clock = asyncio.get_running_loop().time
         t0 = clock()
         failed = self._reset_fails(domain, rng)
@@ -124,12 +124,12 @@ class SimEnvRunner:
         generated = 0
         for k, turn in enumerate(episode.turns):
             if self.gate is not None:
-                await self.gate.before_turn(task.task_id, k)
+                await self.gate.before_turn(task.trajectory_id, k)
             if live.cancelled:
                 return self._end(traj, *live.cancelled, generated)
             context += turn.prompt_tokens
             request = GenerationRequest(
-                f"{task.task_id}/{k}", task.task_id, task.domain, Runs.of(0, context),
+                f"{task.trajectory_id}/{k}", task.trajectory_id, task.domain, Runs.of(0, context),
                 SamplingParams(max_new_tokens=turn.response_tokens),
             )
             started = clock()

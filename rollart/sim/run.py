@@ -19,40 +19,37 @@ from typing import Any, Mapping, Sequence
 
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import StalenessPolicy
-from rollart.driver import _loop
+from rollart.driver import _RLLoop
 from rollart.sim.clock import run_virtual
 from rollart.sim.hardware import SimHardware
 from rollart.sim.reward import SimRewardPool
 from rollart.sim.system import SimSystem
-from rollart.types import Trajectory
+from rollart.types import TimedMetrics, Trajectory
 
 
 class SimRecorder:
-    """The recorder surface the driver's loop uses, on the virtual clock, in memory."""
+    """The recorder surface the driver's loop uses (`RunRecorder`'s), on the virtual clock, in memory."""
 
     def __init__(self, cfg: RunConfig, clock: Any) -> None:
         self.cfg, self.clock = cfg, clock
         self.evals: dict[int, dict[str, float]] = {}
-        self.eval_first: dict[str, float] | None = None
+        self.eval_first: Mapping[str, float] | None = None
         self.steps: list[dict[str, float]] = []
         self.staleness_violations: list[str] = []
         self._pending: dict[str, float] = {}
         self._step_start = clock()
         self.policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
 
-    def add(self, metrics: Mapping[str, Any], span: str) -> None:
-        if span == "get_batch.wait":  # the loop times it on the wall clock: take the virtual time instead
-            metrics = {"time/get_batch_wait": self.clock() - self._step_start}
-        for key, value in metrics.items():
-            if not key.startswith("_"):
-                self._pending[key] = self._pending.get(key, 0.0) + float(value)
+    def phase(self, phase: TimedMetrics) -> None:
+        for key, value in phase.metrics.items():
+            self._pending[key] = self._pending.get(key, 0.0) + float(value)
 
     def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
         pass
 
-    def trained(self, step: int, metrics: Mapping[str, Any]) -> None:
+    def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
         if step < len(self.steps):
-            self.steps[step]["train_s"] = float(metrics.get("time/train_step", 0.0))
+            self.steps[step]["train_s"] = float(train_step.metrics.get("time/train_step", 0.0))
 
     def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
         now = self.clock()
@@ -141,7 +138,7 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
     system = SimSystem(cfg, hardware, reward_pool, shifts, remapper)
     recorder = SimRecorder(cfg, system.clock)
     try:
-        await _loop(cfg, system, recorder)
+        await _RLLoop(cfg, system, recorder, clock=system.clock).run()
     finally:
         await system.close()
     sched = system.scheduler

@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping
 
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
-from rollart.inference.proxy import LLMProxy, LLMProxyClient
+from rollart.envs.worker import ActorLLMClient
+from rollart.inference.proxy import LLMProxy
 from rollart.reward.router import RewardRouter
 from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
 from rollart.observability.profile import DomainProfiler
@@ -36,7 +37,8 @@ from rollart.sim.hardware import SimHardware
 from rollart.sim.reward import SimRewardPool
 from rollart.sim.trainer import SimTrainer, WeightChannel
 from rollart.sim.workload import profile_of
-from rollart.types import Trajectory
+from rollart.system import DRIVER_LANE, TRAINER_LANE
+from rollart.types import RunState, Span, TimedMetrics, Trajectory
 
 log = logging.getLogger("rollart.sim")
 
@@ -87,7 +89,7 @@ class SimSystem:
         self.proxy = LocalHandle(self.proxy_impl)
         self.barrier = TurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
         self.gate = self.barrier
-        self.envs = SimEnvRunner(cfg.domains, cfg.envs, LLMProxyClient(self.proxy), gate=self.gate, seed=cfg.seed,
+        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, ActorLLMClient(self.proxy), gate=self.gate, seed=cfg.seed,
                                  observer=self.profiler, shifts=shifts)
         self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
         self.reward = RewardRouter(cfg, fns={d: self.reward_pool.fn(d) for d in cfg.domains}, seed=cfg.seed)
@@ -97,7 +99,7 @@ class SimSystem:
         self.resources = SimResources(hardware)
         self.scheduler: RolloutScheduler | None = None
         self.served_version = 0
-        self.resume_step = 0
+        self.resumed = RunState()  # the twin always starts afresh
         self.sync_exposed_s: list[float] = []
 
     # --- what the driver's loop calls ---------------------------------------------------------------
@@ -110,7 +112,7 @@ class SimSystem:
         weights = {d: dc.weight for d, dc in cfg.domains.items() if dc.weight > 0}
         buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights, clock=self.clock)
         self.scheduler = RolloutScheduler(
-            cfg.rollout, cfg.domains, self.envs, self.reward, buffer, policy, total_batches=steps_left,
+            cfg.rollout, cfg.domains, self.env_router, self.reward, buffer, policy, total_batches=steps_left,
             first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
             trajectory_timeout_s=max(d.max_turns for d in cfg.domains.values())
             * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
@@ -120,10 +122,10 @@ class SimSystem:
         self.scheduler.start()
         return self.scheduler
 
-    async def sync_weights(self, version: int) -> dict[str, float]:
+    async def sync_weights(self, version: int) -> TimedMetrics:
         """Steps 2–5 through the production proxy: suspend, every engine takes `version`, resume."""
         if version <= self.served_version:
-            return {}
+            return TimedMetrics({})
         start = self.clock()
         await self.proxy.suspend.remote()
         try:
@@ -137,8 +139,8 @@ class SimSystem:
             self.scheduler.set_inference_version(version)
         pulls = [t.get("pull_s", 0.0) for t in timings.values()]
         await self._maybe_remap(version)
-        return {"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0),
-                **self.profiler.metrics()}
+        return TimedMetrics({"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0),
+                             **self.profiler.metrics()}, Span("weights.sync", start, self.clock(), DRIVER_LANE))
 
     async def _maybe_remap(self, version: int) -> None:
         """`rollout.remap`: when a domain's measured profile has drifted past `remap_drift` from the one the
@@ -177,8 +179,13 @@ class SimSystem:
             self.domain_pools.update(moved)
         self.planned_for.update({d: measured[d] for d in drifted})
 
-    async def train(self, trajectories: list[Trajectory], version: int) -> dict[str, float]:
-        return await self.trainer.train_step(trajectories)
+    async def train_step(self, trajectories: list[Trajectory], version: int) -> TimedMetrics:
+        start = self.clock()
+        metrics = await self.trainer.train_step(trajectories)
+        return TimedMetrics(metrics, Span("train", start, self.clock(), TRAINER_LANE))
+
+    async def save_checkpoint(self, state: RunState) -> None:
+        self.trainer.save_checkpoint(state.to_checkpoint())
 
     async def evaluate(self, tag: str) -> dict[str, float]:
         """The twin does not score a policy: evaluation takes no time and reports nothing."""

@@ -51,3 +51,12 @@ def test_a_wait_that_can_never_end_is_a_deadlock() -> None:
 
     with pytest.raises(SimulationDeadlock, match="virtual time 2.000"):
         run_virtual(main())
+
+
+def test_work_that_never_lets_time_move_is_a_livelock() -> None:
+    async def main() -> None:
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(SimulationDeadlock, match="livelock"):
+        run_virtual(main())
