@@ -114,6 +114,10 @@ class SampleBuffer:
     def ready_groups(self) -> list[ReadyGroup]:
         return list(self._ready)
 
+    def ready_by_domain(self) -> Counter[str]:
+        """Ready groups per domain (O(domains))."""
+        return +self._ready_by_domain
+
     def ready_trajectories(self) -> int:
         return sum(len(g.trajectories) for g in self._ready)
 

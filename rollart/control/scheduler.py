@@ -161,6 +161,7 @@ class RolloutScheduler:
         self.paused = False
         self.next_seq = 0
         self._groups: dict[str, _Group] = {}  # admitted, until closed and every member returned
+        self._held_by_domain: Counter[str] = Counter()  # _groups per domain (kept by _hold/_release)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
@@ -264,9 +265,9 @@ class RolloutScheduler:
     def pending_by_domain(self) -> Counter[str]:
         """Groups open or still winding down (a cancelled straggler holds its slot until it has ended),
         plus groups ready in the buffer, per domain."""
-        pending = Counter(g.domain for g in self._groups.values())
-        pending.update(g.domain for g in self.buffer.ready_groups)
-        return pending
+        pending = Counter(self._held_by_domain)  # = Counter(g.domain for g in self._groups.values())
+        pending.update(self.buffer.ready_by_domain())
+        return +pending
 
     def pending_groups(self) -> int:
         return sum(self.pending_by_domain().values())
@@ -344,7 +345,7 @@ class RolloutScheduler:
             seed=self.seed * 1_000_003 + seq,
             cohort=self._cohort,
         )
-        self._groups[group.group_id] = group
+        self._hold(group)
         self.counts["groups_started"] += 1
         for _ in range(self.cfg.group_size + self.cfg.redundancy.extra_per_group):
             await self._launch_trajectory(group)
@@ -359,7 +360,7 @@ class RolloutScheduler:
         )
         group.launched += 1
         run = group.runs[task.trajectory_id] = _Run(task, self.inference_version)
-        self._groups.setdefault(group.group_id, group)  # a replacement may start after its group closed
+        self._hold(group)  # (again, if a replacement starts after its group closed and was released)
         self._set_fate(task, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
         if self.gate:
@@ -388,7 +389,7 @@ class RolloutScheduler:
         finally:
             del group.runs[trajectory_id]
             if group.closed and not group.runs:
-                self._groups.pop(group.group_id, None)
+                self._release(group)
             if self.gate:
                 await self.gate.leave(trajectory_id)
             self._wake.set()
@@ -462,7 +463,17 @@ class RolloutScheduler:
         keeps its slot in `_groups` until its last member has returned."""
         group.closed, group.close_status, group.close_reason = True, status, reason
         if not group.runs:
-            self._groups.pop(group.group_id, None)
+            self._release(group)
+
+    def _hold(self, group: _Group) -> None:
+        """`group` takes its admission slot (counted per domain, so admission checks cost O(domains))."""
+        if group.group_id not in self._groups:
+            self._groups[group.group_id] = group
+            self._held_by_domain[group.domain] += 1
+
+    def _release(self, group: _Group) -> None:
+        if self._groups.pop(group.group_id, None) is not None:
+            self._held_by_domain[group.domain] -= 1
 
     def _open_groups(self) -> list[_Group]:
         return [g for g in self._groups.values() if not g.closed]
