@@ -5,7 +5,7 @@ of the control plane …), or JSON data and the record class to rebuild. Out: `t
 dicts, lists, strings, numbers, booleans and None; `from_json(cls, data)` → the record, equal to the one
 written (`from_json(type(r), to_json(r)) == r`).
 
-How: a dataclass becomes `{field: value}`; an enum its value; a tuple or list a list; a mapping a dict with
+How: a dataclass becomes `{field: value}`; an enum its value; a tuple, list or other sequence a list; a mapping a dict with
 string keys. Reading follows the field annotations of `cls` (dataclasses, enums, `tuple[X, ...]`,
 `X | None`, `Mapping`/`dict`, `Literal`, plain types), so a record that gains a field with a default still
 reads files written before it. Floats round-trip exactly (Python writes the shortest repr that reads back
@@ -31,12 +31,12 @@ def to_json(value: Any) -> Any:
         return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, (tuple, list)):
-        return [to_json(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): to_json(v) for k, v in value.items()}
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, collections.abc.Sequence):  # tuples, lists, the twin's run-length token ids
+        return [to_json(v) for v in value]
     raise TypeError(f"cannot write a {type(value).__name__} as JSON: {value!r}")
 
 

@@ -140,7 +140,10 @@ class RolloutScheduler:
         gate: TurnGate | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        digests: bool = True,
     ) -> None:
+        """`digests`: journal a digest of what each scored trajectory generated (the ledger file's check that a
+        restored group is the one checkpointed); the cluster twin, whose token ids are stand-ins, turns it off."""
         self.cfg = rollout
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
         self.weights = {d: c.weight for d, c in self.domains.items()}
@@ -149,6 +152,7 @@ class RolloutScheduler:
         self.gate = gate
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
+        self.digests = digests
         self.seed = seed
         self.rng = random.Random(seed)
         self.groups_per_batch = rollout.batch_size // rollout.group_size + rollout.redundancy.extra_groups
@@ -522,7 +526,7 @@ class RolloutScheduler:
                                  "domain": task.domain, "fate": fate.value}
         if reason:
             entry["reason"] = reason
-        if fate in (Fate.READY, Fate.TRAINED):
+        if self.digests and fate in (Fate.READY, Fate.TRAINED):
             entry["digest"] = trajectory_digest(record)  # type: ignore[arg-type]
         if batch is not None:
             entry["batch"] = batch

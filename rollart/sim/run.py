@@ -24,7 +24,7 @@ from rollart.sim.clock import run_virtual
 from rollart.sim.hardware import SimHardware
 from rollart.sim.reward import SimRewardPool
 from rollart.sim.system import SimSystem
-from rollart.types import TimedMetrics, Trajectory
+from rollart.types import Evaluation, TimedMetrics, Trajectory
 
 
 class SimRecorder:
@@ -38,6 +38,7 @@ class SimRecorder:
         self.staleness_violations: list[str] = []
         self._pending: dict[str, float] = {}
         self._step_start = clock()
+        self.ledger_moves = 0  # the scheduler's journal, counted (its invariants: SimReport.ledger_violations)
         self.policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
 
     def phase(self, phase: TimedMetrics) -> None:
@@ -71,8 +72,17 @@ class SimRecorder:
         self.steps.append(record)
         self._step_start = now
 
-    def evaluation(self, step: int, scores: Mapping[str, float]) -> None:
-        self.evals[step] = dict(scores)
+    def evaluation(self, step: int, evaluation: Evaluation) -> None:
+        self.evals[step] = dict(evaluation.scores)
+
+    def ledger(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        self.ledger_moves += len(entries)
+
+    def ledger_size(self) -> int:
+        return self.ledger_moves
+
+    def final(self, metrics: Mapping[str, float]) -> None:
+        pass
 
     def flush(self) -> dict[str, Any]:
         return {"steps": len(self.steps)}

@@ -38,7 +38,7 @@ from rollart.sim.reward import SimRewardPool
 from rollart.sim.trainer import SimTrainer, WeightChannel
 from rollart.sim.workload import profile_of
 from rollart.system import DRIVER_LANE, TRAINER_LANE
-from rollart.types import RunState, Span, TimedMetrics, Trajectory
+from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 
 log = logging.getLogger("rollart.sim")
 
@@ -116,7 +116,7 @@ class SimSystem:
             first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
             trajectory_timeout_s=max(d.max_turns for d in cfg.domains.values())
             * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
-            clock=self.clock,
+            clock=self.clock, digests=False,
         )
         self.scheduler.set_inference_version(self.served_version)
         self.scheduler.start()
@@ -187,9 +187,17 @@ class SimSystem:
     async def save_checkpoint(self, state: RunState) -> None:
         self.trainer.save_checkpoint(state.to_checkpoint())
 
-    async def evaluate(self, tag: str) -> dict[str, float]:
+    async def metrics(self) -> dict[str, float]:
+        """The counters of a step record: rollout and buffer, reward, pools."""
+        return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(),
+                **self.resources.metrics()}
+
+    async def evaluate(self, tag: str) -> Evaluation:
         """The twin does not score a policy: evaluation takes no time and reports nothing."""
-        return {}
+        return Evaluation({}, {}, {})
+
+    def run_state(self, step: int, scheduler_state: Any, eval_first: Any, ledger_bytes: int) -> RunState:
+        return RunState(step, scheduler_state, eval_first, ledger_bytes=ledger_bytes)
 
     async def close(self) -> None:
         if self.scheduler:
