@@ -69,6 +69,10 @@ class TinyModelConfig(Section):
     intermediate_size: int = Field(384, gt=0)
     vocab_size: int = Field(1024, ge=300, description="BPE vocabulary incl. special tokens")
     max_position_embeddings: int = Field(4096, gt=0)
+    tool_calls: bool = Field(
+        False, description="train the tokenizer on tool-call JSON and add <tool_call>/<tool_response> tokens, so "
+        "the tiny model can learn tool use (agent domains with tools); off keeps the default model unchanged"
+    )
 
 
 class ModelConfig(Section):
@@ -230,6 +234,27 @@ class DomainConfig(Section):
         return {"fn": value} if isinstance(value, str) else value
 
 
+class GatewayConfig(Section):
+    """The OpenAI-compatible gateway each env worker serves agent domains through (on 127.0.0.1 only, an
+    ephemeral port). Every request is adversarial input: these bound what one may cost."""
+
+    max_body_mb: float = Field(4.0, gt=0, description="largest request body; larger ones get 413")
+    max_messages: int = Field(512, ge=1, description="messages in one chat request")
+    max_tools: int = Field(64, ge=1, description="tools in one chat request")
+    max_concurrent_calls: int = Field(
+        4, ge=1, description="calls of one trajectory in flight or queued at once (they run one at a time); "
+        "more get 429"
+    )
+    max_open_trajectories: int = Field(
+        4096, ge=1, description="agent trajectories one env worker's gateway holds open at once"
+    )
+    tool_parser: Literal["auto", "hermes", "none"] = Field(
+        "auto", description="how tool calls are parsed out of model output: auto = the family the chat template "
+        "writes (hermes for <tool_call> templates), none = never (requests with tools are refused)"
+    )
+    model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
+
+
 class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
@@ -240,6 +265,7 @@ class EnvsConfig(Section):
     retry_backoff_s: float = Field(0.2, ge=0)
     retry_backoff_max_s: float = Field(5.0, ge=0)
     threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
 
 
 # --- inference plane ---------------------------------------------------------------------------------

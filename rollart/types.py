@@ -8,7 +8,8 @@ Guarantees:
 - Token-in/token-out: `Turn.response_token_ids` are exactly the ids the engine produced, with one
   behaviour logprob and one policy version per token; `Trajectory.token_ids()` is the concatenation of
   every turn's new prompt ids and response ids, so the trainer trains on what was sampled, never on a
-  re-tokenisation.
+  re-tokenisation. A trajectory whose agent rewrote its history has several segments
+  (`Trajectory.segments()`), each one sequence the model really saw; token views are per segment.
 - Records are immutable; a plane that extends one uses `dataclasses.replace` (see `Trajectory.with_turn`).
 """
 
@@ -129,6 +130,9 @@ class Turn:
     finish_reason: FinishReason = "stop"
     format_ok: bool = True
     spans: tuple[Span, ...] = ()
+    # which token sequence this turn extends: a turn whose segment differs from the previous turn's starts
+    # a new sequence (its prompt ids are the whole context) — an agent that rewrote earlier messages
+    segment: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.response_token_ids)
@@ -176,7 +180,33 @@ class Trajectory:
         return replace(self, reward=float(reward), spans=self.spans + tuple(spans))
 
     # --- token views used by the trainer and the staleness policy ---------------------------------
+    def segments(self) -> tuple[Trajectory, ...]:
+        """The trajectory cut where a turn starts a new segment: each part (same id, task and status) holds
+        the turns of one token sequence. A trajectory of one segment (every env trajectory) is itself."""
+        parts: list[list[Turn]] = []
+        for turn in self.turns:
+            if not parts or turn.segment != parts[-1][-1].segment:
+                parts.append([])
+            parts[-1].append(turn)
+        if len(parts) <= 1:
+            return (self,)
+        return tuple(replace(self, turns=tuple(p)) for p in parts)
+
+    def _one_segment(self) -> None:
+        if any(a.segment != b.segment for a, b in zip(self.turns, self.turns[1:])):
+            raise ValueError(
+                f"trajectory {self.trajectory_id} has several token segments (its agent rewrote its history): "
+                "take token views of each of segments()"
+            )
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt and response tokens over every turn (of every segment)."""
+        return sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in self.turns)
+
     def token_ids(self) -> list[int]:
+        """The one token sequence of a single-segment trajectory (ValueError for several)."""
+        self._one_segment()
         ids: list[int] = []
         for t in self.turns:
             ids.extend(t.prompt_token_ids)
@@ -184,6 +214,7 @@ class Trajectory:
         return ids
 
     def loss_mask(self) -> list[int]:
+        self._one_segment()
         mask: list[int] = []
         for t in self.turns:
             mask.extend([0] * len(t.prompt_token_ids))
@@ -192,6 +223,7 @@ class Trajectory:
 
     def behaviour_logprobs(self) -> list[float]:
         """One entry per token of `token_ids()`; 0.0 on prompt tokens (masked out)."""
+        self._one_segment()
         out: list[float] = []
         for t in self.turns:
             out.extend([0.0] * len(t.prompt_token_ids))
@@ -200,6 +232,7 @@ class Trajectory:
 
     def token_versions(self) -> list[int]:
         """One entry per token of `token_ids()`; prompt tokens carry -1 (no policy produced them)."""
+        self._one_segment()
         out: list[int] = []
         for t in self.turns:
             out.extend([-1] * len(t.prompt_token_ids))

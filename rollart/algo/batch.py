@@ -4,7 +4,8 @@ In: `Trajectory` records whose reward is set (scored by the reward plane) and wh
 (COMPLETED or TRUNCATED), the policy version the batch trains (the trainer's current version) and
 `TrainConfig` (`advantage`, `normalize_std`). Out: a `TrainBatch` whose samples keep the trajectories'
 order and carry exactly the token ids, loss mask, behaviour logprobs and per-token versions that were
-generated (token-in/token-out: nothing is re-tokenised).
+generated (token-in/token-out: nothing is re-tokenised). A trajectory of several segments (an agent that
+rewrote its history) gives one sample per segment, each with the trajectory's advantage.
 
 Guarantees: groups are keyed by `Trajectory.group_id`, so a batch holding several domains (each with its
 own groups) is handled in one call; a trajectory without a reward or with an untrainable status is an error
@@ -23,7 +24,7 @@ from rollart.types import TrainBatch, TrainSample, Trajectory
 
 
 def build_train_batch(trajectories: Sequence[Trajectory], version: int, cfg: TrainConfig) -> TrainBatch:
-    """One `TrainSample` per trajectory, advantage from its group's rewards (see `compute_advantages`)."""
+    """One `TrainSample` per trajectory segment, advantage from its group's rewards (`compute_advantages`)."""
     if not trajectories:
         raise ValueError("build_train_batch: no trajectories (a batch needs at least one)")
     for t in trajectories:
@@ -44,13 +45,15 @@ def build_train_batch(trajectories: Sequence[Trajectory], version: int, cfg: Tra
             trajectory_id=t.trajectory_id,
             group_id=t.group_id,
             domain=t.domain,
-            token_ids=tuple(t.token_ids()),
-            loss_mask=tuple(t.loss_mask()),
-            behaviour_logprobs=tuple(t.behaviour_logprobs()),
-            token_versions=tuple(t.token_versions()),
+            token_ids=tuple(part.token_ids()),
+            loss_mask=tuple(part.loss_mask()),
+            behaviour_logprobs=tuple(part.behaviour_logprobs()),
+            token_versions=tuple(part.token_versions()),
             advantage=float(a),
             reward=float(t.reward),
         )
         for t, a in zip(trajectories, advantages)
+        for part in t.segments()
+        if part.num_response_tokens
     )
     return TrainBatch(version=version, samples=samples)

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 _USER = "rollart-user-sentinel"
 _ASSISTANT = "rollart-assistant-sentinel"
 
-Message = Mapping[str, str]
+Message = Mapping[str, Any]
 
 
 class ChatTokens:
@@ -40,7 +40,7 @@ class ChatTokens:
                 "the chat template lacks the prefix property (a generation prompt followed by the assistant's "
                 "text must render as the assistant message); token-in/token-out multi-turn needs it"
             )
-        self._close = self._base[len(head) + len(_ASSISTANT) :]  # e.g. "<|im_end|>\n"
+        self.message_close = self._base[len(head) + len(_ASSISTANT) :]  # what ends a message: "<|im_end|>\n"
         self.end_token_id = self._end_token_id()
         eos = tokenizer.eos_token_id
         stops = [self.end_token_id] if self.end_token_id is not None else []
@@ -49,14 +49,18 @@ class ChatTokens:
     def _end_token_id(self) -> int | None:
         """The special token that ends an assistant message (<|im_end|> in ChatML), else the eos token."""
         for token in self.tokenizer.all_special_tokens:
-            if token and self._close.startswith(token):
+            if token and self.message_close.startswith(token):
                 return int(self.tokenizer.convert_tokens_to_ids(token))
         eos = self.tokenizer.eos_token_id
         return int(eos) if eos is not None else None
 
-    def render(self, messages: Sequence[Message], generation_prompt: bool) -> str:
+    def render(
+        self, messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> str:
+        """The template's text for `messages` (and `tools`, rendered where the template puts them)."""
         return self.tokenizer.apply_chat_template(
-            self.system + [dict(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt
+            self.system + [dict(m) for m in messages], tools=list(tools) if tools else None, tokenize=False,
+            add_generation_prompt=generation_prompt,
         )
 
     def encode(self, text: str) -> list[int]:
@@ -76,15 +80,15 @@ class ChatTokens:
             ],
             generation_prompt=True,
         )
-        return self.encode(self._closing_after(last_response_ids) + full[len(self._base) :])
+        return self.encode(self.closing_after(last_response_ids) + full[len(self._base) :])
 
-    def _closing_after(self, response_ids: Sequence[int]) -> str:
+    def closing_after(self, response_ids: Sequence[int]) -> str:
         """The template's closing text that the model did not emit (all of it if it stopped on length)."""
         if response_ids and response_ids[-1] in self.stop_token_ids:
             emitted = self.tokenizer.convert_ids_to_tokens(int(response_ids[-1]))
-            if self._close.startswith(emitted):
-                return self._close[len(emitted) :]
-        return self._close
+            if self.message_close.startswith(emitted):
+                return self.message_close[len(emitted) :]
+        return self.message_close
 
     def response_text(self, response_ids: Sequence[int]) -> str:
         """The model's text (special tokens such as the stop token dropped): what the env receives."""

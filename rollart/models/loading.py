@@ -33,9 +33,9 @@ def resolve_model_path(cfg: ModelConfig, seed: int = 0, cache_dir: str | Path | 
                 "give a local checkpoint, or leave model.path empty for the built-in tiny model"
             )
         return path
-    from rollart.models.tiny import init_tiny_checkpoint
+    from rollart.models.tiny import BUILD_VERSION, init_tiny_checkpoint
 
-    key = hashlib.sha256(f"{cfg.tiny.model_dump_json()}|{seed}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{BUILD_VERSION}|{cfg.tiny.model_dump_json()}|{seed}".encode()).hexdigest()[:12]
     path = Path(cache_dir or DEFAULT_CACHE) / f"tiny-{key}"
     if not (path / "model.safetensors").is_file():
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")

@@ -11,15 +11,39 @@ encodes any text (no unknown tokens); the template has the prefix property token
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 from rollart.config import TinyModelConfig
 
+BUILD_VERSION = 2  # part of the checkpoint cache key: bump when the tokenizer or template changes
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+# ChatML; with `tools`, the Hermes/Qwen tool-call family: the tool schemas in a system message, each call
+# written `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, tool results as a user message
+# of `<tool_response>` blocks. A conversation without tools renders exactly as plain ChatML.
 CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{{ '\n\n' }}{% endif %}"
+    "# Tools\n<tools>"
+    "{% for tool in tools %}{{ '\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\n' }}</tools>\nTo call a tool, write <tool_call>\n"
+    '{"name": <tool name>, "arguments": <JSON object>}'
+    "{{ '\n' }}</tool_call><|im_end|>{{ '\n' }}{% endif %}"
     "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% if message['role'] == 'system' and tools and loop.first %}"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\n' }}<tool_response>{{ '\n' }}{{ message['content'] }}{{ '\n' }}</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>{{ '\n' }}{% endif %}"
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] %}"
+    "<|im_start|>assistant{{ '\n' }}{% if message['content'] %}{{ message['content'] }}{{ '\n' }}{% endif %}"
+    "{% for call in message['tool_calls'] %}{% set fn = call['function'] if call['function'] is defined else call %}"
+    "{% if not loop.first %}{{ '\n' }}{% endif %}"
+    '<tool_call>{{ \'\\n\' }}{"name": "{{ fn[\'name\'] }}", "arguments": {{ fn[\'arguments\'] | tojson }}}'
+    "{{ '\n' }}</tool_call>{% endfor %}<|im_end|>{{ '\n' }}"
+    "{% else %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -60,8 +84,32 @@ def _builtin_corpus(seed: int = 0, lines: int = 6000) -> list[str]:
     return out
 
 
-def build_tokenizer(vocab_size: int = 1024, extra_corpus: list[str] | None = None):
-    """A byte-level BPE tokenizer trained on the built-in corpus (plus `extra_corpus`), with ChatML."""
+def _tool_corpus(seed: int = 1, lines: int = 1500) -> list[str]:
+    """Tool schemas, tool-call JSON and tool results, so BPE learns merges for the tool-call format."""
+    rng = random.Random(seed)
+    names = ("calculator", "search", "lookup", "get_weather", "python", "read_file")
+    keys = ("expression", "query", "city", "code", "path", "value")
+    out = []
+    for _ in range(lines):
+        name, key, kind = rng.choice(names), rng.choice(keys), rng.randrange(3)
+        a, b = rng.randint(0, 999), rng.randint(0, 99)
+        value = rng.choice([f"{a}{rng.choice('+-*')}{b}", " ".join(rng.choice(keys) for _ in range(2))])
+        if kind == 0:
+            out.append(json.dumps({"name": name, "arguments": {key: value}}))
+        elif kind == 1:
+            out.append(json.dumps({"type": "function", "function": {
+                "name": name, "description": f"{name.replace('_', ' ').capitalize()} a {key}",
+                "parameters": {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]}}}))
+        else:
+            out.append(f"{a}\nTo call a tool, write\n{json.dumps({'name': name, 'arguments': {key: b}})}")
+    return out
+
+
+def build_tokenizer(vocab_size: int = 1024, extra_corpus: list[str] | None = None, tool_calls: bool = False):
+    """A byte-level BPE tokenizer trained on the built-in corpus (plus `extra_corpus`), with ChatML.
+
+    `tool_calls`: also learn merges on tool-call JSON and add `TOOL_TOKENS` as (non-special) tokens, so a
+    tool call is a few dozen tokens rather than a hundred — what lets the tiny model learn tool use."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -74,7 +122,8 @@ def build_tokenizer(vocab_size: int = 1024, extra_corpus: list[str] | None = Non
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_builtin_corpus() + list(extra_corpus or []), trainer=trainer)
+    corpus = _builtin_corpus() + (_tool_corpus() if tool_calls else []) + list(extra_corpus or [])
+    tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
@@ -82,6 +131,8 @@ def build_tokenizer(vocab_size: int = 1024, extra_corpus: list[str] | None = Non
         pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"],
     )
+    if tool_calls:
+        fast.add_tokens(list(TOOL_TOKENS))
     fast.chat_template = CHATML_TEMPLATE
     return fast
 
@@ -118,7 +169,7 @@ def init_tiny_checkpoint(out_dir: str | Path, cfg: TinyModelConfig | None = None
     cfg = cfg or TinyModelConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(cfg.vocab_size)
+    tokenizer = build_tokenizer(cfg.vocab_size, tool_calls=cfg.tool_calls)
     model = build_tiny_model(tokenizer, cfg, seed)
     from transformers.utils import logging as hf_logging
 

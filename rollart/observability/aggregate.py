@@ -100,7 +100,7 @@ def rollout_metrics(batch: Sequence[Trajectory]) -> dict[str, float]:
         out[p + "reward"] = _mean([_reward(t) for t in trs])
         out[p + "env_return"] = _mean([t.env_return for t in trs])
         out[p + "turns"] = _mean([float(len(t.turns)) for t in trs])
-        out[p + "tokens"] = _mean([float(len(t.token_ids())) for t in trs])
+        out[p + "tokens"] = _mean([float(t.num_tokens) for t in trs])
         out[p + "prefill_tokens"] = _mean([_prefill_tokens(t) for t in trs])
         out[p + "decode_tokens"] = _mean([float(t.num_response_tokens) for t in trs])
     return out

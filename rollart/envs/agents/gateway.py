@@ -1,0 +1,458 @@
+"""The agent gateway: an OpenAI-compatible HTTP server in front of the LLM client, one session per trajectory.
+
+In: an `LLMClient` (the inference plane's proxy, or any implementation of `rollart.types.LLMClient`), a
+`ChatTokens` of the model's tokenizer and chat template, and `envs.gateway` limits. The env plane opens a
+session per agent trajectory (`open` → its base URL `http://127.0.0.1:PORT/t/<trajectory-id>/v1` and a
+fresh key), the agent calls
+
+    POST /t/<id>/v1/chat/completions     (messages, tools, streaming or not)
+    POST /t/<id>/v1/completions          (prompt text or token ids, streaming or not)
+    GET  /t/<id>/v1/models
+
+with `Authorization: Bearer <key>`, and `finish` / `cancel` end the session and hand back its turns.
+Out: OpenAI-shaped answers; each call becomes one `Turn` (see session.py for how its prompt ids keep the
+prefix property, and requests.py for the sampling parameters).
+
+Guarantees:
+- Binds 127.0.0.1 only, on an ephemeral port; the server runs on its own thread and event loop, so an
+  agent that blocks its own loop (a sync client inside `async def`) cannot stall the gateway.
+- Every error is OpenAI-style JSON (`{"error": {message, type, param, code}}`): 404 unknown trajectory,
+  401 wrong or missing key, 410 a finished or cancelled trajectory, 400 a refused parameter or a limit,
+  413 a body over `max_body_mb`, 429 more than `max_concurrent_calls` calls of one trajectory at once,
+  502/504 a generation that failed or timed out (the trajectory then ends FAILED), 500 a bug (logged).
+- A session's calls run one at a time, in arrival order. After `cancel` every call is refused and the
+  call in flight is aborted (its partial tokens are kept as a turn); after `finish` nothing more is
+  recorded. Every wait is bounded.
+
+Why Starlette + uvicorn: a small, well-kept ASGI stack already installed with Ray Serve; FastAPI's
+validation layer would duplicate the pydantic models of requests.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, TypeVar
+from urllib.parse import quote
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollart.config import GatewayConfig
+from rollart.envs.agents.errors import GatewayError, unsupported
+from rollart.envs.agents.messages import template_messages, template_tools
+from rollart.envs.agents.requests import ChatRequest, CompletionRequest, parse_request, sampling_for, wants_logprobs
+from rollart.envs.agents.responses import (
+    CallOutput,
+    chat_body,
+    chat_chunks,
+    completion_body,
+    completion_chunks,
+    sse,
+)
+from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
+from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_for
+from rollart.envs.chat import ChatTokens
+from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnGate
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+ABORT_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0
+_REMEMBERED_CLOSED = 65536
+
+
+@dataclass
+class _Entry:
+    """A session and what the gateway needs to serve it."""
+
+    session: AgentSession
+    domain: str
+    sampling: SamplingParams
+    sampling_source: Literal["run", "request"]
+    seed_for: Callable[[int], int]
+    gate: TurnGate | None
+    state: Literal["open", "cancelled", "finished"] = "open"
+    failure: str = ""  # a generation that failed: the trajectory ends FAILED with this reason
+    pending: int = 0  # calls in flight or queued
+    last_call_end: float = field(default_factory=time.time)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # serialises calls (used on the gateway loop)
+
+
+class AgentGateway:
+    def __init__(
+        self,
+        llm: LLMClient,
+        chat: ChatTokens,
+        cfg: GatewayConfig | None = None,
+        *,
+        worker: str = "env/env/0",
+        generate_timeout_s: float = 360.0,
+    ) -> None:
+        self.llm, self.chat, self.cfg = llm, chat, cfg or GatewayConfig()
+        self.worker, self.generate_timeout_s = worker, generate_timeout_s
+        family = detect_family(getattr(chat.tokenizer, "chat_template", None))
+        if self.cfg.tool_parser == "none":
+            family = None
+        elif self.cfg.tool_parser != "auto":
+            family = self.cfg.tool_parser
+        self.tool_family = family
+        self._parse = parser_for(family) if family else None
+        self._entries: dict[str, _Entry] = {}
+        self._closed: OrderedDict[str, str] = OrderedDict()  # recently ended ids → "finished" | "cancelled"
+        self._lock = threading.Lock()
+        self._max_body = int(self.cfg.max_body_mb * 2**20)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        self.app = Starlette(
+            routes=[
+                Route("/t/{tid:path}/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/t/{tid:path}/v1/completions", self._completions, methods=["POST"]),
+                Route("/t/{tid:path}/v1/models", self._models, methods=["GET"]),
+            ],
+            exception_handlers={GatewayError: self._error, HTTPException: self._http_error, Exception: self._bug},
+        )
+
+    # --- lifecycle (any thread) ------------------------------------------------------------------------
+    def start(self) -> AgentGateway:
+        """Serve on 127.0.0.1 (an ephemeral port) from a thread of its own; returns once listening."""
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((HOST, 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", backlog=4096,
+                                timeout_keep_alive=60)
+        self._server = uvicorn.Server(config)
+        ready = threading.Event()
+
+        def serve() -> None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+            self._loop.call_soon(ready.set)
+            try:
+                self._loop.run_until_complete(self._server.serve(sockets=[sock]))
+            finally:
+                self._loop.close()
+
+        self._thread = threading.Thread(target=serve, name=f"gateway-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        ready.wait(START_TIMEOUT_S)
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the agent gateway did not start listening on {HOST}:{self.port} "
+                                   f"within {START_TIMEOUT_S:g}s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("agent gateway on port %d did not stop within %gs", self.port, timeout_s)
+        self._server = self._thread = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def base_url(self, trajectory_id: str) -> str:
+        return f"{self.url}/t/{quote(trajectory_id, safe='')}/v1"
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._entries)
+
+    # --- sessions (called by the env plane, from any thread or loop) ---------------------------------
+    def open(
+        self,
+        trajectory_id: str,
+        *,
+        domain: str,
+        limits: SessionLimits,
+        sampling: SamplingParams,
+        sampling_source: Literal["run", "request"] = "run",
+        seed_for: Callable[[int], int] = lambda k: k,
+        gate: TurnGate | None = None,
+    ) -> tuple[str, str]:
+        """Open a session: (base URL, key) for the agent."""
+        key = secrets.token_urlsafe(24)
+        with self._lock:
+            if trajectory_id in self._entries:
+                raise ValueError(f"trajectory {trajectory_id} already has an open gateway session")
+            if len(self._entries) >= self.cfg.max_open_trajectories:
+                raise RuntimeError(f"the agent gateway holds {len(self._entries)} open trajectories, its limit "
+                                   "(envs.gateway.max_open_trajectories)")
+            self._closed.pop(trajectory_id, None)
+            session = AgentSession(trajectory_id, key, self.chat, limits)
+            self._entries[trajectory_id] = _Entry(session, domain, sampling, sampling_source, seed_for, gate)
+        return self.base_url(trajectory_id), key
+
+    async def cancel(self, trajectory_id: str, grace_s: float = 2.0) -> None:
+        """Refuse every further call of the trajectory and abort the call in flight (waiting up to
+        `grace_s` for it to record its partial turn). A no-op for an unknown or ended trajectory."""
+        await self._on_loop(self._cancel(trajectory_id, grace_s))
+
+    async def finish(self, trajectory_id: str, grace_s: float = 2.0) -> tuple[AgentSession, str]:
+        """End the session: (the session with its turns, the generation failure or ''). A call still in
+        flight (an agent that left one behind) is aborted and not recorded."""
+        return await self._on_loop(self._finish(trajectory_id, grace_s))
+
+    def in_flight_versions(self) -> dict[str, int | None]:
+        with self._lock:
+            entries = dict(self._entries)
+        return {tid: e.session.oldest_version() for tid, e in entries.items()}
+
+    async def _on_loop(self, coro: Awaitable[T]) -> T:
+        if self._loop is None:
+            raise RuntimeError("the agent gateway is not started")
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        return await asyncio.wrap_future(future)
+
+    async def _cancel(self, tid: str, grace_s: float) -> None:
+        with self._lock:
+            entry = self._entries.get(tid)
+            if entry is None or entry.state != "open":
+                return
+            entry.state = "cancelled"
+        await self._abort(tid)
+        await self._drain(entry, grace_s)
+
+    async def _finish(self, tid: str, grace_s: float) -> tuple[AgentSession, str]:
+        with self._lock:
+            entry = self._entries.get(tid)
+            if entry is None:
+                raise KeyError(f"trajectory {tid} has no gateway session")
+            cancelled = entry.state == "cancelled"
+            entry.state = "finished"
+        if entry.pending:
+            await self._abort(tid)
+            await self._drain(entry, grace_s)
+        with self._lock:
+            self._entries.pop(tid, None)
+            self._closed[tid] = "cancelled" if cancelled else "finished"
+            while len(self._closed) > _REMEMBERED_CLOSED:
+                self._closed.popitem(last=False)
+        return entry.session, entry.failure
+
+    async def _abort(self, tid: str) -> None:
+        try:
+            await asyncio.wait_for(self.llm.abort(tid), ABORT_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("abort of %s failed: %s", tid, f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    async def _drain(entry: _Entry, grace_s: float) -> None:
+        try:
+            await asyncio.wait_for(entry.lock.acquire(), grace_s)
+            entry.lock.release()
+        except TimeoutError:
+            pass
+
+    # --- HTTP ----------------------------------------------------------------------------------------
+    def _entry(self, request: Request) -> _Entry:
+        tid = request.path_params["tid"]
+        with self._lock:
+            entry = self._entries.get(tid)
+            ended = self._closed.get(tid)
+        if entry is None:
+            if ended:
+                raise GatewayError(410, f"trajectory {tid!r} is {ended}; it takes no more calls",
+                                   code=f"trajectory_{ended}")
+            raise GatewayError(404, f"no trajectory {tid!r} on this gateway", code="trajectory_not_found")
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), entry.session.key.encode()):
+            raise GatewayError(401, f"wrong or missing API key for trajectory {tid!r}", code="invalid_api_key",
+                               kind="authentication_error")
+        self._check_open(entry, tid)
+        return entry
+
+    @staticmethod
+    def _check_open(entry: _Entry, tid: str) -> None:
+        if entry.state != "open":
+            raise GatewayError(410, f"trajectory {tid!r} is {entry.state}; it takes no more calls",
+                               code=f"trajectory_{entry.state}")
+
+    async def _body(self, request: Request) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self._max_body):
+            raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
+                               code="payload_too_large")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self._max_body:
+                raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
+                                   code="payload_too_large")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks))
+        except (ValueError, RecursionError) as exc:
+            raise GatewayError(400, f"the request body is not valid JSON ({str(exc)[:120]})", code="invalid_json") from None
+
+    async def _models(self, request: Request) -> Response:
+        self._entry(request)
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.cfg.model_name, "object": "model", "created": 0, "owned_by": "rollart"}]})
+
+    async def _chat(self, request: Request) -> Response:
+        entry = self._entry(request)
+        req = parse_request(ChatRequest, await self._body(request))
+        assert isinstance(req, ChatRequest)
+        messages = template_messages(req.messages, self.cfg.max_messages)
+        tools = template_tools(req.tools, self.cfg.max_tools)
+        if tools and self._parse is None:
+            raise unsupported("tools", f"{len(tools)} tools", "this model's chat template renders no tool calls "
+                              "(envs.gateway.tool_parser)")
+        parse = tools and req.tool_choice != "none"
+        names = {t["function"]["name"] for t in tools}
+
+        def output(text: str, k: int) -> tuple[ParsedOutput, dict[str, Any]]:
+            if parse and self._parse is not None:
+                parsed = self._parse(text, names, f"call_{k}")
+                if req.parallel_tool_calls is False and len(parsed.tool_calls) > 1:
+                    parsed = ParsedOutput(text, malformed="several tool calls with parallel_tool_calls=false")
+            else:
+                parsed = ParsedOutput(text)
+            return parsed, _returned_message(parsed)
+
+        out = await self._call(entry, request, lambda s: s.plan_chat(messages, tools), req, output)
+        if req.stream:
+            include = bool((req.stream_options or {}).get("include_usage"))
+            return _stream(chat_chunks(out, bool(req.logprobs), include, self._token_text))
+        return JSONResponse(chat_body(out, bool(req.logprobs), self._token_text))
+
+    async def _completions(self, request: Request) -> Response:
+        entry = self._entry(request)
+        req = parse_request(CompletionRequest, await self._body(request))
+        assert isinstance(req, CompletionRequest)
+
+        def output(text: str, k: int) -> tuple[ParsedOutput, None]:
+            return ParsedOutput(text), None
+
+        out = await self._call(entry, request, lambda s: s.plan_completion(req.prompt), req, output)
+        logprobs = wants_logprobs(req)
+        if req.stream:
+            include = bool((req.stream_options or {}).get("include_usage"))
+            return _stream(completion_chunks(out, logprobs, include, self._token_text))
+        return JSONResponse(completion_body(out, logprobs, self._token_text))
+
+    async def _call(
+        self,
+        entry: _Entry,
+        request: Request,
+        plan_of: Callable[[AgentSession], CallPlan],
+        req: ChatRequest | CompletionRequest,
+        output: Callable[[str, int], tuple[ParsedOutput, dict[str, Any] | None]],
+    ) -> CallOutput:
+        """One call, serialised with the trajectory's others: plan → generate → record."""
+        tid = entry.session.trajectory_id
+        if entry.pending >= self.cfg.max_concurrent_calls:
+            raise GatewayError(429, f"trajectory {tid!r} has {entry.pending} calls in flight or queued "
+                               "(envs.gateway.max_concurrent_calls)", code="too_many_calls", kind="rate_limit_error",
+                               retryable=True)
+        entry.pending += 1
+        try:
+            async with entry.lock:
+                self._check_open(entry, tid)
+                session = entry.session
+                plan = plan_of(session)
+                k = len(session.turns)
+                sampling = sampling_for(req, entry.sampling, source=entry.sampling_source, seed=entry.seed_for(k),
+                                        budget=session.budget(plan))
+                agent_span = Span("agent.step", entry.last_call_end, time.time(), self.worker)
+                if entry.gate is not None:
+                    await asyncio.wait_for(entry.gate.before_turn(tid, k), self.generate_timeout_s)
+                result, wait_span = await self._generate(entry, GenerationRequest(
+                    request_id=f"{tid}/{k}", trajectory_id=tid, domain=entry.domain,
+                    prompt_token_ids=plan.context, sampling=sampling))
+                text = self.chat.response_text(result.token_ids)
+                parsed, returned = output(text, k)
+                with self._lock:
+                    if entry.state == "finished":  # the trajectory ended while this call generated
+                        raise GatewayError(410, f"trajectory {tid!r} is finished; it takes no more calls",
+                                           code="trajectory_finished")
+                    session.record(plan, result, action=text, returned=returned, malformed=parsed.malformed,
+                                   spans=(agent_span, wait_span, *result.spans))
+                    session.counters["generate_time_s"] += wait_span.duration
+                entry.last_call_end = time.time()
+                if result.finish_reason == "abort" or entry.state != "open":
+                    raise GatewayError(410, f"trajectory {tid!r} was cancelled", code="trajectory_cancelled")
+                return CallOutput(f"{'chatcmpl' if returned is not None else 'cmpl'}-{quote(tid, safe='')}-{k}",
+                                  self.cfg.model_name, parsed, tuple(result.token_ids), tuple(result.logprobs),
+                                  result.finish_reason, len(plan.context))
+        finally:
+            entry.pending -= 1
+
+    async def _generate(self, entry: _Entry, request: GenerationRequest) -> tuple[GenerationResult, Span]:
+        start = time.time()
+        try:
+            result = await asyncio.wait_for(self.llm.generate(request), self.generate_timeout_s)
+        except TimeoutError:
+            entry.failure = f"generation timed out after {self.generate_timeout_s:g}s"
+            raise GatewayError(504, entry.failure, code="generation_timeout", kind="server_error") from None
+        except Exception as exc:
+            entry.failure = f"generation failed: {type(exc).__name__}: {exc}"
+            raise GatewayError(502, entry.failure, code="generation_failed", kind="server_error") from None
+        return result, Span("generate.wait", start, time.time(), self.worker)
+
+    def _token_text(self, token_id: int) -> str:
+        return self.chat.tokenizer.decode([token_id])
+
+    # --- errors --------------------------------------------------------------------------------------
+    async def _error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GatewayError)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = "not_found" if exc.status_code == 404 else "method_not_allowed" if exc.status_code == 405 else "http_error"
+        error = GatewayError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code)
+        return await self._error(request, error)
+
+    async def _bug(self, request: Request, exc: Exception) -> Response:
+        log.exception("agent gateway: %s %s failed", request.method, request.url.path, exc_info=exc)
+        error = GatewayError(500, f"internal error of the rollart gateway: {type(exc).__name__}: {exc}",
+                             code="internal_error", kind="server_error")
+        return await self._error(request, error)
+
+
+def _stream(chunks: Iterable[dict[str, Any]]) -> StreamingResponse:
+    events = list(sse(list(chunks)))
+
+    async def body() -> AsyncIterator[bytes]:  # async: Starlette would iterate a sync one in a thread pool
+        for event in events:
+            yield event
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def _returned_message(parsed: ParsedOutput) -> dict[str, Any]:
+    """The assistant message as the template sees it when the agent sends it back."""
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in parsed.tool_calls
+        ]
+    return message
