@@ -210,9 +210,23 @@ class DomainRewardConfig(Section):
 
 
 class DomainConfig(Section):
-    """One task domain: its environment, sampling weight, generation pool and reward."""
+    """One task domain: its environment (or agent), sampling weight, generation pool and reward."""
 
-    env: str = Field(description="built-in name, gem:<id>, gym:<id> or module.path:Class")
+    env: str = Field("", description="built-in name, gem:<id>, gym:<id> or module.path:Class (or set `agent`)")
+    agent: str = Field(
+        "", description="module.path:function of an agent written against an OpenAI-compatible client — "
+        "async def run(base_url, api_key, task) -> reward | dict | None — run instead of an env; each model "
+        "call is a turn"
+    )
+    agent_timeout_s: float = Field(300.0, gt=0, description="an agent trajectory's whole run; past it, FAILED")
+    agent_sampling: Literal["run", "request"] = Field(
+        "run", description="whose temperature/top_p/top_k/seed an agent's calls use: run = the run's (rollout.* "
+        "for training, eval.temperature for validation), request = the agent's own"
+    )
+    demonstrations: str = Field(
+        "", description="agent domains: module.path:function(task, expert) -> {messages, tools}, a conversation "
+        "in OpenAI's format (the expert's, or a naive one) for the supervised warm start (none: not warm-started)"
+    )
     weight: float = Field(1.0, ge=0)
     pool: str = Field("gen_decode", description="the pool whose inference cluster generates for it")
     reward: DomainRewardConfig = DomainRewardConfig()
@@ -232,6 +246,16 @@ class DomainConfig(Section):
     @classmethod
     def _reward_shorthand(cls, value: Any) -> Any:
         return {"fn": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _env_or_agent(self) -> DomainConfig:
+        if bool(self.env) == bool(self.agent):
+            raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
+                             f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
+        if self.demonstrations and not self.agent:
+            raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
+                             "env's expert_action)")
+        return self
 
 
 class GatewayConfig(Section):

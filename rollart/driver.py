@@ -68,8 +68,8 @@ def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
     full = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lora": None})})
     torch.set_num_threads(full.train.threads)
     trainer = Trainer(full, PolicyObjective.from_config(full.train))
-    for step, conversations in enumerate(demonstration_batches(full)):
-        metrics = trainer.sft_step(conversations)
+    for step, samples in enumerate(demonstration_batches(full, trainer.model_path)):
+        metrics = trainer.sft_step(samples)
         if on_step:
             on_step(step, full.train.warm_start.steps, metrics)
     out = Path(out_dir)

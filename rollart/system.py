@@ -39,11 +39,13 @@ from rollart.control import (
     TurnBarrier,
     TurnGateClient,
 )
+from rollart.envs.agents.demonstrations import demonstrate_agent
+from rollart.envs.chat import ChatTokens
 from rollart.envs.expert import demonstrate
 from rollart.envs.router import EnvRouter
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
-from rollart.models import resolve_model_path
+from rollart.models import load_tokenizer, resolve_model_path
 from rollart.observability.timeline import Mark
 from rollart.resources import Cluster, Resources, Runtime
 from rollart.resources.cluster import MemberEvent
@@ -206,8 +208,8 @@ class System:
     def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
         """`train.warm_start.steps` supervised steps on demonstrations, the trained domains in turn."""
         steps = self.cfg.train.warm_start.steps
-        for step, conversations in enumerate(demonstration_batches(self.cfg)):
-            on_step(step, steps, self.trainer.sft_step(conversations))
+        for step, samples in enumerate(demonstration_batches(self.cfg, self.model_path)):
+            on_step(step, steps, self.trainer.sft_step(samples))
 
     # --- validation -----------------------------------------------------------------------------------
     async def evaluate(self, tag: str) -> Evaluation:
@@ -270,16 +272,27 @@ class System:
         self._stack.close()
 
 
-def demonstration_batches(cfg: RunConfig) -> Iterator[list[list[dict[str, str]]]]:
-    """The warm start's batches: `train.warm_start.steps` batches of `batch_size` expert conversations, the
-    trained domains in turn, seeded by `cfg.seed` (the same demonstrations in every process)."""
+def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[list[Any]]:
+    """The warm start's batches: `train.warm_start.steps` batches of `batch_size` expert demonstrations, the
+    trained domains in turn (agent domains only when they name `demonstrations`: laid out by the gateway's
+    own session code, so with the tokenizer at `model_path`), seeded by `cfg.seed` (the same
+    demonstrations in every process)."""
     ws = cfg.train.warm_start
-    domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0)
+    domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
+    if not domains or not ws.steps:
+        return
+    chat = ChatTokens(load_tokenizer(model_path)) if any(cfg.domains[d].agent for d in domains) else None
     picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
     rng = random.Random(cfg.seed)
+
+    def sample(domain: str) -> Any:
+        domain_cfg, seed = cfg.domains[domain], rng.randrange(10**9)
+        if domain_cfg.agent:
+            return demonstrate_agent(domain, domain_cfg, chat, seed, ws.expert_prob, cfg.envs.gateway.model_name)  # type: ignore[arg-type]
+        return list(demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob).messages)
+
     for _ in range(ws.steps):
-        demos = [demonstrate(d, cfg.domains[d], rng.randrange(10**9), "train", ws.expert_prob) for d in picks]
-        yield [list(d.messages) for d in demos]
+        yield [sample(d) for d in picks]
 
 
 def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True) -> System:

@@ -48,23 +48,23 @@ class EnvSpecError(ValueError):
     """An env spec that names nothing that can be built."""
 
 
-def _import_user_class(spec: str) -> Callable[..., Any]:
+def import_user_object(spec: str, what: str = "env spec", accepted: str = ACCEPTED_FORMS,
+                       error: type[ValueError] = EnvSpecError) -> Any:
+    """The callable `module.path:attr` names (the current directory is importable); `error` names `what`."""
     module_name, _, attr = spec.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise EnvSpecError(
-            f"env spec {spec!r}: cannot import module {module_name!r} ({exc}). Accepted: {ACCEPTED_FORMS}"
-        ) from exc
+        raise error(f"{what} {spec!r}: cannot import module {module_name!r} ({exc}). Accepted: {accepted}") from exc
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise EnvSpecError(f"env spec {spec!r}: module {module_name!r} has no attribute {attr!r}")
+            raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise EnvSpecError(f"env spec {spec!r}: {attr!r} is not a class or factory")
+        raise error(f"{what} {spec!r}: {attr!r} is not callable")
     return target
 
 
@@ -80,7 +80,7 @@ def env_constructor(spec: str) -> Callable[..., Any]:
         if kind == "gym":
             return functools.partial(GymEnv, rest)
         if kind and all(p.isidentifier() for p in kind.split(".")):
-            return _import_user_class(spec)
+            return import_user_object(spec)
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
 
 

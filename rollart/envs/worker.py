@@ -7,8 +7,11 @@ the finished `Trajectory`; `cancel`, `progress`, `stats`.
 
 Each `run` is one `EnvManager` driven as an asyncio task on the actor's event loop (Ray runs async actor
 methods concurrently), so one worker holds many environment lifecycles; sync env calls go to a thread
-pool of `envs.threads` threads so a CPU-heavy env does not stall the others. The class is plain Python,
-placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see `EnvRouter.place`) and
+pool of `envs.threads` threads so a CPU-heavy env does not stall the others. A task of an agent domain
+(`domains.<name>.agent`) runs an `AgentRunner` instead: the worker serves those agents an OpenAI-compatible
+`AgentGateway` on 127.0.0.1 (started with the worker when the config has an agent domain). The class is
+plain Python, placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see
+`EnvRouter.place`) and
 usable without Ray in tests.
 
 Guarantees: a trajectory id runs at most once per worker at a time; a cancel that arrives before its
@@ -26,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from rollart.config import DomainConfig, RunConfig
+from rollart.envs.agents.function import resolve_agent
+from rollart.envs.agents.gateway import AgentGateway
+from rollart.envs.agents.runner import AgentRunner
 from rollart.envs.chat import ChatTokens
 from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
@@ -80,8 +86,16 @@ class EnvWorker:
         self.chat = ChatTokens(load_tokenizer(path))
         self.executor = ThreadPoolExecutor(cfg.envs.threads, thread_name_prefix=name.replace("/", "-"))
         # checked now, so a bad spec fails at start-up rather than mid-run
-        self._factories: dict[str, EnvFactory] = {d: resolve_env(c.env, c.options) for d, c in cfg.domains.items()}
-        self._managers: dict[str, EnvManager] = {}
+        self._factories: dict[str, EnvFactory] = {
+            d: resolve_env(c.env, c.options) for d, c in cfg.domains.items() if not c.agent
+        }
+        self._agents = {d: resolve_agent(c.agent) for d, c in cfg.domains.items() if c.agent}
+        self.gateway = (
+            AgentGateway(self.llm, self.chat, cfg.envs.gateway, worker=name,
+                         generate_timeout_s=self._generate_timeout_s()).start()
+            if self._agents else None
+        )
+        self._managers: dict[str, EnvManager | AgentRunner] = {}
         self._early_cancels: OrderedDict[str, tuple[Status, str]] = OrderedDict()
         self._counts = {"started": 0, "finished": 0}
 
@@ -91,16 +105,28 @@ class EnvWorker:
             raise ValueError(
                 f"{self.name}: task {task.trajectory_id} has domain {task.domain!r}, not one of {sorted(self.cfg.domains)}"
             )
-        if task.env == domain_cfg.env:
+        if task.env == domain_cfg.env and task.domain in self._factories:
             return domain_cfg, self._factories[task.domain]
         # a task may name another env than its domain's: the domain's limits, that env without options
         return domain_cfg.model_copy(update={"env": task.env, "options": {}}), resolve_env(task.env)
 
-    def manager(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> EnvManager:
-        """The EnvManager a `run` of `task` uses (exposed for tests and in-process use)."""
-        domain_cfg, factory = self._domain_cfg_and_factory(task)
+    def _generate_timeout_s(self) -> float:
+        # the proxy bounds admission and generation itself; this only guards a proxy that never answers
+        return self.cfg.inference.admission_timeout_s + self.cfg.inference.request_timeout_s + 60.0
+
+    def manager(
+        self, task: Task, start_version: int, sampling: SamplingParams | None = None
+    ) -> EnvManager | AgentRunner:
+        """What a `run` of `task` drives: an EnvManager, or an AgentRunner for an agent domain."""
+        agent = self._agents.get(task.domain)
+        if agent is None:
+            domain_cfg, factory = self._domain_cfg_and_factory(task)
         if sampling is None:
             sampling = domain_sampling(self.cfg, task.domain, self.chat.stop_token_ids, task.split)
+        if agent is not None:
+            assert self.gateway is not None
+            return AgentRunner(task, start_version, agent=agent, domain=self.cfg.domains[task.domain],
+                               gateway=self.gateway, sampling=sampling, gate=self.gate, worker=self.name)
         return EnvManager(
             task,
             start_version,
@@ -113,8 +139,7 @@ class EnvWorker:
             executor=self.executor,
             gate=self.gate,
             worker=self.name,
-            # the proxy bounds admission and generation itself; this only guards a proxy that never answers
-            generate_timeout_s=self.cfg.inference.admission_timeout_s + self.cfg.inference.request_timeout_s + 60.0,
+            generate_timeout_s=self._generate_timeout_s(),
         )
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
@@ -155,6 +180,8 @@ class EnvWorker:
         return self.name
 
     async def shutdown(self) -> None:
-        """Cancel every running trajectory (ABORTED) and stop the thread pool."""
+        """Cancel every running trajectory (ABORTED), stop the gateway and the thread pool."""
         await asyncio.gather(*(m.cancel(Status.ABORTED, "env worker shutdown") for m in list(self._managers.values())))
+        if self.gateway is not None:
+            await asyncio.to_thread(self.gateway.stop)
         await asyncio.get_running_loop().run_in_executor(None, functools.partial(self.executor.shutdown, wait=False))

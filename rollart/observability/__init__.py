@@ -20,12 +20,13 @@ What the driver does with it, once per run and once per step:
         write_summary(run_dir, extra); logger.close(); progress.close(); build_report(run_dir)
 
 Metric names (issue 8 §1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
-- time/{env.reset, generate, env.step, reward, buffer.wait}: trajectory-seconds summed over the batch
+- time/{env.reset, generate, env.step, agent.step, reward, buffer.wait}: trajectory-seconds summed over the batch
   (`batch_metrics`); time/{train, weights.publish, weights.pull, weights.exposed, get_batch_wait, step}:
   wall seconds of the driver's phases (the driver logs them).
 - rollout/{trajectories, groups, turns_mean, tokens, prompt_tokens, response_tokens, success, reward_mean,
   truncated_frac, format_error_frac}; env/<d>/{count, success, reward, env_return, turns, tokens,
-  prefill_tokens, decode_tokens}; reward/{mean, std, min, max, zero_std_groups}.
+  prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched for agent domains);
+  reward/{mean, std, min, max, zero_std_groups}.
 - eval/<d>/score and eval/mean (the driver logs them at eval steps).
 - train/* (trainer stats through `prefixed("train", ...)`); weights/* (publisher stats).
 - buffer/staleness_<k>, buffer/staleness_mean, buffer/staleness_max (per batch, `batch_metrics`);

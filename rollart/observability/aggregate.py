@@ -31,8 +31,10 @@ from typing import Iterable, Literal, Mapping, Sequence
 from rollart.observability.utilisation import pool_utilisation
 from rollart.types import Span, Status, Trajectory
 
+AGENT_COUNTERS: tuple[str, ...] = ("malformed_tool_calls", "segments_branched")
 # The life of a trajectory, in order; the report draws these phases.
-PHASES: tuple[str, ...] = ("env.reset", "generate", "env.step", "reward", "buffer.wait")
+# `agent.step` is an agent domain's env.step: the agent's own time between its model calls (tools, logic).
+PHASES: tuple[str, ...] = ("env.reset", "generate", "env.step", "agent.step", "reward", "buffer.wait")
 
 
 def trajectory_spans(traj: Trajectory) -> list[Span]:
@@ -103,6 +105,9 @@ def rollout_metrics(batch: Sequence[Trajectory]) -> dict[str, float]:
         out[p + "tokens"] = _mean([float(t.num_tokens) for t in trs])
         out[p + "prefill_tokens"] = _mean([_prefill_tokens(t) for t in trs])
         out[p + "decode_tokens"] = _mean([float(t.num_response_tokens) for t in trs])
+        for key in AGENT_COUNTERS:  # agent domains: tool calls that did not parse, history rewrites
+            if any(key in t.metrics for t in trs):
+                out[p + key] = _mean([float(t.metrics.get(key, 0.0)) for t in trs])
     return out
 
 

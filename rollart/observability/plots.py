@@ -24,6 +24,7 @@ PHASE_COLOURS: dict[str, str] = {
     "env.reset": "#8c564b",
     "generate": "#1f77b4",
     "env.step": "#ff7f0e",
+    "agent.step": "#dbdb8d",
     "reward": "#2ca02c",
     "buffer.wait": "#c7c7c7",
     "train": "#d62728",

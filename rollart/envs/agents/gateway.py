@@ -217,10 +217,11 @@ class AgentGateway:
         flight (an agent that left one behind) is aborted and not recorded."""
         return await self._on_loop(self._finish(trajectory_id, grace_s))
 
-    def in_flight_versions(self) -> dict[str, int | None]:
+    def oldest_version(self, trajectory_id: str) -> int | None:
+        """Oldest policy version among an open trajectory's tokens (None before its first, or unknown)."""
         with self._lock:
-            entries = dict(self._entries)
-        return {tid: e.session.oldest_version() for tid, e in entries.items()}
+            entry = self._entries.get(trajectory_id)
+        return entry.session.oldest_version() if entry else None
 
     async def _on_loop(self, coro: Awaitable[T]) -> T:
         if self._loop is None:
