@@ -46,7 +46,7 @@ def problem(seed: int, options: dict) -> tuple[str, int, str]:
     rng = random.Random(seed)
     top = int(options.get("max_operand", 9))
     a, b = rng.randint(2, top), rng.randint(2, top)
-    return f"What is {a}*{b}?", a * b, f"{a}*{b}"
+    return f"Calculate \"{a}*{b}\".", a * b, f"{a}*{b}"
 
 
 def calculate(expression: str) -> str:

@@ -22,6 +22,7 @@ BENCHES: dict[str, str] = {
     "staleness": "rollart.bench.staleness",
     "chaos": "rollart.bench.chaos",
     "sim": "rollart.bench.sim",
+    "gateway": "rollart.bench.gateway",
 }
 # option (its argparse dest, also the run() keyword) → the benchmarks that take it
 ONLY_FOR: dict[str, tuple[str, ...]] = {

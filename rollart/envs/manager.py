@@ -63,7 +63,7 @@ class _EpisodeEnds(Exception):
         self.status, self.reason = status, reason
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
@@ -133,7 +133,7 @@ class EnvManager:
             exc = self._inner.exception()
             if exc is not None:  # a bug in this module: report it on the trajectory, do not lose it
                 log.exception("trajectory %s crashed", self.trajectory_id, exc_info=exc)
-                self._finish(Status.FAILED, f"env manager error: {_error_text(exc)}")
+                self._finish(Status.FAILED, f"env manager error: {error_text(exc)}")
         if not self.done:
             status, reason = self._cancel or (Status.ABORTED, "cancelled")
             self._finish(status, reason)
@@ -149,7 +149,7 @@ class EnvManager:
         try:
             await asyncio.wait_for(self.llm.abort(self.trajectory_id), ABORT_TIMEOUT_S)
         except Exception as exc:  # the episode is cancelled below either way
-            log.warning("abort of %s failed: %s", self.trajectory_id, _error_text(exc))
+            log.warning("abort of %s failed: %s", self.trajectory_id, error_text(exc))
         inner = self._inner
         if inner is None or inner.done():
             return
@@ -166,13 +166,13 @@ class EnvManager:
             try:
                 await asyncio.wait_for(self.gate.leave(self.trajectory_id), ABORT_TIMEOUT_S)
             except Exception as exc:
-                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, _error_text(exc))
+                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, error_text(exc))
 
     async def _close_quietly(self, env: AsyncEnv | FaultInjectingEnv) -> None:
         try:
             await asyncio.wait_for(env.close(), CLOSE_TIMEOUT_S)
         except Exception as exc:
-            log.warning("env.close of %s failed: %s", self.trajectory_id, _error_text(exc))
+            log.warning("env.close of %s failed: %s", self.trajectory_id, error_text(exc))
 
     def _finish(self, status: Status, reason: str = "") -> Trajectory:
         turns = self.trajectory.turns
@@ -216,7 +216,7 @@ class EnvManager:
             except TimeoutError:
                 errors.append(f"timed out after {self.envs.reset_timeout_s:g}s")
             except Exception as exc:
-                errors.append(_error_text(exc))
+                errors.append(error_text(exc))
             self._metrics["env_time_s"] += time.time() - start
             env, self._env = self._env, None
             if env is not None:
@@ -277,7 +277,7 @@ class EnvManager:
         except TimeoutError:
             self._end_with(turn, Status.FAILED, f"env.step timed out after {self.envs.step_timeout_s:g}s")
         except Exception as exc:
-            self._end_with(turn, Status.FAILED, f"env.step failed: {_error_text(exc)}")
+            self._end_with(turn, Status.FAILED, f"env.step failed: {error_text(exc)}")
         finally:
             self._metrics["env_time_s"] += time.time() - start
         format_error = info.get(FORMAT_ERROR_KEY)
@@ -324,7 +324,7 @@ class EnvManager:
         except TimeoutError:
             raise _EpisodeEnds(Status.FAILED, f"generation timed out after {self.generate_timeout_s:g}s") from None
         except Exception as exc:
-            raise _EpisodeEnds(Status.FAILED, f"generation failed: {_error_text(exc)}") from None
+            raise _EpisodeEnds(Status.FAILED, f"generation failed: {error_text(exc)}") from None
         finally:
             self._phase = "env"
         end = time.time()

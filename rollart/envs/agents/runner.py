@@ -35,6 +35,7 @@ from rollart.config import DomainConfig
 from rollart.envs.agents.function import AgentFunction, AgentOutcome, AgentTask, agent_outcome
 from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
+from rollart.envs.manager import error_text
 from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import SamplingParams, Span, Status, Task, Trajectory, TurnGate
 
@@ -42,10 +43,6 @@ log = logging.getLogger(__name__)
 
 CANCEL_GRACE_S = 2.0  # for the aborted call to record its partial turn, and for the agent to unwind
 GATE_TIMEOUT_S = 10.0
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class AgentRunner:
@@ -119,7 +116,7 @@ class AgentRunner:
             return await self._end(Status.ABORTED, "the agent's task was cancelled", start)
         exc = self._inner.exception()
         if exc is not None:
-            return await self._end(Status.FAILED, f"agent raised {_error_text(exc)}", start, raised=True)
+            return await self._end(Status.FAILED, f"agent raised {error_text(exc)}", start, raised=True)
         try:
             outcome = agent_outcome(self._inner.result())
         except TypeError as err:
@@ -145,7 +142,7 @@ class AgentRunner:
             try:
                 await asyncio.wait_for(self.gateway.cancel(self.trajectory_id, CANCEL_GRACE_S), CANCEL_GRACE_S + 10)
             except Exception as exc:  # the agent is cancelled below either way
-                log.warning("gateway cancel of %s failed: %s", self.trajectory_id, _error_text(exc))
+                log.warning("gateway cancel of %s failed: %s", self.trajectory_id, error_text(exc))
         if self._inner is not None and not self._inner.done():
             self._inner.cancel()
 
@@ -167,8 +164,8 @@ class AgentRunner:
                                                           CANCEL_GRACE_S + 10)
                 turns, counters, truncated = tuple(session.turns), session.counters, session.truncated
             except Exception as exc:
-                log.warning("ending the gateway session of %s failed: %s", self.trajectory_id, _error_text(exc))
-                status, reason = Status.FAILED, f"gateway session lost: {_error_text(exc)}"
+                log.warning("ending the gateway session of %s failed: %s", self.trajectory_id, error_text(exc))
+                status, reason = Status.FAILED, f"gateway session lost: {error_text(exc)}"
         if status in (Status.COMPLETED, Status.FAILED) and self._cancel is None:
             if failure:
                 status, reason = Status.FAILED, failure
@@ -199,5 +196,5 @@ class AgentRunner:
             try:
                 await asyncio.wait_for(self.gate.leave(self.trajectory_id), GATE_TIMEOUT_S)
             except Exception as exc:
-                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, _error_text(exc))
+                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, error_text(exc))
         return self.trajectory

@@ -1,0 +1,161 @@
+"""`rollart bench gateway`: what the OpenAI-compatible agent gateway adds to a turn, and whether it holds many
+open trajectories.
+
+Setup: an embedded Ray with one real `InferenceWorker` (the built-in tiny model) behind `LLMProxy`; the
+`AgentGateway` serves in this process from its own thread, calling the proxy through `LLMProxyClient` —
+the env worker's path. Agents use the real `openai` client (`AsyncOpenAI`, one shared connection pool).
+
+Overhead (the same requests both ways, interleaved turn by turn so machine noise hits both alike):
+`CONVERSATIONS` chat conversations of `TURNS` turns (each turn appends the reply and a new user message;
+8 new tokens per turn). Each turn is sent through the gateway, then the very `GenerationRequest` the
+gateway made (same context ids, sampling and seed; its own trajectory id, so prefix reuse is alike) is
+sent to the proxy directly.
+- `overhead_ms_p50`, `overhead_ms_p95`: per gateway turn, the wall time the agent saw minus the time the
+  gateway spent waiting on the proxy for it (its `generate.wait` span): HTTP, validation, templating,
+  tokenisation, tool parsing, response building and the client itself. Target: p50 ≤ 5 ms.
+- `gateway_vs_direct_turn_time`: median turn time through the gateway ÷ median direct turn time.
+
+Scale: `errors_at_<N>_open` (N = 1000; 100 with `--quick`): N trajectories opened at once, each agent
+making two chat calls concurrently with all the others (2 new tokens each); errors counted (must be 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from typing import Any
+
+from rollart.bench.common import BenchResult
+from rollart.config_loader import load_config
+from rollart.envs.agents.gateway import AgentGateway
+from rollart.envs.agents.session import SessionLimits
+from rollart.envs.chat import ChatTokens
+from rollart.envs.sampling import domain_sampling
+from rollart.inference.proxy import LLMProxy, LLMProxyClient
+from rollart.inference.worker import InferenceWorker
+from rollart.models import load_tokenizer, resolve_model_path
+from rollart.resources import Runtime
+from rollart.types import GenerationRequest, GenerationResult
+
+FULL = dict(conversations=20, turns=6, open=1000)
+QUICK = dict(conversations=4, turns=3, open=100)
+
+
+class _Recording:
+    """The proxy client the gateway uses, keeping each request it sent (to replay it directly)."""
+
+    def __init__(self, inner: LLMProxyClient) -> None:
+        self.inner = inner
+        self.requests: dict[str, GenerationRequest] = {}
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        self.requests[request.request_id] = request
+        return await self.inner.generate(request)
+
+    async def abort(self, trajectory_id: str) -> None:
+        await self.inner.abort(trajectory_id)
+
+
+def run(quick: bool) -> BenchResult:
+    size = QUICK if quick else FULL
+    with tempfile.TemporaryDirectory(prefix="rollart-bench-gateway-") as run_dir:
+        cfg = load_config(None, [f"run_dir={run_dir}", "domains.frozenlake=null", "observability.progress=quiet",
+                                 "inference.max_batch_size=64"])
+        with Runtime(cfg) as runtime:
+            res = runtime.resources
+            workers = res.place(InferenceWorker, pool="gen_decode", replicas=1, args=(cfg,),
+                                worker_kwargs=lambda p: {"pool": p.pool, "index": p.index})
+            try:
+                proxy = res.spawn(LLMProxy, {"gen_decode": list(workers.actors)}, {"math": "gen_decode"},
+                                  cfg.inference, name="llm_proxy")
+                chat = ChatTokens(load_tokenizer(resolve_model_path(cfg.model, cfg.seed)))
+                sampling = replace(domain_sampling(cfg, "math", chat.stop_token_ids), max_new_tokens=8,
+                                   ignore_eos=True)
+                return asyncio.run(_measure(LLMProxyClient(proxy), chat, sampling, cfg.envs.gateway, size))
+            finally:
+                workers.shutdown()
+
+
+async def _measure(direct: LLMProxyClient, chat: ChatTokens, sampling: Any, gateway_cfg: Any, size: dict) -> BenchResult:
+    import httpx
+    import openai
+
+    recording = _Recording(direct)
+    gateway = AgentGateway(recording, chat, gateway_cfg).start()
+    http = openai.DefaultAsyncHttpxClient(limits=httpx.Limits(max_connections=2000, max_keepalive_connections=2000))
+    try:
+        rows, overhead, via_gateway, via_direct = [], [], [], []
+        for c in range(size["conversations"]):
+            tid = f"bench/{c}"
+            base, key = gateway.open(tid, domain="math", limits=SessionLimits(size["turns"], 4096), sampling=sampling,
+                                     seed_for=lambda k: 1000 + k)
+            client = openai.AsyncOpenAI(base_url=base, api_key=key, http_client=http, max_retries=0)
+            messages: list[dict[str, Any]] = [{"role": "user", "content": f"Conversation {c}: what is {c} + 1?"}]
+            walls = []
+            for k in range(size["turns"]):
+                start = time.perf_counter()
+                reply = await client.chat.completions.create(model="m", messages=messages, max_tokens=8)
+                walls.append(time.perf_counter() - start)
+                request = recording.requests[f"{tid}/{k}"]
+                start = time.perf_counter()
+                await direct.generate(replace(request, request_id=f"direct/{c}/{k}", trajectory_id=f"direct/{c}"))
+                via_direct.append(time.perf_counter() - start)
+                messages += [reply.choices[0].message.model_dump(exclude_none=True),
+                             {"role": "user", "content": f"And then {k}?"}]
+            session, failure = await gateway.finish(tid)
+            assert not failure, failure
+            for turn, wall in zip(session.turns, walls):
+                waited = sum(s.duration for s in turn.spans if s.name == "generate.wait")
+                overhead.append((wall - waited) * 1000)
+                via_gateway.append(wall)
+            rows.append({"conversation": c, "turns": len(session.turns),
+                         "segments": len({t.segment for t in session.turns}),
+                         "overhead_ms_median": round(statistics.median(overhead[-len(walls):]), 3)})
+        ratios = {
+            "overhead_ms_p50": statistics.median(overhead),
+            "overhead_ms_p95": statistics.quantiles(overhead, n=20)[-1] if len(overhead) > 1 else overhead[0],
+            "gateway_vs_direct_turn_time": statistics.median(via_gateway) / statistics.median(via_direct),
+        }
+        n = size["open"]
+        errors, seconds, peak = await _many_open(gateway, http, sampling, n)
+        ratios[f"errors_at_{n}_open"] = float(errors)
+        rows.append({"open_trajectories": n, "peak_open": peak, "errors": errors, "calls": 2 * n,
+                     "seconds": round(seconds, 2)})
+        notes = [f"{size['conversations']} conversations x {size['turns']} turns, 8 new tokens per turn (tiny model, "
+                 "real engine and proxy); the direct arm replays the gateway's own GenerationRequests; "
+                 f"{n} trajectories opened at once, 2 chat calls each, all concurrent"]
+        return BenchResult("gateway", ratios, rows, notes)
+    finally:
+        await http.aclose()
+        gateway.stop()
+
+
+async def _many_open(gateway: AgentGateway, http: Any, sampling: Any, n: int) -> tuple[int, float, int]:
+    import openai
+
+    short = replace(sampling, max_new_tokens=2)
+    opened = [gateway.open(f"open/{i}", domain="math", limits=SessionLimits(2, 1024), sampling=short,
+                           seed_for=lambda k: k) for i in range(n)]
+    peak = gateway.open_sessions
+
+    async def agent(i: int, base: str, key: str) -> int:
+        client = openai.AsyncOpenAI(base_url=base, api_key=key, http_client=http, max_retries=0, timeout=600)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Agent {i}, say something."}]
+        try:
+            first = await client.chat.completions.create(model="m", messages=messages, max_tokens=2)
+            messages += [first.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "More."}]
+            await client.chat.completions.create(model="m", messages=messages, max_tokens=2)
+            return 0
+        except openai.OpenAIError:
+            return 1
+
+    start = time.perf_counter()
+    errors = sum(await asyncio.gather(*(agent(i, base, key) for i, (base, key) in enumerate(opened))))
+    seconds = time.perf_counter() - start
+    for i in range(n):
+        _, failure = await gateway.finish(f"open/{i}")
+        errors += bool(failure)
+    return errors, seconds, peak
