@@ -36,6 +36,15 @@ def chat() -> ChatTokens:
     return ChatTokens(build_tokenizer(tool_calls=True))
 
 
+_HTTP: list[object] = []  # one connection pool for every client of this module (building one costs ~0.1 s)
+
+
+def http_client():
+    if not _HTTP:
+        _HTTP.append(openai.DefaultHttpxClient())
+    return _HTTP[0]
+
+
 class Harness:
     """A started gateway over a ScriptedLLM whose replies the test sets."""
 
@@ -49,7 +58,7 @@ class Harness:
     def open(self, tid: str, max_calls: int = 8, max_total_tokens: int = 1024, source: str = "run") -> openai.OpenAI:
         base, key = self.gateway.open(tid, domain="agent", limits=SessionLimits(max_calls, max_total_tokens),
                                       sampling=self.sampling, sampling_source=source, seed_for=lambda k: 100 + k)
-        return openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=30)
+        return openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=30, http_client=http_client())
 
     def finish(self, tid: str) -> Trajectory:
         session, failure = asyncio.run(self.gateway.finish(tid))
@@ -235,9 +244,10 @@ def test_errors_for_unknown_finished_cancelled_trajectories_and_bad_keys(harness
     client = harness.open("g10/0")
     base = harness.gateway.base_url("nope/0")
     with pytest.raises(openai.NotFoundError, match="no trajectory"):
-        openai.OpenAI(base_url=base, api_key="k", max_retries=0).chat.completions.create(
+        openai.OpenAI(base_url=base, api_key="k", max_retries=0, http_client=http_client()).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}])
-    wrong = openai.OpenAI(base_url=harness.gateway.base_url("g10/0"), api_key="not-the-key", max_retries=0)
+    wrong = openai.OpenAI(base_url=harness.gateway.base_url("g10/0"), api_key="not-the-key", max_retries=0,
+                          http_client=http_client())
     with pytest.raises(openai.AuthenticationError):
         wrong.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
@@ -315,15 +325,16 @@ def test_cancel_aborts_the_call_in_flight_and_keeps_its_partial_turn(chat):
 def test_the_async_client_and_concurrent_trajectories(harness):
     harness.llm.reply = lambda request, k: f"answer {request.trajectory_id}"
 
-    async def agent(i: int) -> str:
+    async def agent(i: int, http) -> str:
         base, key = harness.gateway.open(f"c/{i}", domain="agent", limits=SessionLimits(4, 1024),
                                          sampling=harness.sampling)
-        async with openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0) as client:
-            r = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": str(i)}])
-            return r.choices[0].message.content
+        client = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0, http_client=http)
+        r = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": str(i)}])
+        return r.choices[0].message.content
 
     async def main() -> list[str]:
-        return await asyncio.gather(*(agent(i) for i in range(20)))
+        async with openai.DefaultAsyncHttpxClient() as http:
+            return await asyncio.gather(*(agent(i, http) for i in range(20)))
 
     assert asyncio.run(main()) == [f"answer c/{i}" for i in range(20)]
     assert harness.gateway.open_sessions == 20
