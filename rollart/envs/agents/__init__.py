@@ -1,0 +1,36 @@
+"""Agent domains: train any program written against an OpenAI-compatible client.
+
+An agent trajectory is to the scheduler what an env trajectory is: the env worker runs an `AgentRunner`
+(the `EnvManager` contract: run / cancel / progress) that calls the user's function with the base URL and
+key of its own gateway session, and the `AgentGateway` turns each model call into a `Turn` with exactly the
+engine's tokens (see session.py for the prefix property and segments).
+
+- `gateway.py` — the HTTP server (chat/completions, completions, models; OpenAI-style errors; limits).
+- `session.py` — one trajectory's calls: prompt ids, segments, turns.
+- `requests.py` — accepted parameters and their mapping onto `SamplingParams`.
+- `messages.py` — OpenAI messages/tools → template messages; `tool_calls.py` — output parsers per family.
+- `responses.py` — OpenAI response bodies and stream chunks.
+- `function.py` — the agent function, `AgentTask`, what it may return; `runner.py` — `AgentRunner`.
+- `demonstrations.py` — warm-start samples from an agent domain's demonstrations.
+"""
+
+from rollart.envs.agents.demonstrations import demonstrate_agent, demonstration_sample
+from rollart.envs.agents.function import AgentOutcome, AgentSpecError, AgentTask, agent_outcome, resolve_agent
+from rollart.envs.agents.gateway import AgentGateway
+from rollart.envs.agents.runner import AgentRunner
+from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
+
+__all__ = [
+    "AgentGateway",
+    "AgentOutcome",
+    "AgentRunner",
+    "AgentSession",
+    "AgentSpecError",
+    "AgentTask",
+    "CallPlan",
+    "SessionLimits",
+    "agent_outcome",
+    "demonstrate_agent",
+    "demonstration_sample",
+    "resolve_agent",
+]
