@@ -72,7 +72,7 @@ def test_agent_trajectories_record_exactly_the_engines_tokens_and_cancel(ray_loc
             waiting = asyncio.ensure_future(pool.run(Task("w/0", "wait", "", 0, "w"), 0))
             runs = [pool.run(Task(f"{d}/{i}", d, "", i, d), 0) for d in ("calc", "rewrite") for i in range(3)]
             done = await asyncio.wait_for(asyncio.gather(*runs), 180)
-            for _ in range(400):  # the waiting agent made its call and now sleeps
+            for _ in range(2400):  # the waiting agent made its call and now sleeps (≤ 120 s)
                 if (await pool.progress()).get("w/0") is not None:
                     break
                 await asyncio.sleep(0.05)
