@@ -5,15 +5,19 @@ Setup: an embedded Ray with one real `InferenceWorker` (the built-in tiny model)
 `AgentGateway` serves in this process from its own thread, calling the proxy through `LLMProxyClient` —
 the env worker's path. Agents use the real `openai` client (`AsyncOpenAI`, one shared connection pool).
 
-Overhead (the same requests both ways, interleaved turn by turn so machine noise hits both alike):
-`CONVERSATIONS` chat conversations of `TURNS` turns (each turn appends the reply and a new user message;
-8 new tokens per turn). Each turn is sent through the gateway, then the very `GenerationRequest` the
-gateway made (same context ids, sampling and seed; its own trajectory id, so prefix reuse is alike) is
-sent to the proxy directly.
-- `overhead_ms_p50`, `overhead_ms_p95`: per gateway turn, the wall time the agent saw minus the time the
-  gateway spent waiting on the proxy for it (its `generate.wait` span): HTTP, validation, templating,
-  tokenisation, tool parsing, response building and the client itself. Target: p50 ≤ 5 ms.
-- `gateway_vs_direct_turn_time`: median turn time through the gateway ÷ median direct turn time.
+Overhead (the same requests every way, interleaved turn by turn so machine noise hits them alike):
+chat conversations of several turns (each turn appends the reply and a new user message; 8 new tokens
+per turn). Each turn is sent through the gateway by the `openai` SDK and, in a twin session with the same
+messages and seeds, by plain httpx; then the very `GenerationRequest` the gateway made (same context ids,
+sampling and seed; its own trajectory id, so prefix reuse is alike) is sent to the proxy directly.
+- `overhead_ms_p50`, `overhead_ms_p95`: per gateway turn sent by a plain HTTP client (httpx, what the
+  `openai` SDK sends through), the wall time minus the time the gateway spent waiting on the proxy for it
+  (its `generate.wait` span): HTTP, validation, templating, tokenisation, tool parsing, response
+  building. Target: p50 ≤ 5 ms.
+- `openai_sdk_overhead_ms_p50`: the same with the `openai` SDK as the client (its request building and
+  response models added) — what an agent written with it sees.
+- `gateway_vs_direct_turn_time`: median turn time through the gateway with the `openai` SDK ÷ median
+  direct turn time.
 
 Scale: `errors_at_<N>_open` (N = 1000; 100 with `--quick`): N trajectories opened at once, each agent
 making two chat calls concurrently with all the others (2 new tokens each); errors counted (must be 0).
@@ -87,36 +91,44 @@ async def _measure(direct: LLMProxyClient, chat: ChatTokens, sampling: Any, gate
     gateway = AgentGateway(recording, chat, gateway_cfg).start()
     http = openai.DefaultAsyncHttpxClient(limits=httpx.Limits(max_connections=2000, max_keepalive_connections=2000))
     try:
-        rows, overhead, via_gateway, via_direct = [], [], [], []
+        rows, overhead, sdk_overhead, via_gateway, via_direct = [], [], [], [], []
         for c in range(size["conversations"]):
-            tid = f"bench/{c}"
-            base, key = gateway.open(tid, domain="math", limits=SessionLimits(size["turns"], 4096), sampling=sampling,
-                                     seed_for=lambda k: 1000 + k)
-            client = openai.AsyncOpenAI(base_url=base, api_key=key, http_client=http, max_retries=0)
+            sessions = {arm: gateway.open(f"{arm}/{c}", domain="math", limits=SessionLimits(size["turns"], 4096),
+                                          sampling=sampling, seed_for=lambda k: 1000 + k) for arm in ("sdk", "raw")}
+            client = openai.AsyncOpenAI(base_url=sessions["sdk"][0], api_key=sessions["sdk"][1], http_client=http,
+                                        max_retries=0)
+            await client.models.list()  # the SDK's one-time set-up is not a turn's cost
+            raw_url, raw_headers = sessions["raw"][0] + "/chat/completions", {"Authorization": f"Bearer {sessions['raw'][1]}"}
             messages: list[dict[str, Any]] = [{"role": "user", "content": f"Conversation {c}: what is {c} + 1?"}]
-            walls = []
+            walls: dict[str, list[float]] = {"sdk": [], "raw": []}
             for k in range(size["turns"]):
                 start = time.perf_counter()
                 reply = await client.chat.completions.create(model="m", messages=messages, max_tokens=8)
-                walls.append(time.perf_counter() - start)
-                request = recording.requests[f"{tid}/{k}"]
+                walls["sdk"].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                answer = await http.post(raw_url, json={"model": "m", "messages": messages, "max_tokens": 8},
+                                         headers=raw_headers)
+                walls["raw"].append(time.perf_counter() - start)
+                answer.raise_for_status()
+                request = recording.requests[f"sdk/{c}/{k}"]
                 start = time.perf_counter()
                 await direct.generate(replace(request, request_id=f"direct/{c}/{k}", trajectory_id=f"direct/{c}"))
                 via_direct.append(time.perf_counter() - start)
                 messages += [reply.choices[0].message.model_dump(exclude_none=True),
                              {"role": "user", "content": f"And then {k}?"}]
-            session, failure = await gateway.finish(tid)
-            assert not failure, failure
-            for turn, wall in zip(session.turns, walls):
-                waited = sum(s.duration for s in turn.spans if s.name == "generate.wait")
-                overhead.append((wall - waited) * 1000)
-                via_gateway.append(wall)
-            rows.append({"conversation": c, "turns": len(session.turns),
-                         "segments": len({t.segment for t in session.turns}),
-                         "overhead_ms_median": round(statistics.median(overhead[-len(walls):]), 3)})
+            for arm, out in (("sdk", sdk_overhead), ("raw", overhead)):
+                session, failure = await gateway.finish(f"{arm}/{c}")
+                assert not failure, failure
+                for turn, wall in zip(session.turns, walls[arm]):
+                    out.append((wall - sum(s.duration for s in turn.spans if s.name == "generate.wait")) * 1000)
+            via_gateway += walls["sdk"]
+            rows.append({"conversation": c, "turns": size["turns"], "segments": len({t.segment for t in session.turns}),
+                         "overhead_ms_median": round(statistics.median(overhead[-size["turns"]:]), 3),
+                         "sdk_overhead_ms_median": round(statistics.median(sdk_overhead[-size["turns"]:]), 3)})
         ratios = {
             "overhead_ms_p50": statistics.median(overhead),
             "overhead_ms_p95": statistics.quantiles(overhead, n=20)[-1] if len(overhead) > 1 else overhead[0],
+            "openai_sdk_overhead_ms_p50": statistics.median(sdk_overhead),
             "gateway_vs_direct_turn_time": statistics.median(via_gateway) / statistics.median(via_direct),
         }
         n = size["open"]

@@ -64,6 +64,10 @@ class ChatTokens:
         )
 
     def encode(self, text: str) -> list[int]:
+        # a fast tokenizer's Rust backend gives the same ids ~4x faster than the Python wrapper
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            return list(backend.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def initial(self, observation: str) -> list[int]:

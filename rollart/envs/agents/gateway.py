@@ -135,6 +135,9 @@ class AgentGateway:
         import uvicorn
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # accepted connections inherit it: a response's header and body writes must not wait for the
+        # client's delayed ACK (Nagle's algorithm; ~40 ms per call on Linux loopback)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((HOST, 0))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", backlog=4096,
