@@ -305,14 +305,14 @@ def test_cancel_aborts_the_call_in_flight_and_keeps_its_partial_turn(chat):
 
         thread = threading.Thread(target=call)
         thread.start()
-        for _ in range(200):
+        for _ in range(2000):  # until the call is generating (≤ 20 s)
             if h.llm.requests:
                 break
             time.sleep(0.01)
         start = time.monotonic()
         asyncio.run(h.gateway.cancel("g14/0"))
         thread.join(10)
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 15  # the call was aborted, not left to its 30 s
         assert isinstance(outcome[0], openai.APIStatusError) and outcome[0].status_code == 410
         session, _ = asyncio.run(h.gateway.finish("g14/0"))
         (turn,) = session.turns

@@ -49,7 +49,11 @@ def run_agent(chat, agent, replies, domain=CALC, task=None, *, delay_s=0.0, fail
 
     async def scenario():
         running = asyncio.ensure_future(runner.run())
-        if cancel_after is not None:
+        if cancel_after is not None:  # once the agent's first call is generating, and `cancel_after` later
+            for _ in range(2000):
+                if llm.requests:
+                    break
+                await asyncio.sleep(0.01)
             await asyncio.sleep(cancel_after)
             await runner.cancel(Status.STALE, "too old")
         return await asyncio.wait_for(running, 30)
@@ -156,7 +160,7 @@ def test_a_failed_generation_fails_the_trajectory_even_if_the_agent_swallows_it(
 
 
 def test_cancel_stops_the_agent_and_keeps_the_aborted_turn(chat):
-    traj, llm, gateway = run_agent(chat, looping_agent, ["a long answer"], delay_s=30, cancel_after=0.5)
+    traj, llm, gateway = run_agent(chat, looping_agent, ["a long answer"], delay_s=30, cancel_after=0.2)
     assert traj.status == Status.STALE and traj.status_reason == "too old"
     assert llm.aborted == ["g0/0"] and traj.turns[-1].finish_reason == "abort"
     assert len(llm.requests) == 1  # the agent made no call after the cancel
