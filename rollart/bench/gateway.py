@@ -2,7 +2,7 @@
 open trajectories.
 
 Setup: an embedded Ray with one real `InferenceWorker` (the built-in tiny model) behind `LLMProxy`; the
-`AgentGateway` serves in this process from its own thread, calling the proxy through `LLMProxyClient` —
+`AgentGateway` serves in this process from its own thread, calling the proxy through `ActorLLMClient` —
 the env worker's path. Agents use the real `openai` client (`AsyncOpenAI`, one shared connection pool).
 
 Overhead (the same requests every way, interleaved turn by turn so machine noise hits them alike):
@@ -38,7 +38,8 @@ from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
 from rollart.envs.chat import ChatTokens
 from rollart.envs.sampling import domain_sampling
-from rollart.inference.proxy import LLMProxy, LLMProxyClient
+from rollart.envs.worker import ActorLLMClient
+from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import Runtime
@@ -51,7 +52,7 @@ QUICK = dict(conversations=4, turns=3, open=100)
 class _Recording:
     """The proxy client the gateway uses, keeping each request it sent (to replay it directly)."""
 
-    def __init__(self, inner: LLMProxyClient) -> None:
+    def __init__(self, inner: ActorLLMClient) -> None:
         self.inner = inner
         self.requests: dict[str, GenerationRequest] = {}
 
@@ -78,12 +79,12 @@ def run(quick: bool) -> BenchResult:
                 chat = ChatTokens(load_tokenizer(resolve_model_path(cfg.model, cfg.seed)))
                 sampling = replace(domain_sampling(cfg, "math", chat.stop_token_ids), max_new_tokens=8,
                                    ignore_eos=True)
-                return asyncio.run(_measure(LLMProxyClient(proxy), chat, sampling, cfg.envs.gateway, size))
+                return asyncio.run(_measure(ActorLLMClient(proxy), chat, sampling, cfg.envs.gateway, size))
             finally:
                 workers.shutdown()
 
 
-async def _measure(direct: LLMProxyClient, chat: ChatTokens, sampling: Any, gateway_cfg: Any, size: dict) -> BenchResult:
+async def _measure(direct: ActorLLMClient, chat: ChatTokens, sampling: Any, gateway_cfg: Any, size: dict) -> BenchResult:
     import httpx
     import openai
 

@@ -14,7 +14,7 @@ import ray
 import ray.cloudpickle
 
 from rollart.config_loader import load_config
-from rollart.envs import EnvPool
+from rollart.envs import ActorLLMClient, EnvRouter
 from rollart.resources.placement import Resources
 from rollart.types import GenerationRequest, GenerationResult, Status, Task
 
@@ -51,7 +51,7 @@ class RecordingClient:
 
 
 def test_agent_trajectories_record_exactly_the_engines_tokens_and_cancel(ray_local, tiny_model_path):
-    from rollart.inference import InferenceWorker, LLMProxy, LLMProxyClient
+    from rollart.inference import InferenceWorker, LLMProxy
 
     cfg = load_config(None, [
         f"model.path={tiny_model_path}", "envs.workers=1", "cluster.placement_timeout_s=10",
@@ -66,24 +66,24 @@ def test_agent_trajectories_record_exactly_the_engines_tokens_and_cancel(ray_loc
     proxy = ray.remote(LLMProxy).options(num_cpus=0).remote(
         {"gen_decode": [worker]}, {d: "gen_decode" for d in cfg.domains}, cfg.inference)
     recorder = ray.remote(Recorder).options(num_cpus=0).remote()
-    pool = EnvPool.place(resources, cfg, RecordingClient(LLMProxyClient(proxy), recorder), model_path=tiny_model_path)
+    router = EnvRouter.place(resources, cfg, RecordingClient(ActorLLMClient(proxy), recorder), model_path=tiny_model_path)
     try:
         async def scenario():
-            waiting = asyncio.ensure_future(pool.run(Task("w/0", "wait", "", 0, "w"), 0))
-            runs = [pool.run(Task(f"{d}/{i}", d, "", i, d), 0) for d in ("calc", "rewrite") for i in range(3)]
+            waiting = asyncio.ensure_future(router.run(Task("w/0", "wait", "", 0, "w"), 0))
+            runs = [router.run(Task(f"{d}/{i}", d, "", i, d), 0) for d in ("calc", "rewrite") for i in range(3)]
             done = await asyncio.wait_for(asyncio.gather(*runs), 180)
             for _ in range(2400):  # the waiting agent made its call and now sleeps (≤ 120 s)
-                if (await pool.progress()).get("w/0") is not None:
+                if (await router.progress()).get("w/0") is not None:
                     break
                 await asyncio.sleep(0.05)
-            progress = await pool.progress()
-            await pool.cancel("w/0", Status.STALE, "older than alpha")
+            progress = await router.progress()
+            await router.cancel("w/0", Status.STALE, "older than alpha")
             return done, progress, await asyncio.wait_for(waiting, 30)
 
         done, progress, waited = asyncio.run(scenario())
         calls = ray.get(recorder.all.remote(), timeout=30)
     finally:
-        pool.shutdown()
+        router.shutdown()
         for actor in (proxy, worker, recorder, resources.manager):
             ray.kill(actor)
     assert progress["w/0"] == 0  # its one call's tokens carry version 0

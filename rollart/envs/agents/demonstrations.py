@@ -41,9 +41,9 @@ def demonstrate_agent(domain: str, cfg: DomainConfig, chat: ChatTokens, seed: in
     if not cfg.demonstrations:
         raise ValueError(f"domain {domain!r} has no `demonstrations` to warm-start from")
     task = Task(f"demo/{domain}/train/{seed}", domain, "", seed, group_id="demo", split="train")
-    agent_task = AgentTask(task.task_id, domain, episode_seed(task), "train", dict(cfg.options), model)
+    agent_task = AgentTask(task.trajectory_id, domain, episode_seed(task), "train", dict(cfg.options), model)
     expert = random.Random(f"demo:{seed}").random() < expert_prob
-    return demonstration_sample(chat, resolve_demonstrations(cfg.demonstrations)(agent_task, expert), task.task_id)
+    return demonstration_sample(chat, resolve_demonstrations(cfg.demonstrations)(agent_task, expert), task.trajectory_id)
 
 
 def demonstration_sample(chat: ChatTokens, demo: Any, sample_id: str) -> TrainSample:

@@ -5,7 +5,7 @@ In: the spec string (the current directory is importable, like env specs). The f
     async def run(base_url: str, api_key: str, task) -> float | dict | None     (a plain `def` runs in a thread)
 
 and talks to the model only through an OpenAI-compatible client at `base_url` with `api_key`. `task` is an
-`AgentTask`: `task_id`, `domain`, `seed` (the episode seed — train and validation seeds never overlap),
+`AgentTask`: `trajectory_id`, `domain`, `seed` (the episode seed — train and validation seeds never overlap),
 `split` ("train" | "val"), `options` (the domain's `options`) and `model` (a model name to send; any is
 accepted).
 
@@ -40,7 +40,7 @@ class AgentSpecError(ValueError):
 
 @dataclass(frozen=True)
 class AgentTask:
-    task_id: str
+    trajectory_id: str
     domain: str
     seed: int
     split: str

@@ -62,7 +62,7 @@ class AgentRunner:
     ) -> None:
         self.task, self.agent, self.domain, self.gateway = task, agent, domain, gateway
         self.sampling, self.gate, self.worker = sampling, gate, worker
-        self.trajectory = Trajectory(trajectory_id=task.task_id, task=task, start_version=start_version)
+        self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         self._cancel: tuple[Status, str] | None = None
         self._inner: asyncio.Future[Any] | None = None
         self._opened = False
@@ -82,7 +82,7 @@ class AgentRunner:
 
     def agent_task(self) -> AgentTask:
         t = self.task
-        return AgentTask(t.task_id, t.domain, episode_seed(t), t.split, dict(self.domain.options),
+        return AgentTask(t.trajectory_id, t.domain, episode_seed(t), t.split, dict(self.domain.options),
                          self.gateway.cfg.model_name)
 
     # --- lifecycle ----------------------------------------------------------------------------------
