@@ -125,7 +125,7 @@ class EnvWorker:
             sampling = domain_sampling(self.cfg, task.domain, self.chat.stop_token_ids, task.split)
         if agent is not None:
             assert self.gateway is not None
-            return AgentRunner(task, start_version, agent=agent, domain=self.cfg.domains[task.domain],
+            return AgentRunner(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],
                                gateway=self.gateway, sampling=sampling, gate=self.gate, worker=self.name)
         return EnvManager(
             task,

@@ -44,7 +44,7 @@ def run_agent(chat, agent, replies, domain=CALC, task=None, *, delay_s=0.0, fail
     task = task or Task("g0/0", "calc", "", 5, "g0")
     llm = ScriptedLLM(chat.tokenizer, replies, delay_s=delay_s, fail_on_turn=fail_on_turn)
     gateway = AgentGateway(llm, chat).start()
-    runner = AgentRunner(task, 0, agent=agent, domain=domain, gateway=gateway,
+    runner = AgentRunner(task, 0, agent=agent, domain_cfg=domain, gateway=gateway,
                          sampling=SamplingParams(max_new_tokens=40, stop_token_ids=chat.stop_token_ids))
 
     async def scenario():

@@ -34,16 +34,16 @@ def resolve_demonstrations(spec: str) -> Callable[[AgentTask, bool], Mapping[str
     return resolve_agent(spec, what="demonstrations", arity=2)
 
 
-def demonstrate_agent(domain: str, cfg: DomainConfig, chat: ChatTokens, seed: int, expert_prob: float = 1.0,
+def demonstrate_agent(domain: str, domain_cfg: DomainConfig, chat: ChatTokens, seed: int, expert_prob: float = 1.0,
                       model: str = "rollart-policy") -> TrainSample:
     """One warm-start sample of an agent domain: its demonstration of train seed `seed`, the expert's with
     probability `expert_prob` (the same seed plays the same problem as a rollout of that seed)."""
-    if not cfg.demonstrations:
+    if not domain_cfg.demonstrations:
         raise ValueError(f"domain {domain!r} has no `demonstrations` to warm-start from")
     task = Task(f"demo/{domain}/train/{seed}", domain, "", seed, group_id="demo", split="train")
-    agent_task = AgentTask(task.trajectory_id, domain, episode_seed(task), "train", dict(cfg.options), model)
+    agent_task = AgentTask(task.trajectory_id, domain, episode_seed(task), "train", dict(domain_cfg.options), model)
     expert = random.Random(f"demo:{seed}").random() < expert_prob
-    return demonstration_sample(chat, resolve_demonstrations(cfg.demonstrations)(agent_task, expert), task.trajectory_id)
+    return demonstration_sample(chat, resolve_demonstrations(domain_cfg.demonstrations)(agent_task, expert), task.trajectory_id)
 
 
 def demonstration_sample(chat: ChatTokens, demo: Any, sample_id: str) -> TrainSample:

@@ -54,13 +54,13 @@ class AgentRunner:
         start_version: int,
         *,
         agent: AgentFunction,
-        domain: DomainConfig,
+        domain_cfg: DomainConfig,
         gateway: AgentGateway,
         sampling: SamplingParams,
         gate: TurnGate | None = None,
         worker: str = "env/env/0",
     ) -> None:
-        self.task, self.agent, self.domain, self.gateway = task, agent, domain, gateway
+        self.task, self.agent, self.domain_cfg, self.gateway = task, agent, domain_cfg, gateway
         self.sampling, self.gate, self.worker = sampling, gate, worker
         self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         self._cancel: tuple[Status, str] | None = None
@@ -82,7 +82,7 @@ class AgentRunner:
 
     def agent_task(self) -> AgentTask:
         t = self.task
-        return AgentTask(t.trajectory_id, t.domain, episode_seed(t), t.split, dict(self.domain.options),
+        return AgentTask(t.trajectory_id, t.domain, episode_seed(t), t.split, dict(self.domain_cfg.options),
                          self.gateway.cfg.model_name)
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -94,14 +94,14 @@ class AgentRunner:
             return await self._end(*self._cancel)
         base_url, key = self.gateway.open(
             self.trajectory_id, domain=self.task.domain,
-            limits=SessionLimits(self.domain.max_turns, self.domain.max_total_tokens), sampling=self.sampling,
-            sampling_source=self.domain.agent_sampling, seed_for=lambda k: request_seed(self.task, k), gate=self.gate,
+            limits=SessionLimits(self.domain_cfg.max_turns, self.domain_cfg.max_total_tokens), sampling=self.sampling,
+            sampling_source=self.domain_cfg.agent_sampling, seed_for=lambda k: request_seed(self.task, k), gate=self.gate,
         )
         self._opened = True
         start = time.time()
         self._inner = asyncio.ensure_future(self._call_agent(base_url, key))
         try:
-            await asyncio.wait({self._inner}, timeout=self.domain.agent_timeout_s)
+            await asyncio.wait({self._inner}, timeout=self.domain_cfg.agent_timeout_s)
         except asyncio.CancelledError:  # our caller is cancelled: stop the agent too, end the session
             self._inner.cancel()
             await self._end(Status.ABORTED, "cancelled")
@@ -109,7 +109,7 @@ class AgentRunner:
         if not self._inner.done():
             self._inner.cancel()
             await asyncio.wait({self._inner}, timeout=CANCEL_GRACE_S)
-            return await self._end(Status.FAILED, f"agent timed out after {self.domain.agent_timeout_s:g}s", start)
+            return await self._end(Status.FAILED, f"agent timed out after {self.domain_cfg.agent_timeout_s:g}s", start)
         if self._cancel is not None:
             return await self._end(*self._cancel, start=start)
         if self._inner.cancelled():
@@ -121,7 +121,7 @@ class AgentRunner:
             outcome = agent_outcome(self._inner.result())
         except TypeError as err:
             return await self._end(Status.FAILED, str(err), start)
-        if outcome.reward is None and self.domain.reward.fn == "env":
+        if outcome.reward is None and self.domain_cfg.reward.fn == "env":
             return await self._end(Status.FAILED, "the agent returned no reward and the domain's reward is 'env' "
                                    "(return a number, or set domains.<name>.reward)", start)
         return await self._end(Status.COMPLETED, "agent returned", start, outcome=outcome)
