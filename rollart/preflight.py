@@ -3,7 +3,8 @@
 In: a validated `RunConfig` (the schema, types and cross-references are config_loader's job). Out: nothing,
 or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and what would be valid:
 - `domains.<d>.env` — a built-in, a `module.path:Class` that imports, or an id GEM/gymnasium has registered
-  (envs.check_env_spec; nothing is constructed);
+  (envs.check_env_spec; nothing is constructed); for an agent domain instead, `domains.<d>.agent` (and
+  `demonstrations`) — a `module.path:function` that imports and takes the right arguments (nothing runs);
 - `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
   for the `http` backend, whose service has its own);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
@@ -20,6 +21,7 @@ from pathlib import Path
 from rollart.config import RunConfig
 from rollart.config_loader import ConfigError
 from rollart.envs import EnvSpecError, check_env_spec
+from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.reward.registry import check_spec
 
 
@@ -39,9 +41,17 @@ def check_config(cfg: RunConfig) -> None:
     problems: list[str] = []
     for name, dom in cfg.domains.items():
         try:
-            check_env_spec(dom.env)
-        except EnvSpecError as exc:
-            problems.append(f"domains.{name}.env: {exc}")
+            if dom.agent:
+                resolve_agent(dom.agent)
+            else:
+                check_env_spec(dom.env)
+        except (EnvSpecError, AgentSpecError) as exc:
+            problems.append(f"domains.{name}.{'agent' if dom.agent else 'env'}: {exc}")
+        if dom.demonstrations:
+            try:
+                resolve_agent(dom.demonstrations, what="demonstrations", arity=2)
+            except AgentSpecError as exc:
+                problems.append(f"domains.{name}.demonstrations: {exc}")
         try:
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
         except ValueError as exc:

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -28,11 +29,12 @@ from typing import Callable, Sequence
 
 log = logging.getLogger("rollart.bench")
 
-# fault kind → the Ray actor class whose process it kills (node: a whole worker node instead)
+# fault kind → the Ray actor class whose process it kills, a regular expression (node: a whole worker node
+# instead); a job's own reward app is named rollart-reward-<run id prefix>, the shared service's rollart-reward
 VICTIM_CLASSES = {
     "inference": "InferenceWorker",
     "env": "EnvWorker",
-    "reward": "ServeReplica:rollart-reward:RewardDeployment",
+    "reward": r"ServeReplica:rollart-reward(-[0-9a-f]+)?:RewardDeployment",
     "trainer": "TrainerWorker",
 }
 KINDS = (*VICTIM_CLASSES, "node")
@@ -146,7 +148,7 @@ class Injector(threading.Thread):
             log.warning("chaos: killed a worker node after RL step %d", step)
             return Injected("node", at, step, "node", 0)
         cls = VICTIM_CLASSES[fault.kind]
-        pids = sorted(p for c, p in _alive_actors(self.since) if c == cls)
+        pids = sorted(p for c, p in _alive_actors(self.since) if re.fullmatch(cls, c))
         if not pids:
             raise RuntimeError(f"no alive {cls} actor to kill")
         pid = self.rng.choice(pids)

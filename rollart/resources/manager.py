@@ -5,7 +5,8 @@ releases from the placement code. Out: placements, `NoRoom` refusals and snapsho
 
 Guarantees: one manager per name and Ray namespace (`get_if_exists`, so concurrent drivers of one job
 share it); its methods run one at a time, so reservations are atomic; it asks Ray for no CPU (it must
-never wait for a core on a loaded machine); it is not detached, so it goes away with the job that made it.
+never wait for a core on a loaded machine); it is not detached, so it goes away with the job that made it;
+it lives on the driver's node (`on_driver_node`), so losing another node never takes the run's ledger.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rollart.resources.ledger import Ledger, NoRoom, Placement, PoolSpec, PoolStatus
 
@@ -52,6 +54,12 @@ class ResourceManager:
         return self._ledger.free(pool)
 
 
+def on_driver_node() -> NodeAffinitySchedulingStrategy:
+    """Where the run's control actors go: the driver's own node. A zero-CPU actor may otherwise land on any
+    node, and one on a worker node would die with it — taking the run with it, though the driver lives."""
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
 def get_or_create_manager(name: str = MANAGER_NAME) -> ray.actor.ActorHandle:
-    """The named ResourceManager of the current Ray namespace, created if absent."""
-    return ResourceManager.options(name=name, get_if_exists=True).remote()
+    """The named ResourceManager of the current Ray namespace, created (on the driver's node) if absent."""
+    return ResourceManager.options(name=name, get_if_exists=True, scheduling_strategy=on_driver_node()).remote()

@@ -50,7 +50,7 @@ from rollart.resources.cluster import Cluster, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import Ticker, actor_states
 from rollart.resources.ledger import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
-from rollart.resources.manager import MANAGER_NAME, get_or_create_manager
+from rollart.resources.manager import MANAGER_NAME, get_or_create_manager, on_driver_node
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import cluster_capacity, declare_hint, pool_nodes
 
@@ -167,8 +167,9 @@ class Resources:
 
     def spawn(self, cls: type, *args: Any, name: str, **kwargs: Any) -> ray.actor.ActorHandle:
         """A control-plane actor (LLM proxy, turn barrier) that holds no pool slot and no CPU: it only
-        routes and waits. Started and checked ready within `cluster.start_timeout_s`."""
-        actor = ray.remote(cls).options(num_cpus=0, max_restarts=0).remote(*args, **kwargs)
+        routes and waits, on the driver's node. Started and checked ready within `cluster.start_timeout_s`."""
+        actor = ray.remote(cls).options(num_cpus=0, max_restarts=0, scheduling_strategy=on_driver_node()).remote(
+            *args, **kwargs)
         try:
             ray.get(actor.__ray_ready__.remote(), timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:

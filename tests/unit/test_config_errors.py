@@ -278,6 +278,16 @@ def test_env_specs_and_reward_fns_are_resolved_at_config_time(override, expected
     assert expected in _cli_error(["config", "show", override], capsys)
 
 
+def test_agent_domains_are_checked_for_their_agent_not_an_env(capsys):
+    """An agent domain has no env spec; its agent and demonstrations functions are resolved instead."""
+    agent = ["domains.math.env=", "domains.math.agent=examples.agents.plan_agent:run"]
+    assert main(["config", "show", *agent]) == 0
+    capsys.readouterr()
+    err = _cli_error(["config", "show", "domains.math.env=", "domains.math.agent=nomod:run",
+                      "domains.math.demonstrations=examples.agents.plan_agent:nothing_here"], capsys)
+    assert "domains.math.agent: agent 'nomod:run'" in err and "domains.math.demonstrations:" in err
+
+
 def test_a_remote_reward_fn_is_not_imported_here(capsys):
     """With the http backend the service resolves the fn: it need not import on this machine."""
     argv = ["config", "show", "domains.math.reward.fn=only_on_the_service:score", "domains.math.reward.backend=http",
