@@ -12,7 +12,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_BIN := $(VLLM_VENV)/bin
 ENGINE ?= builtin
 
-# Ray binds to loopback only, no auth on the local test cluster, no usage reporting (NOTES.md).
+# Ray binds to loopback only (without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 it listens on every interface), no
+# token auth on the local cluster (with it, an explicit 127.0.0.1:PORT address fails), no usage reporting.
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_AUTH_MODE := disabled
 export RAY_USAGE_STATS_ENABLED := 0

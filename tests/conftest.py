@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-# Set before anything imports Ray (NOTES.md: loopback only, no auth, no usage stats).
+# Set before anything imports Ray: loopback only (otherwise Ray binds every interface), no token auth (an
+# explicit 127.0.0.1:PORT address fails with it), no usage stats.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -1,7 +1,7 @@
 """Advantages and losses as pure tensor functions, and the scored-trajectories → TrainBatch step.
 
 The driver builds batches with `build_train_batch` and hands the trainer a `PolicyObjective` (the loss
-bound to `train.*`); the trainer never imports this package (planes are independent, DESIGN.md §4).
+bound to `train.*`); the trainer never imports this package (planes never import each other: docs/architecture.md §3).
 """
 
 from rollart.algo.advantages import (

@@ -1,4 +1,6 @@
-"""`rollart config show [RUN.yaml] [overrides]`: print the resolved config (defaults + file + overrides)."""
+"""`rollart config show [RUN.yaml] [overrides]`: print the resolved config (defaults + file + overrides).
+`rollart config explain [KEY] [--markdown]`: describe a key (type, default, allowed values, description), list
+a section's keys (all sections without KEY), or print the whole reference (docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = inner.add_parser("show", help="print the resolved config as YAML")
     add_run_args(show)
     show.set_defaults(func=_show)
+    explain = inner.add_parser("explain", help="describe a config key, or list the keys of a section")
+    explain.add_argument("key", nargs="?", metavar="KEY", help="e.g. rollout.alpha, rollout, domains.math.weight")
+    explain.add_argument("--markdown", action="store_true",
+                         help="print the reference of every key as Markdown (docs/configuration.md)")
+    explain.set_defaults(func=_explain)
 
 
 def _show(args: argparse.Namespace) -> int:
     from rollart.config_loader import dump_config
 
     print(dump_config(config_from_args(args)), end="")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from rollart.config_loader import ConfigError
+    from rollart.config_schema import configuration_markdown, explain
+
+    if args.markdown:
+        if args.key:
+            raise ConfigError("give either KEY or --markdown, not both")
+        print(configuration_markdown(), end="")
+        return 0
+    try:
+        print(explain(args.key))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return 0

@@ -1,4 +1,4 @@
-"""Control plane: rollout scheduler, sample buffer, staleness policy, turn barrier (DESIGN.md §2)."""
+"""Control plane: rollout scheduler, sample buffer, staleness policy, turn barrier (docs/architecture.md §2–6)."""
 
 from rollart.control.buffer import BatchTimeout, ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.scheduler import Fate, RolloutScheduler, SchedulerFailed

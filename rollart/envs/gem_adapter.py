@@ -6,7 +6,7 @@ plus its `info["suffix"]` (the board and the question of the turn: what GEM's ow
 An action with no `\\boxed{...}` is reported as a format error without being passed to GEM (whose games
 end the episode on one), so the domain's format-penalty policy applies to GEM envs as to every other.
 Offline, GEM's `game:` and reasoning-gym `rg:` ids work; Wordle/Hangman/WordSearch need an NLTK
-download and `math:`/`code:`/`qa:` need hub datasets (NOTES.md).
+download and `math:`/`code:`/`qa:` need hub datasets, which an offline machine cannot download.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ In: a loaded `transformers` causal LM (Qwen3/Llama — any model whose KV cache 
 `DynamicLayer`s), optionally its tokenizer (needed only for stop strings), and `GenerationRequest`s.
 Out: `GenerationResult`s with one token, behaviour logprob and weight version per generated token.
 
-How a step works (the scheme NOTES.md verified exact against `generate`): the running requests share one
+How a step works (a scheme that matches transformers' `generate` exactly, tests/unit/test_engine_hf.py): the running requests share one
 left-aligned `DynamicCache` (see `rollart.inference.kv`). A step first drops aborted rows, then decodes
 one token for every running row in one forward pass, then prefills the requests that join — newcomers
 and rows whose KV must be recomputed after a weight swap — samples their first token and appends their

@@ -169,7 +169,7 @@ def _utilisation(inp: _Inputs) -> str:
 
 
 def _fallbacks(records: list[Record]) -> str:
-    """Pool fallbacks are never silent (DESIGN.md invariant): the resource plane's counters, shown."""
+    """Pool fallbacks are never silent (an invariant: docs/architecture.md §5): the resource plane's counters, shown."""
     _, total = series(records, "pools/fallbacks")
     if not total:
         return _missing("no pools/fallbacks counter was logged: fallbacks from preferred pools are unknown")

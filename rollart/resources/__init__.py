@@ -1,5 +1,5 @@
 """rollart.resources — the resource plane: pools, `@affinity`, the ResourceManager, placement of
-`Cluster`s, and the Ray runtime (embedded or joined by address). See DESIGN.md §4 and the README section
+`Cluster`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and the README section
 "Pools, affinity and fallback".
 
 Public API (`from rollart.resources import affinity` imports no Ray; Runtime/Resources/Cluster load Ray
@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# Before anything imports Ray: loopback only, no token auth on loopback clusters (runtime.py turns it on
-# for a non-loopback cluster.address), no usage stats. Ray reads the first at import time. setdefault: an operator's explicit choice wins.
+# Before anything imports Ray: loopback only (otherwise Ray binds every interface), no token auth on loopback
+# clusters (with it an explicit 127.0.0.1:PORT address fails; runtime.py turns it on for a non-loopback
+# cluster.address), no usage stats. Ray reads the first at import time. setdefault: an operator's explicit
+# choice wins.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # whether rollart (not the operator) turned token auth off: joining a non-loopback cluster turns it back on
 AUTH_MODE_DEFAULTED = "RAY_AUTH_MODE" not in os.environ

@@ -8,7 +8,7 @@ longer than `timeout_s` to parse/verify scores 0.0 with `timeout=True`. A missin
 (the trajectory ends FAILED): the env, not the model, is at fault.
 
 Why a process pool: math-verify bounds its own time with `signal.alarm`, which only works on a process's
-main thread (NOTES.md); a pool worker runs each job on its main thread, so math-verify's own timeouts work
+main thread (it fails in async or threaded actors); a pool worker runs each job on its main thread, so math-verify's own timeouts work
 there. On top, the caller waits at most `timeout_s` + 2 s; past that the pool's processes are killed and a
 fresh pool is started, so a runaway sympy call can never hold a reward slot.
 """

@@ -1,7 +1,7 @@
 """What the trainer needs from a policy objective (the driver passes `rollart.algo.PolicyObjective`).
 
 The trainer does the model work — forward passes, micro-batches, data parallelism, the optimizer — and
-leaves the algorithm to an injected objective, so it never imports the `algo` plane (DESIGN.md §4) and any
+leaves the algorithm to an injected objective, so it never imports the `algo` plane (docs/architecture.md §3) and any
 loss with this shape plugs in. Tensors are [b, T] per predicted token, `advantages` [b].
 """
 

@@ -6,7 +6,7 @@ Out: a `TrainSample` whose `token_ids` are the template's tokens for the whole c
 end-of-message token — not the `<|im_start|>assistant` header before it nor the newline after it) — what the policy generates
 at rollout time, so SFT and RL train the same tokens.
 
-Guarantee: relies on the template's prefix property (NOTES.md): the tokens of messages[:k] plus the
+Guarantee: relies on the template's prefix property (ChatML templates such as the tiny model's have it): the tokens of messages[:k] plus the
 generation prompt are a prefix of the tokens of messages[:k+1]; a template without it is an error.
 """
 

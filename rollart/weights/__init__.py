@@ -1,4 +1,4 @@
-"""The bucketed, versioned weight store (DESIGN.md §2, the six-step sync).
+"""The bucketed, versioned weight store (docs/architecture.md §6, the six-step sync).
 
 The trainer publishes each version's weights in buckets of numpy bytes to the Ray object store through a
 `StorePublisher`; a named store actor keeps the refs of the last `weights.keep_versions` versions;

@@ -1,4 +1,4 @@
-"""The layout of DESIGN.md §4 stays true: import-linter's contracts (.importlinter) hold for the real
+"""The one rule of docs/architecture.md §3 stays true: import-linter's contracts (.importlinter) hold for the real
 package, and the same contracts catch a plane that imports another plane (checked on a temp copy)."""
 
 from __future__ import annotations
