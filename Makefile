@@ -20,7 +20,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-vllm demo test test-vllm lint clean
+.PHONY: install install-vllm demo test test-vllm docs lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ test-vllm: install-vllm
 	ROLLART_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -ra -k "not builtin" \
 		tests/contracts/test_engine_contract.py tests/integration/test_inference_worker.py \
 		tests/unit/test_engine_hf.py tests/unit/test_engine_vllm.py
+
+# docs/configuration.md is generated from the config schema (rollart/config.py); a unit test fails when it
+# is stale.
+docs: install
+	$(BIN)/rollart config explain --markdown > docs/configuration.md
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache runs

@@ -173,10 +173,13 @@ class CountConfig(Section):
     """A count per episode or per turn (turns, tokens): constant = mean; gaussian / lognormal with this mean
     and std, rounded, at least `min`; empirical = drawn from `samples`."""
 
-    dist: Literal["constant", "gaussian", "lognormal", "empirical"] = Field("constant", description="distribution")
-    mean: float = Field(1.0, ge=0, description="mean")
-    std: float = Field(0.0, ge=0, description="standard deviation")
-    min: int = Field(1, ge=0, description="smallest value drawn")
+    dist: Literal["constant", "gaussian", "lognormal", "empirical"] = Field(
+        "constant", description="distribution of the count: constant (always `mean`), gaussian, lognormal or "
+        "empirical (drawn from `samples`)"
+    )
+    mean: float = Field(1.0, ge=0, description="mean of the count (the count itself when constant)")
+    std: float = Field(0.0, ge=0, description="standard deviation of the count (gaussian, lognormal)")
+    min: int = Field(1, ge=0, description="smallest count drawn (a draw below it is raised to it)")
     samples: list[int] = Field(default_factory=list, description="empirical: the values to draw from")
 
     @model_validator(mode="after")
@@ -255,8 +258,11 @@ class DomainConfig(Section):
     pool: str = Field("gen_decode", description="the pool whose inference cluster generates for it")
     reward: DomainRewardConfig = DomainRewardConfig()
     max_turns: int = Field(8, ge=1, description="turns before the episode is TRUNCATED")
-    max_new_tokens: int = Field(48, ge=1, description="per turn")
-    max_total_tokens: int = Field(2048, ge=16, description="context + response over the episode")
+    max_new_tokens: int = Field(48, ge=1, description="tokens the model may generate per turn")
+    max_total_tokens: int = Field(
+        2048, ge=16, description="bound on the episode's whole context (prompts, observations and responses) in "
+        "tokens; past it the episode is TRUNCATED"
+    )
     format_penalty: float = Field(-0.1, description="reward of a malformed action; the episode goes on")
     end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
@@ -643,7 +649,7 @@ class EvalConfig(Section):
     episodes_per_domain: int = Field(
         64, ge=1, description="validation episodes per domain (seeds 0..N-1 of the validation split)"
     )
-    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature of validation episodes (0 = greedy)")
     retries: int = Field(
         2, ge=0, description="re-runs of an episode that failed for an infrastructure reason (a worker died, the "
         "reward service was down); one still failing is reported as failed, never scored as 0"

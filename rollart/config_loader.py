@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from rollart.config import RunConfig
-from rollart.config_schema import suggest
+from rollart.config_schema import unknown_key_hint
 from rollart.run_dir import RunPaths
 
 Location = tuple[str, ...]
@@ -169,11 +169,7 @@ def _describe(exc: ValidationError, prov: _Provenance) -> str:
         dotted = ".".join(loc) or "(config)"
         source = prov.of(loc)
         if err["type"] == "extra_forbidden":
-            close, valid = suggest(loc)
-            hint = f"did you mean {' or '.join(close)}? " if close else ""
-            lines.append(
-                f"unknown key '{dotted}' (from {source}); {hint}valid keys here: {', '.join(sorted(valid))}"
-            )
+            lines.append(f"unknown key '{dotted}' (from {source}); {unknown_key_hint(loc)}")
         elif err["type"] == "value_error" and not loc:
             for problem in str(err["msg"]).removeprefix("Value error, ").split("\n"):
                 field_loc = tuple(problem.split(":", 1)[0].split("."))

@@ -4,8 +4,8 @@ In: the pydantic schema of `rollart.config` (nothing else; no config is loaded).
 - `schema_keys()`: a `KeyDoc` for every key, sections included, in schema order. Entries of a named
   mapping (`pools`, `roles`, `domains`) are written with a `<name>` placeholder: `domains.<name>.weight`.
 - `find_key(key)`: the `KeyDoc` of a dotted key as a user writes it (`domains.math.weight` is
-  `domains.<name>.weight`); `suggest(loc)`: the close matches and the valid keys where a key is unknown,
-  for `rollart config explain` and for the config loader's errors alike.
+  `domains.<name>.weight`); `unknown_key_hint(loc)`: what to say about an unknown key (close matches, the
+  valid keys beside it), the one text `rollart config explain` and the config loader's errors both use.
 - `explain(key)`: the text `rollart config explain [KEY]` prints; `configuration_markdown()`: the text of
   docs/configuration.md (`make docs` writes it; a test fails when the file is stale).
 
@@ -193,7 +193,7 @@ def keys_at(loc: tuple[str, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def suggest(loc: tuple[str, ...]) -> tuple[list[str], list[str]]:
+def _suggest(loc: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """For an unknown key `loc`: (close matches among the keys valid beside it, those valid keys). The close
     matches are names at that level; with no valid level, whole dotted keys close to `loc`."""
     valid = keys_at(loc[:-1])
@@ -205,7 +205,17 @@ def suggest(loc: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return (same_leaf or difflib.get_close_matches(wanted, everything, n=3, cutoff=0.6))[:3], []
 
 
+def unknown_key_hint(loc: tuple[str, ...]) -> str:
+    """'did you mean alpha? valid keys here: alpha, barrier, …' for the unknown key `loc`."""
+    close, valid = _suggest(loc)
+    parts = [f"did you mean {' or '.join(close)}?"] if close else []
+    if valid:
+        parts.append(f"valid keys here: {', '.join(sorted(valid))}")
+    return " ".join(parts) or "no key of the schema is close to it (rollart config explain lists them)"
+
+
 def undescribed_keys() -> list[str]:
+    """Keys with no description (neither the field's nor, for a section, its class docstring's)."""
     return [doc.key for doc in schema_keys() if not doc.description]
 
 
@@ -229,10 +239,7 @@ def explain(key: str | None = None) -> str:
                         entry=f"  its keys:")
     doc = find_key(key)
     if doc is None:
-        close, valid = suggest(loc)
-        hint = f"; did you mean {' or '.join(_rejoin(loc, close, valid))}?" if close else ""
-        where = f" (valid keys here: {', '.join(sorted(valid))})" if valid else ""
-        raise ValueError(f"unknown config key '{key}'{hint}{where}")
+        raise ValueError(f"unknown config key '{key}'; {unknown_key_hint(loc)}")
     if doc.section:
         return _listing(doc.key, f"{key} ({doc.type}): {doc.description}", entry=_entries(key, doc))
     lines = [key, f"  type:        {doc.type}", f"  default:     {_default_text(key, doc)}",
@@ -240,10 +247,6 @@ def explain(key: str | None = None) -> str:
     lines += textwrap.wrap(doc.description, width=100, initial_indent="  description: ",
                            subsequent_indent=" " * 15)
     return "\n".join(lines)
-
-
-def _rejoin(loc: tuple[str, ...], close: list[str], valid: list[str]) -> list[str]:
-    return [".".join(loc[:-1] + (c,)) for c in close] if valid else close
 
 
 def _listing(prefix: str, title: str, entry: str = "") -> str:
@@ -331,7 +334,9 @@ def _section_type(keys: list[KeyDoc], key: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Table-cell text: `|` would end the cell and `<tag>` would vanish as HTML when rendered."""
+    parts = text.replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "\\<") for i, p in enumerate(parts))  # not in `code`
 
 
 def _code(text: str) -> str:

@@ -19,7 +19,7 @@ What the driver does with it, once per run and once per step:
         if cfg.observability.timeline: timeline.write(RunPaths.of(run_dir).timeline)   # rollart.run_dir
         write_summary(run_dir, extra); logger.close(); progress.close(); build_report(run_dir)
 
-Metric names (issue 8 §1; `<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
+Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
 - time/{env.reset, generate, env.step, agent.step, reward, buffer.wait}: trajectory-seconds summed over the batch
   (`batch_metrics`); time/{train, weights.publish, weights.pull, weights.exposed, get_batch_wait, step}:
   wall seconds of the driver's phases (the driver logs them).

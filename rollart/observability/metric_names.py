@@ -6,7 +6,7 @@ a typo fails at the first step with the list of valid namespaces instead of prod
 
 from __future__ import annotations
 
-# Metric namespaces (issue 8 §1). `weights/*` carries what a WeightPublisher returns (bytes, buckets).
+# Metric namespaces. `weights/*` carries what a WeightPublisher returns (bytes, buckets).
 NAMESPACES: tuple[str, ...] = (
     "time", "rollout", "env", "eval", "reward", "train", "buffer", "pools", "system", "weights", "profile",
 )

@@ -27,6 +27,7 @@ WRONG = "def f(x):\n    return 0\n"
 RIGHT = "def f(x):\n    return 2 * x + 3\n"
 # where the tests of the built-in code domain live: readable to rollart, never to the candidate
 DATASET = str(Path(rollart.__file__).parent / "envs" / "domains" / "code_env.py")
+CHECKOUT = Path(rollart.__file__).resolve().parents[1]  # the attack searches the whole checkout too
 # a world-readable copy of the expected values where an attacker would look (the fixture writes it)
 DECOY = Path("/tmp/rollart-sbx-redteam-decoy/tests.json")
 
@@ -80,7 +81,7 @@ READ_TESTS = (
     f"paths = [{DATASET!r}, 'tests.json', '../tests.json', 'judge.py', '/proc/1/cmdline', '/proc/1/environ']\n"
     f"paths.append({str(DECOY)!r})\n"
     "for pattern in ['/tmp/rollart-sbx-*/tests.json', '/tmp/*/tests.json', '/proc/*/cwd/tests.json',\n"
-    "                '/proc/*/cmdline', '/work/**/code_env.py', '/root/**/tests.json']:\n"
+    f"                '/proc/*/cmdline', '{CHECKOUT}/**/code_env.py', '/root/**/tests.json']:\n"
     "    try:\n"
     "        paths += glob.glob(pattern, recursive=True)\n"
     "    except OSError:\n"

@@ -1,4 +1,4 @@
-"""Every config error of issue 2 §3: it names the key, where it came from and what is valid; exit code 2;
+"""Every config error names the key, where it came from and what is valid; exit code 2;
 nothing is started (not even Ray imported)."""
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def test_console_script_exit_code_is_2(tmp_path):
     assert f"{path}:" in out.stderr and "malformed YAML" in out.stderr
 
 
-# --- issue 12: what the config names is resolved when it loads ------------------------------------------
+# --- what the config names is resolved when it loads ------------------------------------------
 
 
 def test_duplicate_yaml_keys_are_refused_naming_both_lines(tmp_path):

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Built from parts, so that this file does not match itself.
 OUTSIDE_REFERENCES = [
     ".." + "/shared",
-    "/work" + "/shared",
+    "/work" + "/",  # the machine this was built on: the team's notes, worktrees, libraries
     "DESIGN" + ".md",
     "NOTES" + ".md",
     "REFERENCES" + ".md",
