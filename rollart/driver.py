@@ -142,13 +142,14 @@ class _RLLoop:
         first_step, steps = system.resumed.step, cfg.train.steps
         alpha, overlap = cfg.rollout.alpha, cfg.rollout.barrier != "batch"
         if first_step == 0:
-            system.warm_start(recorder.warm_start)
+            self.warm_start()
         await system.sync_weights(system.trainer.version)  # start-up, not a step's phase: not recorded
         first_version = system.trainer.version  # the policy version step `first_step` trains
         recorder.eval_first = system.resumed.eval_first
         if recorder.eval_first is None:
             recorder.eval_first = await self.evaluate(first_step, "first")
         self.scheduler = scheduler = system.start_rollout(steps - first_step)
+        recorder.rl_starts()  # what came before is the first step's time/startup, not part of its time/step
 
         for step in range(first_step, steps):
             version = first_version + (step - first_step)  # the policy version this step trains
@@ -180,6 +181,14 @@ class _RLLoop:
         await self.save_checkpoint(steps)
         recorder.final(await system.metrics())  # the counters as the run ends (a replacement may have landed)
         return recorder.flush()
+
+    def warm_start(self) -> None:
+        """The supervised warm start before RL (`train.warm_start`), on the timeline as one driver span."""
+        began = self.clock()
+        self.system.warm_start(self.recorder.warm_start)
+        ended = self.clock()
+        self.recorder.phase(TimedMetrics({"time/warm_start": ended - began},
+                                         Span("warm_start", began, ended, DRIVER_LANE)))
 
     async def save_checkpoint(self, step: int) -> None:
         """A checkpoint of the run as it stands before `step`: the trainer's state, the scheduler's (its

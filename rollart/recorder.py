@@ -79,6 +79,14 @@ class RunRecorder:
         if step == 0 or (step + 1) % 10 == 0 or step + 1 == total:
             log.info("warm start %d/%d: sft loss %.3f", step + 1, total, metrics.get("sft/loss", float("nan")))
 
+    def rl_starts(self) -> None:
+        """The first RL step begins now. Everything before it — Ray and the workers starting, the warm start,
+        the first evaluation — is logged as `time/startup` in that step's record, so its `time/step` is an
+        RL step like the others (the report draws the two apart)."""
+        now = time.time()
+        self._pending["time/startup"] = now - self._step_start
+        self._step_start = now
+
     def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
         """The train step on batch `step` (it finishes while later batches roll out)."""
         self._add_span(train_step)

@@ -336,7 +336,8 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         run_id, attempt = resumed.restart_identity(new_run_id())  # a resume keeps the run id
         log.info("run id %s, attempt %d", run_id, attempt)
         reward = RewardRouter(cfg, run_id=run_id, attempt=attempt).start()
-        stack.callback(reward.stop)
+        # an embedded Ray ends with the run, and Serve with it: only the app is deleted (see RewardService.stop)
+        stack.callback(reward.stop, shutdown_serve=runtime.mode != "embedded")
         system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
                         _stack=stack)
         system.watch_membership()

@@ -33,6 +33,7 @@ Qwen3-32B; target ≤ 0.10.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import statistics
 import threading
@@ -153,9 +154,9 @@ class _InferenceSide:
     def _poll(self) -> None:
         while not self.stop.is_set():
             if self.background_pull:
-                v = self.sub.latest_version()
+                v = asyncio.run(self.sub.latest_version())  # the subscriber's calls are coroutines
                 if v > self.sub.version:
-                    tensors = self.sub.pull(v)
+                    tensors = asyncio.run(self.sub.pull(v))
                     self.pull_s.append(self.sub.last_metrics["time/weights.pull"])
                     with self.cond:
                         self.staged = (v, tensors)
@@ -196,7 +197,7 @@ class _InferenceSide:
 
     def pull_and_swap(self, version: int) -> dict[str, float]:
         """The naive path's second half (generation is stopped by the driver)."""
-        tensors = self.sub.pull(version)
+        tensors = asyncio.run(self.sub.pull(version))
         return {"pull": self.sub.last_metrics["time/weights.pull"], "swap": self._swap(tensors)}
 
     def suspend_swap_resume(self, version: int) -> dict[str, float]:

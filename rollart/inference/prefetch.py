@@ -1,19 +1,23 @@
 """Background weight prefetch: pull the newest published version while the engine keeps generating.
 
 In: a `rollart.types.WeightSubscriber` (the weights plane's, injected by the driver) and the version the
-engine serves. Out: `take(version)` — that version's tensors, already pulled if the background thread
+engine serves. Out: `await take(version)` — that version's tensors, already pulled if the background pull
 got them, else pulled now — and timing: how long pulls took in the background versus how long a swap
 had to wait for one (the exposed part of a weight update).
 
+It runs as an asyncio task on the inference worker's own event loop (`start()` from a coroutine): the
+subscriber's calls are coroutines that await Ray's object refs, so nothing here blocks the loop that
+serves generation requests, and no thread is needed.
+
 Guarantees: only versions newer than the served one are pulled; at most one prefetched version is held
 (a newer one replaces an older); a `take` of the version being pulled waits for that pull (bounded by
-`wait_s`) instead of pulling it twice; the thread polls every `poll_s` seconds and stops on `close()`; a pull
+`wait_s`) instead of pulling it twice; the task polls every `poll_s` seconds and stops on `close()`; a pull
 that raises is recorded in `last_error` and retried at the next poll, never crashing the worker.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 from typing import Any
 
@@ -28,69 +32,77 @@ class WeightPrefetcher:
         self._served = served_version
         self._poll_s = poll_s
         self._wait_s = wait_s
-        self._lock = threading.Condition()
-        self._ready: tuple[int, dict[str, Any]] | None = None
-        self._pulling: int | None = None
-        self._stop = threading.Event()
+        self._ready: tuple[int, Any] | None = None  # the prefetched version and its tensors
+        self._pulling: tuple[int, asyncio.Future[Any]] | None = None  # the background pull in progress
+        self._task: asyncio.Task[None] | None = None
         self.background_pull_s = 0.0
         self.background_pulls = 0
         self.exposed_pull_s = 0.0
         self.exposed_pulls = 0
         self.last_error = ""
-        self._thread = threading.Thread(target=self._run, name="weight-prefetch", daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._poll_s):
+    def start(self) -> None:
+        """Start polling on the running event loop (idempotent; call it from a coroutine)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="weight-prefetch")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_s)
             try:
-                latest = self._subscriber.latest_version()
-                with self._lock:
-                    if latest <= max(self._served, self._ready[0] if self._ready else -1):
-                        continue
-                    self._pulling = latest
-                start = time.perf_counter()
-                tensors = None
-                try:
-                    tensors = self._subscriber.pull(latest)
-                finally:
-                    with self._lock:  # publish and wake waiters in one critical section
-                        self._pulling = None
-                        if tensors is not None:
-                            self.background_pull_s += time.perf_counter() - start
-                            self.background_pulls += 1
-                            if latest > self._served and (self._ready is None or latest > self._ready[0]):
-                                self._ready = (latest, tensors)
-                        self._lock.notify_all()
+                latest = await self._subscriber.latest_version()
+                if latest > max(self._served, self._ready[0] if self._ready else -1):
+                    await self._pull_in_background(latest)
             except Exception as exc:  # noqa: BLE001 — reported in stats, retried at the next poll
                 self.last_error = f"{type(exc).__name__}: {exc}"
 
-    def take(self, version: int) -> dict[str, Any]:
+    async def _pull_in_background(self, version: int) -> None:
+        start = time.perf_counter()
+        pull = asyncio.ensure_future(self._subscriber.pull(version))
+        self._pulling = (version, pull)
+        try:
+            tensors = await pull
+        finally:
+            self._pulling = None
+        self.background_pull_s += time.perf_counter() - start
+        self.background_pulls += 1
+        if version > self._served and (self._ready is None or version > self._ready[0]):
+            self._ready = (version, tensors)
+
+    async def take(self, version: int) -> Any:
         """Tensors of `version` (prefetched if available, else pulled now); marks it as served."""
         start = time.perf_counter()
-        with self._lock:
-            self._lock.wait_for(lambda: self._pulling != version, timeout=self._wait_s)
-            ready = self._ready
-            if ready is not None and ready[0] <= version:
-                self._ready = None
-            self._served = max(self._served, version)
-        if ready is None or ready[0] != version:
-            ready = (version, self._subscriber.pull(version))
+        tensors = await self._in_flight(version)
+        ready = self._ready
+        if ready is not None and ready[0] <= version:
+            self._ready = None
+        self._served = max(self._served, version)
+        if tensors is None and ready is not None and ready[0] == version:
+            tensors = ready[1]
+        if tensors is None:
+            tensors = await self._subscriber.pull(version)
             self.exposed_pulls += 1
         self.exposed_pull_s += time.perf_counter() - start
-        return ready[1]
+        return tensors
 
-    def latest_version(self) -> int:
-        return self._subscriber.latest_version()
+    async def _in_flight(self, version: int) -> Any | None:
+        """The tensors of the background pull of `version` if one is in progress (waited for, at most
+        `wait_s`), else None."""
+        if self._pulling is None or self._pulling[0] != version:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._pulling[1]), self._wait_s)
+        except Exception:  # noqa: BLE001 — that pull failed or is too slow: the caller pulls on its own
+            return None
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     def stats(self) -> dict[str, float]:
-        with self._lock:
-            ready = float(self._ready[0]) if self._ready else -1.0
         return {
-            "prefetched_version": ready,
+            "prefetched_version": float(self._ready[0]) if self._ready else -1.0,
             "pull_s_background": self.background_pull_s,
             "pulls_background": float(self.background_pulls),
             "pull_s_exposed": self.exposed_pull_s,

@@ -10,7 +10,8 @@ Guarantees:
 - The engine runs on its own thread (`EngineLoop`); every engine call happens at a step boundary.
 - Weight versions never go backwards: `update_weights_to(v)` with v ≤ the served version does nothing.
   With a subscriber, the newest published version is pulled in the background while the engine
-  generates; `update_weights_to` then only swaps. `stats()` reports background pull time and the
+  generates (an asyncio task on the actor's event loop that awaits the store: nothing blocks the loop
+  that serves requests); `update_weights_to` then only swaps. `stats()` reports background pull time and the
   exposed time (what a swap waited for: a pull not done yet, plus the swap itself).
 - Requests in flight across a swap are kept: re-prefilled under the new weights, or decoding on over
   their old KV (`inference.on_update`); their earlier tokens keep their old version.
@@ -104,9 +105,16 @@ class InferenceWorker:
 
     async def ready(self) -> str:
         """The worker's name, once its model is loaded (await it after creating the actor)."""
+        self._start_prefetch()
         return self.name
 
+    def _start_prefetch(self) -> None:
+        # on the actor's event loop, which the constructor does not run on: started by the first call
+        if self._prefetch is not None:
+            self._prefetch.start()
+
     async def generate(self, request: GenerationRequest) -> GenerationResult:
+        self._start_prefetch()
         return await self._loop.generate(request, self._timeout_s)
 
     async def abort(self, trajectory_id: str) -> None:
@@ -131,8 +139,9 @@ class InferenceWorker:
             served = self._loop.engine.version
             if version <= served:
                 return {"version": float(served), "swapped": 0.0, "pull_s": 0.0, "swap_s": 0.0, "exposed_s": 0.0}
+            self._start_prefetch()
             start = time.perf_counter()
-            tensors = await asyncio.to_thread(self._prefetch.take, version)
+            tensors = await self._prefetch.take(version)
             pull_s = time.perf_counter() - start
             return {**await self._swap(version, tensors, exposed_since=start), "pull_s": pull_s}
 

@@ -22,7 +22,8 @@ What the driver does with it, once per run and once per step:
 Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
 - time/{env.reset, generate, env.step, agent.step, reward, buffer.wait}: trajectory-seconds summed over the batch
   (`batch_metrics`); time/{train, weights.publish, weights.pull, weights.exposed, get_batch_wait, step}:
-  wall seconds of the driver's phases (the driver logs them).
+  wall seconds of the driver's phases (the driver logs them); time/{startup, warm_start}, in the first RL
+  step's record only: everything before RL (start-up, warm start, first evaluation), and the warm start.
 - rollout/{trajectories, groups, turns_mean, tokens, prompt_tokens, response_tokens, success, reward_mean,
   truncated_frac, format_error_frac}; env/<d>/{count, success, reward, env_return, turns, tokens,
   prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched for agent domains);

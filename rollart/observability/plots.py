@@ -33,6 +33,7 @@ PHASE_COLOURS: dict[str, str] = {
     "weights.pull": "#e377c2",
     "get_batch.wait": "#7f7f7f",
     "get_batch_wait": "#7f7f7f",
+    "warm_start": "#393b79",
     "other": "#bcbd22",
     "trajectory": "#f0f0f0",
 }
@@ -94,10 +95,11 @@ def _stacked(
 
 
 def step_breakdown_png(records: list[Record]) -> bytes | None:
-    """Left: where the driver's step wall time went (get_batch wait, weight sync exposed, train, other).
-    Right: where a trajectory's time went, mean per trajectory of the batch (time/<phase> ÷ trajectories).
-    Two panels because rollout overlaps the driver's step: its phases are trajectory-seconds, not a share
-    of the step."""
+    """Left: what came before the RL steps (start-up, warm start, first evaluation: `time/startup`), on its own
+    scale, so a long warm-up does not flatten the steps. Middle: where the driver's step wall time went
+    (get_batch wait, weight sync exposed, train, other). Right: where a trajectory's time went, mean per
+    trajectory of the batch (time/<phase> ÷ trajectories). Rollout overlaps the driver's step: its phases are
+    trajectory-seconds, not a share of the step, hence a panel of their own."""
     steps = [float(r["step"]) for r in records]
 
     def col(name: str) -> list[float]:
@@ -115,15 +117,36 @@ def step_breakdown_png(records: list[Record]) -> bytes | None:
     n = col("rollout/trajectories")
     phases = {p: [t / k if k else 0.0 for t, k in zip(col(f"time/{p}"), n)] for p in PHASES}
     has_phases = any(any(v) for v in phases.values())
+    before_rl = [r for r in records if r.get("time/startup") is not None]
     if not (has_driver or has_phases):
         return None
-    fig = Figure(figsize=(11, 3.8))
+    fig = Figure(figsize=(12, 3.8))
+    grid = fig.add_gridspec(1, 3, width_ratios=[1.3 if before_rl else 0.01, 5, 5], wspace=0.35)
+    if before_rl:
+        _before_rl(fig.add_subplot(grid[0, 0]), before_rl)
     if has_driver:
         colour_keys = {"get_batch wait": "get_batch_wait", "weight sync (exposed)": "weights.exposed"}
-        _stacked(fig.add_subplot(1, 2, 1), steps, driver, "driver step wall time", "seconds", colour_keys)
+        _stacked(fig.add_subplot(grid[0, 1]), steps, driver, "driver step wall time (RL steps)", "seconds",
+                 colour_keys)
     if has_phases:
-        _stacked(fig.add_subplot(1, 2, 2), steps, phases, "trajectory time by phase (mean per trajectory)", "seconds")
+        _stacked(fig.add_subplot(grid[0, 2]), steps, phases, "trajectory time by phase (mean per trajectory)",
+                 "seconds")
     return to_png(fig)
+
+
+def _before_rl(ax, records: list[Record]) -> None:
+    """One bar per (re)start: its warm start, and the rest of what preceded its first RL step."""
+    xs = list(range(len(records)))
+    warm = [float(r.get("time/warm_start") or 0.0) for r in records]
+    rest = [max(0.0, float(r["time/startup"]) - w) for r, w in zip(records, warm)]
+    ax.bar(xs, warm, 0.6, label="warm start", color=colour("warm_start"))
+    ax.bar(xs, rest, 0.6, bottom=warm, label="start-up,\nfirst eval", color=colour("other"))
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"before\nstep {int(r['step'])}" for r in records], fontsize=7)
+    ax.set_title("before RL", fontsize=10)
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=6, loc="upper right")
+    ax.grid(alpha=0.3, axis="y")
 
 
 def utilisation_png(records: list[Record], overall: Mapping[str, float]) -> bytes | None:
@@ -180,7 +203,10 @@ def staleness_png(hist: Mapping[int, float]) -> bytes | None:
     return to_png(fig)
 
 
-def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, marks: Sequence[Mark] = ()) -> bytes:
+def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, marks: Sequence[Mark] = (),
+           capped_at: float | None = None, run_end: float | None = None) -> bytes:
+    """A Gantt chart of `rows`. With `capped_at` (the trace cap was reached then), the axis runs to the run's
+    end and the part after the cap is shaded and labelled: trajectories there were not recorded."""
     fig = Figure(figsize=(11, max(2.5, 0.6 + 0.22 * len(rows))))
     ax = fig.add_subplot(1, 1, 1)
     names: dict[str, None] = {}
@@ -199,9 +225,16 @@ def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, ma
     ax.grid(alpha=0.3, axis="x")
     starts = [s.start for _, spans in rows for s in spans]
     ends = [s.end for _, spans in rows for s in spans]
-    pad = 0.02 * max(max(ends) - min(starts), 1e-3)
-    lo, hi = min(starts) - pad, max(ends) + pad
+    last = max([*ends, run_end or 0.0]) if capped_at is not None else max(ends)
+    pad = 0.02 * max(last - min(starts), 1e-3)
+    lo, hi = min(starts) - pad, last + pad
     ax.set_xlim(lo, hi)
+    if capped_at is not None:
+        ax.axvspan(max(capped_at, lo), hi, color="#999999", alpha=0.15, hatch="//", linewidth=0)
+        ax.annotate(f"trace cap reached at {capped_at:.0f} s: later trajectories are not recorded\n"
+                    "(observability.timeline_max_trajectories)", (max(capped_at, lo), 1.0),
+                    xycoords=("data", "axes fraction"), xytext=(4, -4), textcoords="offset points",
+                    fontsize=7, color="#555555", va="top")
     handles = [Patch(color=colour(n), label=n) for n in names]
     shown: dict[str, str] = {}
     for mark in (m for m in marks if lo <= m.time <= hi):  # faults: a line across every row, labelled
@@ -236,7 +269,9 @@ def trajectory_gantt_png(trace: Trace, max_rows: int) -> bytes | None:
 
     rows = [(label(trajectory_id, spans[0].domain), spans) for trajectory_id, spans in ordered]
     shown = "all" if len(rows) == len(by_traj) else f"the last {len(rows)} to start, of"
-    return _gantt(rows, f"trajectories ({shown} {len(by_traj)})", alpha=1.0, marks=trace.marks)
+    recorded = f" recorded; {trace.meta.get('dropped_trajectories', 0)} after the trace cap are not" if (
+        trace.capped_at is not None) else ""
+    return _gantt(rows, f"trajectories ({shown} {len(by_traj)}{recorded})", alpha=1.0, marks=trace.marks)
 
 
 def worker_gantt_png(trace: Trace) -> bytes | None:
@@ -247,5 +282,6 @@ def worker_gantt_png(trace: Trace) -> bytes | None:
             by_worker[s.worker].append(s)
     if not by_worker:
         return None
-    return _gantt(sorted(by_worker.items()), "workers (overlapping bars = concurrent requests)", alpha=0.45,
-                  marks=trace.marks)
+    capped = "" if trace.capped_at is None else f"; trace capped at {trace.capped_at:.0f} s"
+    return _gantt(sorted(by_worker.items()), f"workers (overlapping bars = concurrent requests{capped})",
+                  alpha=0.45, marks=trace.marks, capped_at=trace.capped_at, run_end=trace.end)

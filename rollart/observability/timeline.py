@@ -18,7 +18,9 @@ Layout of the trace:
 Guarantees: within every thread, events either nest or are disjoint — never a partial overlap — because
 `assign_lanes` moves a span that would partially overlap into another lane; durations are ≥ 0 (a span
 whose clocks disagree is drawn with zero length); times are whole microseconds since the run's start. After
-`max_trajectories` trajectories, later ones are counted (otherData.dropped_trajectories), not recorded.
+`max_trajectories` trajectories, later ones are counted (otherData.dropped_trajectories), not recorded, and
+otherData.capped_at_s says from when on the trace misses them (the earliest start of a dropped one), so a
+chart drawn from it can say where it stops being complete.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class Timeline:
         self.start_time = time.time() if start_time is None else float(start_time)
         self.max_trajectories = max_trajectories
         self.dropped_trajectories = 0
+        self._capped_from: float | None = None  # unix time: the earliest start of a dropped trajectory
         self._lives: list[_TrajectoryLife] = []
         self._loose: list[_LooseSpan] = []
         self._marks: list[Mark] = []
@@ -103,9 +106,13 @@ class Timeline:
 
     def add_trajectory(self, traj: Trajectory) -> None:
         """Record a finished (or dropped) trajectory's life; only its spans and labels are kept."""
-        self._recent.extend(trajectory_spans(traj))
+        spans = trajectory_spans(traj)
+        self._recent.extend(spans)
         if len(self._lives) >= self.max_trajectories:
             self.dropped_trajectories += 1
+            if spans:
+                start = min(s.start for s in spans)
+                self._capped_from = start if self._capped_from is None else min(self._capped_from, start)
             return
         self._lives.append(
             _TrajectoryLife(
@@ -114,7 +121,7 @@ class Timeline:
                 status=traj.status.value if traj.status else "running",
                 reward=traj.reward,
                 start_version=traj.start_version,
-                spans=tuple(trajectory_spans(traj)),
+                spans=tuple(spans),
             )
         )
 
@@ -146,12 +153,13 @@ class Timeline:
         return path
 
     def trace(self) -> dict[str, Any]:
-        return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories, self._marks)
+        return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories, self._marks,
+                            self._capped_from)
 
 
 def chrome_trace(
     lives: Sequence[_TrajectoryLife], loose: Sequence[_LooseSpan], t0: float, dropped: int = 0,
-    marks: Sequence[Mark] = (),
+    marks: Sequence[Mark] = (), capped_from: float | None = None,
 ) -> dict[str, Any]:
     """The Chrome trace-event JSON object for the given trajectory lives, loose spans and marks."""
     events: list[dict[str, Any]] = []
@@ -234,6 +242,7 @@ def chrome_trace(
             "end_unix": max(ends, default=t0),
             "trajectories": len(lives),
             "dropped_trajectories": dropped,
+            "capped_at_s": None if capped_from is None else capped_from - t0,
         },
     }
 
@@ -260,6 +269,19 @@ class Trace:
     spans: tuple[TraceSpan, ...]
     meta: Mapping[str, Any]
     marks: tuple[Mark, ...] = ()  # times in seconds since the run's start
+
+    @property
+    def capped_at(self) -> float | None:
+        """Seconds since the run's start from which trajectories are missing (the trace cap), or None."""
+        value = self.meta.get("capped_at_s")
+        return None if value is None else float(value)
+
+    @property
+    def end(self) -> float | None:
+        """Seconds since the run's start of the last thing the trace holds (None for an old trace)."""
+        if "end_unix" not in self.meta or "t0_unix" not in self.meta:
+            return None
+        return float(self.meta["end_unix"]) - float(self.meta["t0_unix"])
 
     def worker_spans(self) -> list[Span]:
         """The worker view as `Span`s (seconds since the run's start), for `pool_utilisation`."""

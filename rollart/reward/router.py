@@ -165,9 +165,11 @@ class RewardRouter:
             log.info("reward service at %s", self.service.url)
         return self
 
-    def stop(self) -> None:
+    def stop(self, shutdown_serve: bool = True) -> None:
+        """Stop what `start` started. `shutdown_serve=False`: leave Serve itself to the end of the Ray
+        instance (see `RewardService.stop`)."""
         if self._own_service and self.service is not None:
-            self.service.stop()
+            self.service.stop(shutdown_serve)
             self.service, self.serverless, self._own_service = None, None, False
         self._fns.close()
 

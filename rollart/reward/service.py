@@ -340,8 +340,13 @@ class RewardService:
                 log.debug("replica poll failed: %s", exc)
             self._stop.wait(self.poll_s)
 
-    def stop(self) -> None:
-        """Delete the app (and Serve itself if this service started it) and the ledger actor. Idempotent."""
+    def stop(self, shutdown_serve: bool = True) -> None:
+        """Delete the app (and Serve itself if this service started it) and the ledger actor. Idempotent.
+
+        `shutdown_serve=False` leaves Serve itself (controller, proxy) to the Ray instance's own shutdown: for
+        a caller that owns Ray and shuts it down next, which takes Serve with it. Serve's own shutdown
+        would only add a line to the console (its controller kills itself while the call that asked for
+        it waits, which Ray reports as a failed task to retry)."""
         self._stop.set()
         if self._poller is not None:
             self._poller.join(timeout=5)
@@ -356,7 +361,7 @@ class RewardService:
                 with _SERVE_API:
                     serve.delete(self.app_name)
                     # Serve itself only if this service started it and no other app (another job's) runs on it
-                    if self._started_serve and not serve.status().applications:
+                    if shutdown_serve and self._started_serve and not serve.status().applications:
                         serve.shutdown()
             except Exception as exc:  # noqa: BLE001 — stopping must not raise, and goes on
                 log.warning("stopping the reward service: %s", exc)

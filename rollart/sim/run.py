@@ -48,6 +48,9 @@ class SimRecorder:
     def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
         pass
 
+    def rl_starts(self) -> None:
+        pass  # the twin's step 0 keeps its (virtual) start-up in step_s: its means skip step 0
+
     def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
         if step < len(self.steps):
             self.steps[step]["train_s"] = float(train_step.metrics.get("time/train_step", 0.0))

@@ -16,7 +16,8 @@ timeout (`weights.timeout_s`) and a message.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Awaitable
 
 import ray
 
@@ -63,6 +64,15 @@ class WeightStoreActor:
     def versions(self) -> dict[int, int]:
         """{version: bytes} of the versions held."""
         return {v: n for v, (_, _, n, _) in sorted(self._versions.items())}
+
+
+async def wait_async(awaitable: Awaitable[Any], timeout_s: float, what: str) -> Any:
+    """`await` an ObjectRef (or a gather of them) with the same bound and message as `wait`; for callers on an
+    event loop (an inference worker), where a blocking `ray.get` would stall every request it serves."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except asyncio.TimeoutError as e:
+        raise TimeoutError(f"weight store: {what} did not finish within {timeout_s:.0f}s (weights.timeout_s)") from e
 
 
 def wait(ref: Any, timeout_s: float, what: str) -> Any:

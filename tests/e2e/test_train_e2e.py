@@ -6,6 +6,8 @@
   barrier=batch): the async pipeline degenerates exactly to sync.
 - Injected env faults and redundancy lose and duplicate nothing; every socket that run listens on, Serve's
   included, is bound to loopback.
+- What a user sees of every run is clean: no WARNING from rollart's own loggers, no Ray notice of a blocking
+  `ray.get` inside an async actor, no Serve shutdown noise (`console_problems`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +27,22 @@ pytestmark = [pytest.mark.slow]
 USERENV = Path(__file__).parent / "userenv"
 
 
+# what must never reach a user's console (stdout and stderr of `rollart train`, Ray's worker logs included)
+CONSOLE_NOISE = [
+    re.compile(r"\bWARNING\b.*\brollart[.:]"),  # a warning of rollart's own code (the CLI's log format)
+    re.compile(r"blocking ray\.get inside async actor", re.IGNORECASE),  # a blocking call on an event loop
+    re.compile(r"ServeController\.graceful_shutdown failed"),  # Serve shut down in the wrong order
+]
+
+
+def console_problems(text: str) -> list[str]:
+    return [line for line in text.splitlines() if any(p.search(line) for p in CONSOLE_NOISE)]
+
+
 def rollart_train(run_dir: Path, *overrides: str, cwd: Path | None = None, timeout: int = 420,
                   sockets: ListeningSockets | None = None) -> dict:
-    """Run `rollart train`; with `sockets`, sample every listening socket of its process tree meanwhile."""
+    """Run `rollart train` and check its console is clean; with `sockets`, sample every listening socket of
+    its process tree meanwhile."""
     cmd = [sys.executable, "-m", "rollart.cli", "train", f"run_dir={run_dir}", "observability.progress=plain",
            "observability.tensorboard=false", *overrides]
     with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -40,6 +56,8 @@ def rollart_train(run_dir: Path, *overrides: str, cwd: Path | None = None, timeo
                 proc.kill()
                 raise
     assert proc.returncode == 0, f"rollart train failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-5000:]}"
+    noise = console_problems(stdout + stderr)
+    assert not noise, "the console shows:\n" + "\n".join(noise)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -53,6 +71,16 @@ def metrics_by_step(run_dir: Path) -> dict[int, dict]:
 
 PICK = ["domains.frozenlake=null", "domains.math=null", "domains.pick.env=pick_env:PickEnv",
         "domains.pick.pool=gen_decode", "domains.pick.max_turns=1", "domains.pick.max_new_tokens=8"]
+
+
+def test_the_console_check_catches_each_kind_of_noise():
+    lines = [
+        "2026-11-30 18:07:29,287 WARNING rollart.resources: pool gen_decode is full, falling back to gen_prefill",
+        "(InferenceWorker pid=123) Using blocking ray.get inside async actor. This blocks the event loop.",
+        "(raylet) Task ServeController.graceful_shutdown failed. There are infinite retries remaining",
+    ]
+    assert console_problems("\n".join(lines)) == lines
+    assert console_problems("2026-11-30 18:07:29,287 INFO rollart: run id 4bdd, attempt 0\nWARNING ray: x") == []
 
 
 def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_env(tmp_path):

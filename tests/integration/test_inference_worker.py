@@ -23,10 +23,10 @@ class FakeSubscriber:
     def __init__(self, versions: dict[int, dict[str, torch.Tensor]]) -> None:
         self.versions = versions
 
-    def latest_version(self) -> int:
+    async def latest_version(self) -> int:
         return max(self.versions)
 
-    def pull(self, version: int) -> dict[str, torch.Tensor]:
+    async def pull(self, version: int) -> dict[str, torch.Tensor]:
         return self.versions[version]
 
 

@@ -6,6 +6,7 @@ stays below 1e-6 relative on the parameters (at lr 1e-3 it reaches ~4e-6, even b
 splits in one process). The gradient norm and loss are compared too: they see any scaling mistake.
 """
 
+import asyncio
 import uuid
 
 import pytest
@@ -28,12 +29,12 @@ def run(tiny_model_path, tmp_path, workers, micro_batch_tokens):
     sub = store.subscriber()
     try:
         with TrainerGroup(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher()) as group:
-            assert group.version == 0 and sub.latest_version() == 0
-            v0 = sub.pull(0)
+            assert group.version == 0 and store.latest_version() == 0
+            v0 = asyncio.run(sub.pull(0))
             before = group.weights()
             metrics = group.train_step(synthetic_batch(version=0, n=8))
             after = group.weights()
-            v1 = sub.pull(sub.latest_version())
+            v1 = asyncio.run(sub.pull(store.latest_version()))
             other = group.weights(rank=workers - 1)
         return before, after, metrics, v0, v1, other, sub.version
     finally:

@@ -1,5 +1,6 @@
 """The weight store on the shared local Ray: bit-identical pulls, at most K versions, never backwards."""
 
+import asyncio
 import threading
 import time
 import uuid
@@ -36,18 +37,18 @@ def store(ray_local):
 def test_pulled_weights_are_bit_identical_and_store_keeps_k_versions(store):
     pub, sub = store.publisher(), store.subscriber()
     assert isinstance(pub, WeightPublisher) and isinstance(sub, WeightSubscriber)
-    assert sub.latest_version() == -1
+    assert asyncio.run(sub.latest_version()) == -1
     for v in range(4):
         m = pub.publish(v, weights(v))
         assert m[PUBLISH] > 0 and m["weights/buckets"] >= 2
-        assert sub.latest_version() == v
-        got = sub.pull(v)
+        assert asyncio.run(sub.latest_version()) == v
+        got = asyncio.run(sub.pull(v))
         assert same_bits(got, weights(v)) and sub.last_metrics[PULL] > 0
         assert got["lm_head"] is got["emb"]
         assert len(store.versions()) <= 2
     assert sorted(store.versions()) == [2, 3]
     with pytest.raises(KeyError, match=r"held: \[2, 3\]"):
-        store.subscriber().pull(1)
+        asyncio.run(store.subscriber().pull(1))
     with pytest.raises(ValueError, match="not newer"):
         pub.publish(3, weights(3))
 
@@ -59,7 +60,7 @@ def test_subscriber_in_another_process_gets_the_same_bits(store, ray_local):
 
     @ray.remote(num_cpus=0)
     def pull_remote(sub, version):
-        t = sub.pull(version)
+        t = asyncio.run(sub.pull(version))
         return {k: v.clone() for k, v in t.items()}
 
     remote = ray.get(pull_remote.remote(store.subscriber(), 0), timeout=60)
@@ -73,10 +74,10 @@ def test_a_subscriber_version_never_goes_backwards(store):
 
     def background():  # what an inference worker does: poll latest, pull it
         while not stop.is_set():
-            v = sub.latest_version()
+            v = asyncio.run(sub.latest_version())
             if v > sub.version:
                 try:
-                    assert same_bits(sub.pull(v), weights(v))
+                    assert same_bits(asyncio.run(sub.pull(v)), weights(v))
                 except KeyError:  # dropped between latest() and get(): the next poll sees newer
                     continue
                 seen.append(sub.version)
@@ -92,7 +93,7 @@ def test_a_subscriber_version_never_goes_backwards(store):
     thread.join(timeout=30)
     assert seen and seen == sorted(set(seen)) and seen[-1] == 5
     with pytest.raises(ValueError, match="backwards"):
-        sub.pull(4)
+        asyncio.run(sub.pull(4))
 
 
 def test_an_adapter_version_travels_with_its_config(store):
@@ -107,7 +108,7 @@ def test_an_adapter_version_travels_with_its_config(store):
                            "base_model.model.q_proj.lora_B.weight": torch.randn(8, 2, generator=g)})
     m = pub.publish(1, adapter)
     assert m["weights/publish_mb"] * 2**20 == adapter.nbytes == 2 * 16 * 4
-    got = sub.pull(1)
+    got = asyncio.run(sub.pull(1))
     assert isinstance(got, LoraAdapter) and got.config == adapter.config
     assert same_bits(dict(got.tensors), dict(adapter.tensors))
-    assert isinstance(store.subscriber().pull(0), dict)  # a full-weights version stays a plain mapping
+    assert isinstance(asyncio.run(store.subscriber().pull(0)), dict)  # a full-weights version stays a plain mapping

@@ -1,77 +1,124 @@
-"""WeightPrefetcher: background pull of the newest version, no double pull, exposed vs background time."""
+"""WeightPrefetcher: background pull of the newest version on the worker's event loop, no double pull,
+exposed vs background time, and the loop never blocked by a pull."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 
-
 from rollart.inference.prefetch import WeightPrefetcher
-from testutil import wait_until
 
 
 class SlowSubscriber:
+    """A `WeightSubscriber` whose pulls take `delay_s` (awaited, as the store's are)."""
+
     def __init__(self, latest: int, delay_s: float = 0.0, fail_first: bool = False) -> None:
         self.latest = latest
         self.delay_s = delay_s
         self.fail_first = fail_first
         self.pulls: list[int] = []
-        self.pulling = threading.Event()
+        self.pulling = asyncio.Event()
 
-    def latest_version(self) -> int:
+    async def latest_version(self) -> int:
         return self.latest
 
-    def pull(self, version: int) -> dict[str, int]:
+    async def pull(self, version: int) -> dict[str, int]:
         self.pulls.append(version)
         self.pulling.set()
         if self.fail_first:
             self.fail_first = False
             raise ConnectionError("store unreachable")
-        time.sleep(self.delay_s)
+        await asyncio.sleep(self.delay_s)
         return {"w": version}
 
 
+async def until(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
 
 def test_prefetched_version_is_taken_without_an_exposed_pull():
-    sub = SlowSubscriber(latest=3)
-    pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
-    try:
-        wait_until(lambda: pre.stats()["prefetched_version"] == 3)
-        assert pre.take(3) == {"w": 3}
-        s = pre.stats()
-        assert sub.pulls == [3] and s["pulls_background"] == 1 and s["pulls_exposed"] == 0
-        assert s["prefetched_version"] == -1
-        time.sleep(0.05)
-        assert sub.pulls == [3]  # nothing newer than what is served: no further pull
-    finally:
-        pre.close()
+    async def run() -> None:
+        sub = SlowSubscriber(latest=3)
+        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre.start()
+        try:
+            await until(lambda: pre.stats()["prefetched_version"] == 3)
+            assert await pre.take(3) == {"w": 3}
+            s = pre.stats()
+            assert sub.pulls == [3] and s["pulls_background"] == 1 and s["pulls_exposed"] == 0
+            assert s["prefetched_version"] == -1
+            await asyncio.sleep(0.05)
+            assert sub.pulls == [3]  # nothing newer than what is served: no further pull
+        finally:
+            pre.close()
+
+    asyncio.run(run())
 
 
 def test_take_waits_for_the_pull_in_progress_instead_of_pulling_twice():
-    sub = SlowSubscriber(latest=1, delay_s=0.3)
-    pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
-    try:
-        assert sub.pulling.wait(5)
-        assert pre.take(1) == {"w": 1}
-        assert sub.pulls == [1] and pre.stats()["pulls_exposed"] == 0
-        assert pre.stats()["pull_s_exposed"] > 0  # the wait for the unfinished pull was exposed time
-    finally:
-        pre.close()
+    async def run() -> None:
+        sub = SlowSubscriber(latest=1, delay_s=0.3)
+        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre.start()
+        try:
+            await asyncio.wait_for(sub.pulling.wait(), 5)
+            assert await pre.take(1) == {"w": 1}
+            assert sub.pulls == [1] and pre.stats()["pulls_exposed"] == 0
+            assert pre.stats()["pull_s_exposed"] > 0  # the wait for the unfinished pull was exposed time
+            await asyncio.sleep(0.05)
+            assert sub.pulls == [1] and pre.stats()["prefetched_version"] == -1  # served: not held again
+        finally:
+            pre.close()
+
+    asyncio.run(run())
 
 
 def test_version_not_prefetched_is_pulled_on_demand_and_errors_are_retried():
-    sub = SlowSubscriber(latest=0, fail_first=True)
-    pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
-    try:
-        sub.latest = 2
-        wait_until(lambda: pre.stats()["prefetched_version"] == 2)  # the first pull failed, the next one worked
-        assert "ConnectionError: store unreachable" in pre.last_error
-        assert pre.take(4) == {"w": 4} and pre.stats()["pulls_exposed"] == 1
-    finally:
+    async def run() -> None:
+        sub = SlowSubscriber(latest=0, fail_first=True)
+        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre.start()
+        try:
+            sub.latest = 2
+            await until(lambda: pre.stats()["prefetched_version"] == 2)  # the first pull failed, the next worked
+            assert "ConnectionError: store unreachable" in pre.last_error
+            assert await pre.take(4) == {"w": 4} and pre.stats()["pulls_exposed"] == 1
+        finally:
+            pre.close()
+
+    asyncio.run(run())
+
+
+def test_a_background_pull_leaves_the_event_loop_free():
+    """While a slow pull is in progress, other coroutines on the loop (the worker's requests) keep running."""
+
+    async def run() -> None:
+        sub = SlowSubscriber(latest=1, delay_s=0.5)
+        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre.start()
+        try:
+            await asyncio.wait_for(sub.pulling.wait(), 5)
+            ticks, start = 0, time.monotonic()
+            while time.monotonic() - start < 0.3:
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert ticks >= 10 and pre.stats()["prefetched_version"] == -1  # ran while the pull was going on
+        finally:
+            pre.close()
+
+    asyncio.run(run())
+
+
+def test_close_stops_the_polling_task():
+    async def run() -> None:
+        pre = WeightPrefetcher(SlowSubscriber(latest=0), served_version=0, poll_s=0.01)
+        pre.start()
+        task = pre._task
         pre.close()
+        await asyncio.sleep(0.02)
+        assert task is not None and task.cancelled()
 
-
-def test_close_stops_the_thread():
-    pre = WeightPrefetcher(SlowSubscriber(latest=0), served_version=0, poll_s=0.01)
-    pre.close()
-    assert not pre._thread.is_alive()
+    asyncio.run(run())

@@ -148,3 +148,22 @@ def test_marks_are_global_instants_that_round_trip_and_draw_on_both_gantt_charts
     assert with_marks and without is None  # (no trajectories: nothing to draw)
     assert plots.worker_gantt_png(loaded) != plots.worker_gantt_png(
         type(loaded)(loaded.spans, loaded.meta))  # the marks change the picture
+
+
+def test_a_capped_trace_says_from_when_it_misses_trajectories_and_the_worker_chart_shows_it(tmp_path):
+    from rollart.observability import plots
+
+    tl = Timeline(start_time=0.0, max_trajectories=1)
+    tl.add_trajectory(_trajectory("a", 0.0))
+    tl.add_trajectory(_trajectory("c", 12.0))
+    tl.add_trajectory(_trajectory("b", 10.0))  # dropped too, and started earlier: the cap counts from it
+    tl.add_span(Span("train", 20.0, 21.0, "trainer/train/0"))
+    capped = load_trace(tl.write(tmp_path / "capped.json"))
+    assert capped.capped_at == 10.0 and capped.end == 21.0 and capped.meta["dropped_trajectories"] == 2
+    whole = Timeline(start_time=0.0)
+    whole.add_trajectory(_trajectory("a", 0.0))
+    whole.add_span(Span("train", 20.0, 21.0, "trainer/train/0"))
+    uncapped = load_trace(whole.write(tmp_path / "whole.json"))
+    assert uncapped.capped_at is None
+    # same spans; the capped one shades and labels the part after the cap
+    assert plots.worker_gantt_png(capped) != plots.worker_gantt_png(uncapped)
