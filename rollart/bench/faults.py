@@ -147,11 +147,11 @@ class Injector(threading.Thread):
             self.kill_node()  # type: ignore[misc]
             log.warning("chaos: killed a worker node after RL step %d", step)
             return Injected("node", at, step, "node", 0)
-        cls = VICTIM_CLASSES[fault.kind]
-        pids = sorted(p for c, p in _alive_actors(self.since) if re.fullmatch(cls, c))
-        if not pids:
-            raise RuntimeError(f"no alive {cls} actor to kill")
-        pid = self.rng.choice(pids)
+        pattern = VICTIM_CLASSES[fault.kind]
+        victims = sorted((p, c) for c, p in _alive_actors(self.since) if re.fullmatch(pattern, c))
+        if not victims:
+            raise RuntimeError(f"no alive actor of class {pattern} to kill")
+        pid, cls = self.rng.choice(victims)
         os.kill(pid, signal.SIGKILL)
         log.warning("chaos: SIGKILL %s (pid %d) after RL step %d", cls, pid, step)
         return Injected(fault.kind, at, step, cls, pid)
