@@ -100,6 +100,8 @@ def step_breakdown_png(records: list[Record]) -> bytes | None:
     (get_batch wait, weight sync exposed, train, other). Right: where a trajectory's time went, mean per
     trajectory of the batch (time/<phase> ÷ trajectories). Rollout overlaps the driver's step: its phases are
     trajectory-seconds, not a share of the step, hence a panel of their own."""
+    if any(r.get("time/step") is not None for r in records):  # not the run's final counters (no step ran)
+        records = [r for r in records if r.get("time/step") is not None]
     steps = [float(r["step"]) for r in records]
 
     def col(name: str) -> list[float]:
