@@ -33,8 +33,10 @@ K = TypeVar("K", bound=Hashable)
 
 
 def is_worker_death(exc: BaseException) -> bool:
-    """True when an actor call failed because the actor is gone (died, killed, its node left, unreachable)."""
-    return isinstance(exc, ray.exceptions.RayActorError)
+    """True when an actor call failed because the actor is gone (died, killed, its node left, unreachable).
+    Not when the call ran and raised an actor's death itself (Ray wraps it: `RayTaskError(ActorDiedError)`):
+    that is another actor the worker called, e.g. the weight store, and the worker is alive."""
+    return isinstance(exc, ray.exceptions.RayActorError) and not isinstance(exc, ray.exceptions.RayTaskError)
 
 
 def death_cause(exc: BaseException) -> str:

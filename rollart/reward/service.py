@@ -42,6 +42,7 @@ import ray
 from ray import serve
 
 from rollart.config import RunConfig
+from rollart.resources.manager import on_driver_node
 from rollart.resources.names import pool_resource
 from rollart.reward import tokens
 from rollart.reward.handler import RewardHandler, ServiceFaults
@@ -228,7 +229,8 @@ class RewardService:
                 raise RuntimeError(f"a shared reward service already runs in this Ray cluster (app {SHARED_APP})")
             self._ledger = (
                 ray.remote(SharedLedger)
-                .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000)
+                .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000,
+                         scheduling_strategy=on_driver_node())  # not on a node that may leave
                 .remote(int(self.cfg.reward.dedupe_max_mb * 2**20), self.cfg.reward.dedupe_ttl_s, lease)
             )
             self._ledger_alive = True
@@ -257,7 +259,8 @@ class RewardService:
         if self.shared:
             self._directory = (
                 ray.remote(ServiceDirectory)
-                .options(name=f"{SHARED_APP}-directory", namespace=LEDGER_NAMESPACE, num_cpus=0)
+                .options(name=f"{SHARED_APP}-directory", namespace=LEDGER_NAMESPACE, num_cpus=0,
+                         scheduling_strategy=on_driver_node())
                 .remote(self.url, self.token)
             )
         self._stop.clear()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ray
 
 from rollart.config import WeightsConfig
+from rollart.resources.manager import on_driver_node
 from rollart.weights.publisher import StorePublisher
 from rollart.weights.store import STORE_NAME, WeightStoreActor, wait
 from rollart.weights.subscriber import StoreSubscriber
@@ -27,7 +28,9 @@ class WeightStore:
         self.cfg = cfg
         self.name = name
         try:
-            self.actor = WeightStoreActor.options(name=name).remote(cfg.keep_versions)
+            # on the driver's node: a store on a worker node would take every held version with it
+            self.actor = WeightStoreActor.options(name=name, scheduling_strategy=on_driver_node()).remote(
+                cfg.keep_versions)
         except ValueError as e:
             raise RuntimeError(
                 f"a weight store named '{name}' already exists in this Ray namespace (another run?): {e}"

@@ -129,3 +129,16 @@ def test_a_shut_down_cluster_releases_everyone_and_replaces_no_one():
     cluster.shutdown()
     assert placer.forgotten and sorted(placer.released) == ["r/a/0", "r/a/1"]
     assert cluster.report_dead(actor, "late news") is False and events == []
+
+
+def test_a_call_that_raised_another_actors_death_is_not_the_workers_death():
+    """Ray wraps an ActorDiedError raised inside a call (e.g. the weight store the trainer published to died)
+    as RayTaskError(ActorDiedError): the worker that ran the call is alive and must not be replaced."""
+    import ray
+
+    from rollart.resources.health import is_worker_death
+
+    own = ray.exceptions.ActorDiedError()
+    raised_inside = ray.exceptions.RayTaskError("train_step", "traceback", own).as_instanceof_cause()
+    assert isinstance(raised_inside, ray.exceptions.RayActorError)  # why a plain isinstance check was wrong
+    assert is_worker_death(own) and not is_worker_death(raised_inside)
