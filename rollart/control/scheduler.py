@@ -378,8 +378,9 @@ class RolloutScheduler:
         trajectory_id = task.trajectory_id
         try:
             try:
-                traj = await asyncio.wait_for(self.runner.run(task, version), self.trajectory_timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.trajectory_timeout_s):  # (in this task: no second one per run)
+                    traj = await self.runner.run(task, version)
+            except TimeoutError:
                 await self.runner.cancel(trajectory_id, Status.ABORTED, "trajectory timeout")
                 reason = f"timed out after {self.trajectory_timeout_s:.0f}s"
                 traj = Trajectory(trajectory_id, task, version).finished(Status.FAILED, reason)

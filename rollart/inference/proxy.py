@@ -89,8 +89,9 @@ class LLMProxy:
             self._router.started(key)
             self._routed += 1
             try:
-                return await asyncio.wait_for(self._handle(key).generate.remote(request), self._call_timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self._call_timeout_s):  # (no extra task or waiter, as wait_for adds)
+                    return await self._handle(key).generate.remote(request)
+            except TimeoutError:
                 raise TimeoutError(
                     f"LLMProxy: worker {self._name(key)} gave no answer for request {request.request_id!r} "
                     f"within {self._call_timeout_s:g} s"

@@ -20,8 +20,11 @@ Rules:
 - The sticky map is bounded (least recently routed trajectories are forgotten first).
 
 Cost: routing a new trajectory is O(log workers) — each pool keeps a heap of (in flight, assigned, index)
-entries, stale ones (an old count, a removed worker) skipped lazily and the heap rebuilt when they pile up —
-so a 1,000-GPU cluster (the cluster twin runs this class unchanged) routes as fast as a laptop's two workers.
+entries, each alive worker with at least one entry no greater than its current one: a count that falls files
+a new entry, one that rises (a request started, a trajectory assigned) files nothing, and an entry found
+out of date at the top is re-filed or dropped (a removed worker's); the heap is rebuilt when stale entries
+pile up — so a 1,000-GPU cluster (the cluster twin runs this class unchanged) routes as fast as a laptop's
+two workers.
 """
 
 from __future__ import annotations
@@ -70,8 +73,7 @@ class Router:
             self._sticky.move_to_end(trajectory_id)
             return key
         key = self._least_loaded(target)
-        self._assigned[key] += 1
-        self._push(key)
+        self._assigned[key] += 1  # (a rise: its heap entry stays a lower bound)
         self._sticky[trajectory_id] = key
         self._sticky.move_to_end(trajectory_id)
         while len(self._sticky) > self._max_sticky:
@@ -132,15 +134,14 @@ class Router:
 
     def started(self, key: WorkerKey) -> None:
         if key in self._in_flight:
-            self._in_flight[key] += 1
-            self._push(key)
+            self._in_flight[key] += 1  # (a rise: its heap entry stays a lower bound)
 
     def finished(self, key: WorkerKey) -> None:
         if key in self._in_flight:  # a removed worker's requests end without a count to give back
             self._in_flight[key] -= 1
             self._push(key)
 
-    # --- the per-pool heap: min (in flight, assigned, index); stale entries skipped -------------------
+    # --- the per-pool heap: min (in flight, assigned, index) over lower bounds -------------------------
     def _entry(self, key: WorkerKey) -> tuple[int, int, int]:
         return (self._in_flight[key], self._assigned[key], key[1])
 
@@ -150,9 +151,14 @@ class Router:
         while True:
             top = heap[0]
             key = (pool, top[2])
-            if key in self._in_flight and top == self._entry(key):
-                return key
-            heapq.heappop(heap)
+            if key in self._in_flight:
+                entry = self._entry(key)
+                if top == entry:  # exact, and no worker's current entry is below it
+                    return key
+                if top < entry:  # the worker got busier since: file its current entry instead
+                    heapq.heapreplace(heap, entry)
+                    continue
+            heapq.heappop(heap)  # a removed worker's, or a worker's older, higher entry
 
     def _push(self, key: WorkerKey) -> None:
         heap = self._heaps.setdefault(key[0], [])

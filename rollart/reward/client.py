@@ -236,8 +236,9 @@ class LocalRewardClient:
     async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
         async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool]:
             try:
-                out = await asyncio.wait_for(call_reward(self.get_fn(fn), trajectory, fn), self.cfg.timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.cfg.timeout_s):  # (in this task: no second one per score)
+                    out = await call_reward(self.get_fn(fn), trajectory, fn)
+            except TimeoutError:
                 return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False
             except Exception as exc:  # noqa: BLE001 — a failing reward becomes a failed result, never a raise
                 retryable = not isinstance(exc, (RewardInputError, SandboxUnavailable))

@@ -87,6 +87,7 @@ class SimEngine:
         self._last = 0.0
         self._stall_until = 0.0
         self._step_s = 0.0
+        self.batch = 0  # requests decoding (admitted, not released): len(_running) - len(_waiting)
         self._kv_reserved = 0  # whole lengths of running requests (admission)
         self._ctx_sum = 0  # Σ context of running requests
         self._start_sum = 0.0  # Σ start tick of running requests
@@ -158,17 +159,13 @@ class SimEngine:
         return {"pull_s": pull_s, "exposed_s": wait + swap}
 
     async def stats(self) -> dict[str, Any]:
-        return {"worker": self.name, "version": self.version, "running": len(self._running) - len(self._waiting),
+        return {"worker": self.name, "version": self.version, "running": self.batch,
                 "waiting": len(self._waiting), "busy_s": self.busy_s, **self.counts}
 
     async def in_flight(self) -> int:
         return len(self._running)
 
     # --- the fluid model -------------------------------------------------------------------------------
-    @property
-    def batch(self) -> int:
-        return len(self._running) - len(self._waiting)
-
     def _advance(self) -> None:
         """Bring `tick` up to now at the step time in force since the last event."""
         now = self._loop.time()
@@ -238,12 +235,14 @@ class SimEngine:
         req.start_tick = self.tick
         req.end_tick = self.tick + req.new_tokens
         req.segments.append((self.version, self.tick))
+        self.batch += 1
         self._kv_reserved += need
         self._ctx_sum += req.context
         self._start_sum += req.start_tick
         heapq.heappush(self._ends, (req.end_tick, next(self._seq), req))
 
     def _release(self, req: _Request) -> None:
+        self.batch -= 1
         self._kv_reserved -= req.context + req.new_tokens
         self._ctx_sum -= req.context
         self._start_sum -= req.start_tick

@@ -120,13 +120,14 @@ class SimEnvRunner:
                 return traj.finished(Status.FAILED, f"env.reset failed {attempt + 1} time(s): injected")
             await self._sleep(live, min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s))
         traj = replace(traj, spans=(Span("env.reset", t0, clock(), WORKER),))
+        turns: list[Turn] = []  # the trajectory takes them once, at its end (not a copy of it per turn)
         context = 0
         generated = 0
         for k, turn in enumerate(episode.turns):
             if self.gate is not None:
                 await self.gate.before_turn(task.trajectory_id, k)
             if live.cancelled:
-                return self._end(traj, *live.cancelled, generated)
+                return self._end(traj, turns, *live.cancelled, generated)
             context += turn.prompt_tokens
             request = GenerationRequest(
                 f"{task.trajectory_id}/{k}", task.trajectory_id, task.domain, Runs.of(0, context),
@@ -137,7 +138,8 @@ class SimEnvRunner:
             try:
                 result = await self.llm.generate(request)
             except Exception as exc:  # noqa: BLE001 — a broken generation ends the episode, as in EnvManager
-                return self._end(traj, Status.FAILED, f"generation failed: {type(exc).__name__}: {exc}", generated)
+                return self._end(traj, turns, Status.FAILED, f"generation failed: {type(exc).__name__}: {exc}",
+                                 generated)
             finally:
                 live.generating = False
             n = len(result.token_ids)
@@ -151,28 +153,31 @@ class SimEnvRunner:
                                            result.prefill_tokens, turn.env_s, k == 0)
             if result.finish_reason == "abort" or live.cancelled:
                 status, reason = live.cancelled or (Status.ABORTED, "generation aborted by the inference plane")
-                record = Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
-                              finish_reason=result.finish_reason, spans=(wait,))
-                return self._end(traj.with_turn(record), status, reason, generated)
+                turns.append(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs,
+                                  result.versions, finish_reason=result.finish_reason, spans=(wait,)))
+                return self._end(traj, turns, status, reason, generated)
             step_start = clock()
             await self._sleep(live, turn.env_s)
-            traj = traj.with_turn(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs,
-                                       result.versions, finish_reason=result.finish_reason,
-                                       spans=(wait, Span("env.step", step_start, clock(), WORKER))))
+            turns.append(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
+                              finish_reason=result.finish_reason,
+                              spans=(wait, Span("env.step", step_start, clock(), WORKER))))
             if live.cancelled:
-                return self._end(traj, *live.cancelled, generated)
+                return self._end(traj, turns, *live.cancelled, generated)
             if turn.env_fails:
-                return self._end(traj, Status.FAILED, "env.step failed: injected", generated)
+                return self._end(traj, turns, Status.FAILED, "env.step failed: injected", generated)
         status = Status.TRUNCATED if episode.truncated else Status.COMPLETED
-        return self._end(traj, status, "max_turns/max_total_tokens reached" if episode.truncated else "env terminated",
+        return self._end(traj, turns, status,
+                         "max_turns/max_total_tokens reached" if episode.truncated else "env terminated",
                          generated, episode.reward_s)
 
     def _reset_fails(self, domain: DomainConfig, rng: random.Random) -> list[bool]:
         p = domain.inject.reset_fail_prob if domain.inject is not None else 0.0
         return [p > 0 and rng.random() < p for _ in range(self.envs.reset_retries + 1)]
 
-    def _end(self, traj: Trajectory, status: Status, reason: str, generated: int, reward_s: float = 0.0) -> Trajectory:
-        total = sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in traj.turns)
+    def _end(self, traj: Trajectory, turns: list[Turn], status: Status, reason: str, generated: int,
+             reward_s: float = 0.0) -> Trajectory:
+        traj = replace(traj, turns=tuple(turns))
+        total = sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in turns)
         if self.observer is not None and status.trainable:
             self.observer.observe_episode(traj.domain, len(traj.turns), reward_s)
         return traj.finished(status, reason, {"turns": float(len(traj.turns)), "response_tokens": float(generated),
