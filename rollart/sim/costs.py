@@ -28,6 +28,7 @@ measured transfer rates), T = bytes / L per copy:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from math import ceil
 
 from rollart.sim.hardware import EngineEfficiency, GpuKind, ModelShape, TrainerSpec, WeightSyncSpec
@@ -72,11 +73,17 @@ class EngineCost:
     def decode_step_s(self, batch: int, kv_tokens: float) -> float:
         if batch <= 0:
             return 0.0
-        memory = (self.model.weight_bytes + kv_tokens * self.model.kv_bytes_per_token) / self.bandwidth
-        compute = (2 * self.model.params * batch + 4 * self.model.layers * self._attn_width * kv_tokens) / (
-            self.flops * self.eff.mfu_decode
-        )
-        return max(memory, compute) + self.eff.step_overhead_s
+        weight_bytes, kv_bytes, bandwidth, two_params, four_layers_width, compute_rate, overhead = self._decode
+        memory = (weight_bytes + kv_tokens * kv_bytes) / bandwidth
+        compute = (two_params * batch + four_layers_width * kv_tokens) / compute_rate
+        return max(memory, compute) + overhead
+
+    @cached_property
+    def _decode(self) -> tuple[float, float, float, float, float, float, float]:
+        """The decode formula's constants (an engine asks for a step time at every event of the twin)."""
+        m = self.model
+        return (m.weight_bytes, m.kv_bytes_per_token, self.bandwidth, 2 * m.params, 4 * m.layers * self._attn_width,
+                self.flops * self.eff.mfu_decode, self.eff.step_overhead_s)
 
 
 @dataclass(frozen=True)
