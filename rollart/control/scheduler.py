@@ -484,6 +484,10 @@ class RolloutScheduler:
         return [g for g in self._groups.values() if not g.closed]
 
     async def _cancel_group(self, group: _Group, status: Status, reason: str) -> None:
+        if group.closed:
+            # Closed since the caller chose it (stop() and _cancel_stale await between groups, a drop runs in
+            # the background): complete — its members are READY in the buffer — or already cancelled.
+            return
         self._close(group, status, reason)
         for traj in group.scored:
             self._end_untrained(traj, status)
