@@ -17,13 +17,15 @@ pytestmark = pytest.mark.ray
 
 
 class FakeSubscriber:
+    """A `WeightSubscriber` (coroutines, as the protocol says) serving versions from memory."""
+
     def __init__(self, versions):
         self.versions = versions
 
-    def latest_version(self):
+    async def latest_version(self):
         return max(self.versions)
 
-    def pull(self, version):
+    async def pull(self, version):
         return self.versions[version]
 
 
