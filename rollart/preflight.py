@@ -21,6 +21,7 @@ from pathlib import Path
 from rollart.config import RunConfig
 from rollart.config_loader import ConfigError
 from rollart.envs import EnvSpecError, check_env_spec
+from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.reward.registry import check_spec
 
@@ -49,7 +50,7 @@ def check_config(cfg: RunConfig) -> None:
             problems.append(f"domains.{name}.{'agent' if dom.agent else 'env'}: {exc}")
         if dom.demonstrations:
             try:
-                resolve_agent(dom.demonstrations, what="demonstrations", arity=2)
+                resolve_demonstrations(dom.demonstrations)
             except AgentSpecError as exc:
                 problems.append(f"domains.{name}.demonstrations: {exc}")
         try:
