@@ -74,12 +74,15 @@ def _run(args: argparse.Namespace) -> int:
         if options.get(dest, 1) < 1:
             print(f"rollart: --{dest} takes a count ≥ 1, not {options[dest]}", file=sys.stderr)
             return 2
-    try:
-        extra = {"json_path": args.json} if args.name in STUDIES else {}
-        result = importlib.import_module(BENCHES[args.name]).run(quick=args.quick, **options, **extra)
-    except ValueError as exc:  # a study's bad --piece or study file
-        print(f"rollart: {exc}", file=sys.stderr)
-        return 2
+    module = importlib.import_module(BENCHES[args.name])
+    if args.name in STUDIES:
+        try:
+            result = module.run(quick=args.quick, json_path=args.json, **options)
+        except ValueError as exc:  # a bad --piece or study file: the message names it
+            print(f"rollart: {exc}", file=sys.stderr)
+            return 2
+    else:  # a ValueError inside another benchmark is a bug: its traceback stays
+        result = module.run(quick=args.quick, **options)
     argv = ["bench", args.name] + (["--quick"] if args.quick else []) + (["--json", args.json] if args.json else [])
     for dest, value in options.items():
         argv += [f"--{dest}"] if value is True else [f"--{dest}", str(value)]
