@@ -57,7 +57,7 @@ async def rollout_seconds(system: System, domain: str, barrier: bool, batches: i
     buffer = SampleBuffer(policy)
     sched = RolloutScheduler(
         cfg.rollout, {domain: cfg.domains[domain]}, system.env_router, system.reward, buffer, policy,
-        total_batches=batches, gate=system.gate if barrier else None, trajectory_timeout_s=600, digests=False,
+        total_batches=batches, gate=system.gate if barrier else None, trajectory_timeout_s=600, journal=False,
     )
     clock = asyncio.get_running_loop().time  # monotonic on a real loop, virtual in the twin (rollart.sim)
     times = []

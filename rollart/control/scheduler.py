@@ -140,10 +140,11 @@ class RolloutScheduler:
         gate: TurnGate | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
-        digests: bool = True,
+        journal: bool = True,
     ) -> None:
-        """`digests`: journal a digest of what each scored trajectory generated (the ledger file's check that a
-        restored group is the one checkpointed); the cluster twin, whose token ids are stand-ins, turns it off."""
+        """`journal`: keep the journal of ledger moves for the run's ledger file (`drain_journal`). Whoever
+        writes no ledger file — the cluster twin, `bench rollout` — turns it off: no entry is built and
+        nothing accumulates; the ledger itself (`fate`, `check_ledger`) is kept either way."""
         self.cfg = rollout
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
         self.weights = {d: c.weight for d, c in self.domains.items()}
@@ -152,7 +153,7 @@ class RolloutScheduler:
         self.gate = gate
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
-        self.digests = digests
+        self.journal = journal
         self.seed = seed
         self.rng = random.Random(seed)
         self.groups_per_batch = rollout.batch_size // rollout.group_size + rollout.redundancy.extra_groups
@@ -526,12 +527,14 @@ class RolloutScheduler:
                 f"{trajectory_id}: {current and current.value} → {fate.value} (expected from {expect and expect.value})"
             )
         self.fate[trajectory_id] = fate
+        if not self.journal:
+            return
         task = record.task if isinstance(record, Trajectory) else record
         entry: dict[str, Any] = {"time": self.clock(), "id": trajectory_id, "group": task.group_id,
                                  "domain": task.domain, "fate": fate.value}
         if reason:
             entry["reason"] = reason
-        if self.digests and fate in (Fate.READY, Fate.TRAINED):
+        if fate in (Fate.READY, Fate.TRAINED):
             entry["digest"] = trajectory_digest(record)  # type: ignore[arg-type]
         if batch is not None:
             entry["batch"] = batch

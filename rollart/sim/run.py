@@ -38,7 +38,6 @@ class SimRecorder:
         self.staleness_violations: list[str] = []
         self._pending: dict[str, float] = {}
         self._step_start = clock()
-        self.ledger_moves = 0  # the scheduler's journal, counted (its invariants: SimReport.ledger_violations)
         self.policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
 
     def phase(self, phase: TimedMetrics) -> None:
@@ -79,10 +78,10 @@ class SimRecorder:
         self.evals[step] = dict(evaluation.scores)
 
     def ledger(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        self.ledger_moves += len(entries)
+        pass  # the twin writes no ledger file (its scheduler keeps no journal; SimReport checks the ledger)
 
     def ledger_size(self) -> int:
-        return self.ledger_moves
+        return 0
 
     def final(self, metrics: Mapping[str, float]) -> None:
         pass

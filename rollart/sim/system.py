@@ -116,7 +116,7 @@ class SimSystem:
             first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
             trajectory_timeout_s=max(d.max_turns for d in cfg.domains.values())
             * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
-            clock=self.clock, digests=False,
+            clock=self.clock, journal=False,
         )
         self.scheduler.set_inference_version(self.served_version)
         self.scheduler.start()

@@ -341,3 +341,18 @@ def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_the
         assert all(trained[tid].turns == ready[tid].turns for tid in restored)  # as they were, not regenerated
 
     asyncio.run(main())
+
+
+def test_without_a_journal_the_ledger_is_kept_and_no_entry_is_built():
+    """What writes no ledger file (the cluster twin, bench rollout) turns the journal off: the fates and their
+    checks stay, the journal stays empty."""
+    async def main():
+        h = Harness(rollout_cfg(alpha=1), steps=2)
+        h.sched.journal = False
+        h.sched.start()
+        batch = await h.sched.get_batch(0)
+        await h.sched.stop()
+        assert batch and all(h.sched.fate[t.trajectory_id] is Fate.TRAINED for t in batch)
+        assert h.sched.drain_journal() == [] and h.sched.check_ledger() == []
+
+    asyncio.run(main())
