@@ -143,6 +143,11 @@ class Turn:
             )
 
 
+# A user agent's own metrics sit in `Trajectory.metrics` under this prefix (`agent/<name>`), apart from the
+# env plane's counters; the observability plane logs them per domain as `env/<domain>/agent/<name>`.
+AGENT_METRIC_PREFIX = "agent/"
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """A whole episode, from reset to its end, as the env plane hands it to reward and the buffer."""

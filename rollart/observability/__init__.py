@@ -26,7 +26,8 @@ Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
   step's record only: everything before RL (start-up, warm start, first evaluation), and the warm start.
 - rollout/{trajectories, groups, turns_mean, tokens, prompt_tokens, response_tokens, success, reward_mean,
   truncated_frac, format_error_frac}; env/<d>/{count, success, reward, env_return, turns, tokens,
-  prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched for agent domains);
+  prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched and agent/<name>, the
+  agent's own returned metrics, for agent domains);
   reward/{mean, std, min, max, zero_std_groups}.
 - eval/<d>/score and eval/mean (the driver logs them at eval steps).
 - train/* (trainer stats through `prefixed("train", ...)`); weights/* (publisher stats).

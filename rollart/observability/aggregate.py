@@ -6,7 +6,9 @@ trained, spans, token counts. Out: flat `{"<namespace>/<name>": float}` dicts fo
 Names produced (every one listed in `rollart/observability/__init__.py`'s docstring):
 - `rollout_metrics`: rollout/{trajectories, groups, turns_mean, tokens, prompt_tokens, response_tokens,
   success, reward_mean, truncated_frac, format_error_frac}; env/<domain>/{count, success, reward,
-  env_return, turns, tokens, prefill_tokens, decode_tokens} (means per trajectory, count a count);
+  env_return, turns, tokens, prefill_tokens, decode_tokens} (means per trajectory, count a count), and
+  env/<domain>/agent/<name> for each number a user agent returned in its `metrics` (the mean over the
+  trajectories that reported it);
   reward/{mean, std, min, max, zero_std_groups}.
 - `span_time_totals`: time/<span name> for the phases in `PHASES` (always) and any other span name:
   summed seconds over the batch's trajectories (trajectory-seconds; divide by rollout/trajectories for
@@ -29,7 +31,7 @@ from collections import Counter, defaultdict
 from typing import Iterable, Literal, Mapping, Sequence
 
 from rollart.observability.utilisation import pool_utilisation
-from rollart.types import Span, Status, Trajectory
+from rollart.types import AGENT_METRIC_PREFIX, Span, Status, Trajectory
 
 AGENT_COUNTERS: tuple[str, ...] = ("malformed_tool_calls", "segments_branched")
 # The life of a trajectory, in order; the report draws these phases.
@@ -108,6 +110,14 @@ def rollout_metrics(batch: Sequence[Trajectory]) -> dict[str, float]:
         for key in AGENT_COUNTERS:  # agent domains: tool calls that did not parse, history rewrites
             if any(key in t.metrics for t in trs):
                 out[p + key] = _mean([float(t.metrics.get(key, 0.0)) for t in trs])
+        # a user agent's own metrics: the mean over the trajectories that reported each one
+        reported: dict[str, list[float]] = defaultdict(list)
+        for t in trs:
+            for key, value in t.metrics.items():
+                if key.startswith(AGENT_METRIC_PREFIX):
+                    reported[key].append(float(value))
+        for key, values in sorted(reported.items()):
+            out[p + key] = _mean(values)
     return out
 
 

@@ -109,7 +109,7 @@ def sync_agent(base_url, api_key, task):  # a plain def with the sync client: ru
 
     reply = OpenAI(base_url=base_url, api_key=api_key, max_retries=0).chat.completions.create(
         model=task.model, messages=[{"role": "user", "content": "hi"}])
-    return {"reward": 0.5, "reference": {"answer": reply.choices[0].message.content}, "metrics": {"tools": 0}}
+    return {"reward": 0.5, "reference": {"answer": reply.choices[0].message.content}, "metrics": {"tools": 0, "calls": 7}}
 
 
 async def sleepy_agent(base_url, api_key, task):
@@ -135,7 +135,9 @@ def test_agent_endings_map_onto_trajectory_statuses(chat, agent, domain, status,
 def test_a_sync_agent_and_a_dict_outcome(chat):
     traj, _, _ = run_agent(chat, sync_agent, ["hello"])
     assert traj.status == Status.COMPLETED and traj.env_return == 0.5
-    assert traj.reference == {"answer": "hello"} and traj.metrics["tools"] == 0
+    assert traj.reference == {"answer": "hello"} and traj.metrics["agent/tools"] == 0
+    # the agent's own numbers are namespaced: its "calls" cannot overwrite the runner's count of model calls
+    assert traj.metrics["agent/calls"] == 7 and traj.metrics["calls"] == 1
 
 
 def test_no_reward_on_an_env_scored_domain_fails_but_a_reward_domain_scores_it(chat):
@@ -178,6 +180,8 @@ def test_agent_specs_and_outcomes_are_checked():
         agent_outcome({"score": 1})
     with pytest.raises(TypeError, match="finite"):
         agent_outcome(float("nan"))
+    with pytest.raises(TypeError, match="metric name 'a/b'"):
+        agent_outcome({"metrics": {"a/b": 1}})
 
 
 def test_a_demonstration_is_laid_out_exactly_as_the_rollout_of_the_same_seed(chat):

@@ -65,6 +65,15 @@ def test_success_prefers_the_env_flag():
     assert m["env/x/success"] == 0.0
 
 
+def test_an_agents_own_metrics_are_logged_per_domain_over_the_trajectories_that_reported_them():
+    batch = [traj("a", "tools", 1.0, metrics={"agent/called_search": 1.0}),
+             traj("b", "tools", 0.0, metrics={"agent/called_search": 0.0, "agent/retries": 3.0}),
+             traj("c", "tools", 0.0), traj("d", "math", 1.0, metrics={"calls": 2.0})]
+    m = batch_metrics(batch, 0)
+    assert m["env/tools/agent/called_search"] == 0.5 and m["env/tools/agent/retries"] == 3.0
+    assert not any("/agent/" in k for k in m if k.startswith("env/math/"))
+
+
 def test_span_totals_include_trajectory_spans_and_free_form_names():
     t = traj("a", "x", 1.0, spans=(Span("env.reset", 0, 0.25, "env/env/0"), Span("judge", 2, 3, "reward/r/0")))
     totals = span_time_totals([t])

@@ -12,7 +12,7 @@ accepted).
 Out (`agent_outcome`): a number is the trajectory's reward (`env_return`; the domain's default reward
 `env` uses it). A dict may hold `reward` (a number), `reference` (a dict the domain's reward reads, e.g.
 `{"answer": "42"}` for `reward: math`, which checks the last model output) and `metrics` (numbers, kept
-on the trajectory). `None` or a dict without `reward` leaves scoring to the domain's reward. Anything
+on the trajectory as `agent/<name>` and logged per step as `env/<domain>/agent/<name>`). `None` or a dict without `reward` leaves scoring to the domain's reward. Anything
 else is an error naming what was returned.
 
 Optional warm start: `domains.<name>.demonstrations: module.path:function` — `def demo(task, expert) ->
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Union
 
@@ -31,6 +32,7 @@ from rollart.envs.spec import import_user_object
 AgentResult = Union[float, int, bool, Mapping[str, Any], None]
 AgentFunction = Callable[[str, str, "AgentTask"], Union[AgentResult, Awaitable[AgentResult]]]
 
+METRIC_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 ACCEPTED = "'module.path:function' naming async def run(base_url, api_key, task) (the current directory is importable)"
 
 
@@ -68,6 +70,13 @@ def resolve_agent(spec: str, what: str = "agent", arity: int = 3) -> Callable[..
     return fn
 
 
+def _metric_name(name: Any) -> str:
+    # it becomes part of a logged metric name (env/<domain>/agent/<name>) and a TensorBoard tag
+    if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+        raise TypeError(f"the agent's metric name {name!r} must be letters, digits, '_', '.' or '-' (1–64 of them)")
+    return name
+
+
 def _number(value: Any, where: str) -> float:
     if isinstance(value, (int, float)) and math.isfinite(float(value)):
         return float(value)
@@ -93,7 +102,7 @@ def agent_outcome(value: Any) -> AgentOutcome:
         return AgentOutcome(
             reward=None if reward is None else _number(reward, "the agent's 'reward'"),
             reference=dict(reference),
-            metrics={str(k): _number(v, f"the agent's metric {k!r}") for k, v in metrics.items()},
+            metrics={_metric_name(k): _number(v, f"the agent's metric {k!r}") for k, v in metrics.items()},
         )
     raise TypeError(f"the agent returned {type(value).__name__} {value!r:.60}; expected a number (the reward), "
                     "a dict (reward / reference / metrics) or None")

@@ -37,7 +37,7 @@ from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
 from rollart.envs.manager import error_text
 from rollart.envs.seeds import episode_seed, request_seed
-from rollart.types import SamplingParams, Span, Status, Task, Trajectory, TurnGate
+from rollart.types import AGENT_METRIC_PREFIX, SamplingParams, Span, Status, Task, Trajectory, TurnGate
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,9 @@ class AgentRunner:
             last = max((s.end for t in turns for s in t.spans), default=start)
             spans = (Span("agent.step", last, end, self.worker),)
         metrics = {
-            **(outcome.metrics if outcome else {}),
+            # the agent's own numbers, namespaced so they cannot overwrite the runner's counters; the
+            # observability plane logs them as env/<domain>/agent/<name>
+            **{f"{AGENT_METRIC_PREFIX}{k}": v for k, v in (outcome.metrics if outcome else {}).items()},
             **{k: float(v) for k, v in counters.items()},
             "turns": float(len(turns)),
             "response_tokens": float(sum(len(t.response_token_ids) for t in turns)),

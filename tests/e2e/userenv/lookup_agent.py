@@ -11,7 +11,7 @@ tool's result is a fixed word, so the behaviour is a choice (which tool) followe
 result on — no copying of varying values, which the tiny model does not learn in a few dozen steps. The
 demonstrations call `lookup` when `expert` (else one of the two other tools) and always pass the called
 tool's result on: a warm start on a mix teaches the call format and the second call, and leaves the
-choice of tool to RL. The returned `metrics` (kept on each trajectory) say which tools were called.
+choice of tool to RL. The returned `metrics` (logged as `env/<domain>/agent/called_<tool>`) say which tools were called.
 """
 
 from __future__ import annotations
