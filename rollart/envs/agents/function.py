@@ -11,9 +11,10 @@ accepted).
 
 Out (`agent_outcome`): a number is the trajectory's reward (`env_return`; the domain's default reward
 `env` uses it). A dict may hold `reward` (a number), `reference` (a dict the domain's reward reads, e.g.
-`{"answer": "42"}` for `reward: math`, which checks the last model output) and `metrics` (numbers, kept
-on the trajectory as `agent/<name>` and logged per step as `env/<domain>/agent/<name>`). `None` or a dict without `reward` leaves scoring to the domain's reward. Anything
-else is an error naming what was returned.
+`{"answer": "42"}` for `reward: math`, which checks the last model output) and `metrics` (numbers under
+names of letters, digits, `_.-`; kept on the trajectory as `agent/<name>` and logged per step as
+`env/<domain>/agent/<name>`). `None` or a dict without `reward` leaves scoring to the domain's reward.
+Anything else is an error naming what was returned.
 
 Optional warm start: `domains.<name>.demonstrations: module.path:function` — `def demo(task, expert) ->
 {"messages": [...], "tools": [...]}`, a conversation in OpenAI's format (see `demonstrations.py`).
