@@ -28,7 +28,9 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   of W_base kept since the first adapter (`rollart.models.lora.merged_weights`). Merged, not run unmerged:
   the forward pass stays the plain model's (no extra adapter matmuls per layer on every decode step, no
   PEFT wrappers in the KV-cache path), at the cost of one copy of the adapted weights and one rank-r
-  product per adapted weight per swap — once per train step.
+  product per adapted weight per version. `prepare_weights` does that merge off the engine's thread (the
+  worker calls it after a background pull, while the engine generates), so the swap itself is a pointer
+  swap; a merge prepared before a full-weights update replaced the base is redone at the swap.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
   from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -58,6 +61,16 @@ from rollart.inference.generation import (
 from rollart.inference.sampling import choose_tokens, sampling_logprobs
 from rollart.models.lora import adapted_parameters, merged_weights
 from rollart.types import FinishReason, GenerationRequest, GenerationResult, LoraAdapter, SamplingParams
+
+
+@dataclass(frozen=True)
+class MergedAdapter:
+    """What `prepare_weights` makes of a `LoraAdapter`: the merged weights of the base they were merged into
+    (`base_epoch`: the engine's count of full-weights updates then)."""
+
+    adapter: LoraAdapter
+    weights: Mapping[str, torch.Tensor]
+    base_epoch: int
 
 
 @dataclass(kw_only=True)
@@ -128,6 +141,9 @@ class HFEngine:
         self._aborts: list[str] = []
         self._suspended = False
         self._lora_base: dict[str, torch.Tensor] = {}  # pristine copies of the weights a LoRA adapter adapts
+        self._base_epoch = 0  # full-weights updates so far: a merge prepared on an older base is redone
+        # `prepare_weights` runs on another thread: it and the swaps that touch the base take turns
+        self._lora_lock = threading.Lock()
         self._counters = dict.fromkeys(
             ("steps", "decode_steps", "decode_rows", "tokens_generated", "prompt_tokens", "prefill_tokens",
              "recompute_tokens", "requests_finished", "requests_aborted", "weight_updates", "swap_s_total"),
@@ -178,14 +194,28 @@ class HFEngine:
             results += self._prefill(joining)
         return results
 
-    def update_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter) -> None:
+    def prepare_weights(self, tensors: Mapping[str, Any] | LoraAdapter) -> Mapping[str, Any] | MergedAdapter:
+        """A LoRA adapter merged into the kept base, ready for a pointer swap; anything else as it is.
+        Safe to call from another thread while `step()` runs (it reads the base, never the served weights
+        once a base copy exists)."""
+        if not isinstance(tensors, LoraAdapter):
+            return tensors
+        with self._lora_lock:
+            return MergedAdapter(tensors, self._merge_adapter(tensors), self._base_epoch)
+
+    def update_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter | MergedAdapter) -> None:
         check_newer(version, self._version)
         start = time.perf_counter()
-        if isinstance(tensors, LoraAdapter):
-            self._load(self._merge_adapter(tensors), partial=True)
-        else:
-            self._lora_base = {}  # new full weights: a later adapter applies to these
-            self._load(tensors)
+        with self._lora_lock:
+            if isinstance(tensors, MergedAdapter):
+                current = tensors.base_epoch == self._base_epoch
+                self._load(tensors.weights if current else self._merge_adapter(tensors.adapter), partial=True)
+            elif isinstance(tensors, LoraAdapter):
+                self._load(self._merge_adapter(tensors), partial=True)
+            else:
+                self._load(tensors)
+                self._lora_base = {}  # new full weights: a later adapter applies to these
+                self._base_epoch += 1
         self._version = int(version)
         self._prefix.clear()  # KV of older weights is never reused
         if self.on_update == "recompute":

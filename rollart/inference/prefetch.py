@@ -1,9 +1,11 @@
 """Background weight prefetch: pull the newest published version while the engine keeps generating.
 
-In: a `rollart.types.WeightSubscriber` (the weights plane's, injected by the driver) and the version the
-engine serves. Out: `await take(version)` — that version's tensors, already pulled if the background pull
-got them, else pulled now — and timing: how long pulls took in the background versus how long a swap
-had to wait for one (the exposed part of a weight update).
+In: a `rollart.types.WeightSubscriber` (the weights plane's, injected by the driver), the version the
+engine serves, and optionally `prepare` (the engine's `prepare_weights`: e.g. a LoRA merge), run on a
+thread after each background pull. Out: `await take(version)` — that version's tensors, already pulled
+(and prepared) if the background pull got them, else pulled now, unprepared — and timing: how long pulls
+and preparation took in the background versus how long a swap had to wait for a pull (the exposed part of
+a weight update).
 
 It runs as an asyncio task on the inference worker's own event loop (`start()` from a coroutine): the
 subscriber's calls are coroutines that await Ray's object refs, so nothing here blocks the loop that
@@ -19,16 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rollart.types import WeightSubscriber
 
 
 class WeightPrefetcher:
     def __init__(
-        self, subscriber: WeightSubscriber, served_version: int, poll_s: float = 0.5, wait_s: float = 300.0
+        self, subscriber: WeightSubscriber, served_version: int, poll_s: float = 0.5, wait_s: float = 300.0,
+        prepare: Callable[[Any], Any] | None = None,
     ) -> None:
         self._subscriber = subscriber
+        self._prepare = prepare
         self._served = served_version
         self._poll_s = poll_s
         self._wait_s = wait_s
@@ -37,6 +41,7 @@ class WeightPrefetcher:
         self._task: asyncio.Task[None] | None = None
         self.background_pull_s = 0.0
         self.background_pulls = 0
+        self.background_prepare_s = 0.0
         self.exposed_pull_s = 0.0
         self.exposed_pulls = 0
         self.last_error = ""
@@ -58,8 +63,8 @@ class WeightPrefetcher:
 
     async def _pull_in_background(self, version: int) -> None:
         start = time.perf_counter()
-        pull = asyncio.ensure_future(self._subscriber.pull(version))
-        self._pulling = (version, pull)
+        pull = asyncio.ensure_future(self._pull_and_prepare(version))
+        self._pulling = (version, pull)  # a `take` of this version waits for the prepared tensors
         try:
             tensors = await pull
         finally:
@@ -68,6 +73,15 @@ class WeightPrefetcher:
         self.background_pulls += 1
         if version > self._served and (self._ready is None or version > self._ready[0]):
             self._ready = (version, tensors)
+
+    async def _pull_and_prepare(self, version: int) -> Any:
+        tensors = await self._subscriber.pull(version)
+        if self._prepare is None:
+            return tensors
+        start = time.perf_counter()
+        prepared = await asyncio.to_thread(self._prepare, tensors)  # a thread: the loop serves generation meanwhile
+        self.background_prepare_s += time.perf_counter() - start
+        return prepared
 
     async def take(self, version: int) -> Any:
         """Tensors of `version` (prefetched if available, else pulled now); marks it as served."""
@@ -105,6 +119,7 @@ class WeightPrefetcher:
             "prefetched_version": float(self._ready[0]) if self._ready else -1.0,
             "pull_s_background": self.background_pull_s,
             "pulls_background": float(self.background_pulls),
+            "prepare_s_background": self.background_prepare_s,
             "pull_s_exposed": self.exposed_pull_s,
             "pulls_exposed": float(self.exposed_pulls),
         }

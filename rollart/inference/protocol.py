@@ -5,8 +5,13 @@ In: `GenerationRequest`s (`add`), cancellations (`abort`), new weights (`update_
 
 The contract, in terms any engine can meet (vLLM's `LLMEngine.add_request/abort_request/step` map onto
 it one to one; weights onto an in-place reload plus a prefix-cache reset — see `vllm_engine.py`):
-- Single-threaded: the caller never runs two methods at once. So every call made between two `step()`s
-  happens at a step boundary — that is where requests join or leave and where weights are swapped.
+- Single-threaded: the caller never runs two methods at once, but for `prepare_weights`. So every call
+  made between two `step()`s happens at a step boundary — that is where requests join or leave and where
+  weights are swapped.
+- `prepare_weights(tensors)` is the work on newly pulled weights that needs no step boundary; the worker
+  calls it on another thread while the engine generates (after a background pull) and passes its result to
+  `update_weights`, which also accepts unprepared weights. The built-in engine merges a LoRA adapter here;
+  an engine with nothing to prepare returns its argument.
 - `step()` advances every running request by at most one token (an engine may also admit queued ones)
   and returns the results that finished in it. Each request yields exactly one result: finish reason
   `stop`, `length` or `abort`.
@@ -60,7 +65,11 @@ class InferenceEngine(Protocol):
 
     def resume(self) -> None: ...
 
-    def update_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter) -> None: ...
+    def prepare_weights(self, tensors: Mapping[str, Any] | LoraAdapter) -> Any: ...
+
+    def update_weights(self, version: int, tensors: Any) -> None:
+        """Serve `tensors` (weights, a `LoraAdapter`, or what `prepare_weights` made of them) as `version`."""
+        ...
 
     def stats(self) -> dict[str, float]: ...
 

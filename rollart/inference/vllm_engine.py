@@ -269,6 +269,9 @@ class VLLMEngine:
                 done.append(self._finish(gen, reason))
         return done
 
+    def prepare_weights(self, tensors: Mapping[str, Any]) -> Mapping[str, Any]:
+        return tensors  # the buckets are cut and shipped at the swap, into vLLM's own worker processes
+
     def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
         check_newer(version, self._version)
         check_weights(tensors, self._shapes, self._required)

@@ -11,7 +11,8 @@ Guarantees:
 - Weight versions never go backwards: `update_weights_to(v)` with v ≤ the served version does nothing.
   With a subscriber, the newest published version is pulled in the background while the engine
   generates (an asyncio task on the actor's event loop that awaits the store: nothing blocks the loop
-  that serves requests); `update_weights_to` then only swaps. `stats()` reports background pull time and the
+  that serves requests) and prepared on a thread (`InferenceEngine.prepare_weights`: a LoRA merge);
+  `update_weights_to` then only swaps. `stats()` reports background pull time and the
   exposed time (what a swap waited for: a pull not done yet, plus the swap itself).
 - Requests in flight across a swap are kept: re-prefilled under the new weights, or decoding on over
   their old KV (`inference.on_update`); their earlier tokens keep their old version.
@@ -97,7 +98,9 @@ class InferenceWorker:
         self._timeout_s = cfg.inference.request_timeout_s
         self._loop = EngineLoop(build_engine(cfg, pool, self.name, version), self.name)
         self._prefetch = (
-            WeightPrefetcher(subscriber, version, cfg.inference.weights_poll_s) if subscriber is not None else None
+            WeightPrefetcher(subscriber, version, cfg.inference.weights_poll_s,
+                             prepare=self._loop.engine.prepare_weights)
+            if subscriber is not None else None
         )
         self._update_lock = asyncio.Lock()
         self._swaps = 0

@@ -239,7 +239,7 @@ def test_weight_swap_takes_effect_and_versions_move_forward(make_engine, model):
     engine = make_engine()
     v = engine.version
     new = _perturbed(model)
-    engine.update_weights(v + 7, new)
+    engine.update_weights(v + 7, engine.prepare_weights(new))  # what a worker swaps in after a background pull
     assert engine.version == v + 7
     prompt = _prompt(21, seed=5)
     engine.add(_req("after", n=10, prompt=prompt))

@@ -122,3 +122,37 @@ def test_close_stops_the_polling_task():
         assert task is not None and task.cancelled()
 
     asyncio.run(run())
+
+
+def test_pulled_weights_are_prepared_on_a_thread_and_a_take_gets_them_prepared():
+    """The engine's prepare (a LoRA merge) runs on a thread after the pull: the loop stays free, and a take
+    that arrives while it runs waits for the prepared tensors (no second merge at the swap)."""
+
+    async def run() -> None:
+        started = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def prepare(tensors: dict[str, int]) -> dict[str, int]:
+            loop.call_soon_threadsafe(started.set)
+            time.sleep(0.3)  # blocking work, as a merge is
+            return {**tensors, "merged": 1}
+
+        sub = SlowSubscriber(latest=1)
+        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01, prepare=prepare)
+        pre.start()
+        try:
+            await asyncio.wait_for(started.wait(), 5)
+            ticks, start = 0, time.monotonic()
+            while time.monotonic() - start < 0.1:
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert ticks >= 5  # the loop ran while prepare blocked its thread
+            assert await pre.take(1) == {"w": 1, "merged": 1}
+            s = pre.stats()
+            assert sub.pulls == [1] and s["pulls_exposed"] == 0 and s["prepare_s_background"] >= 0.25
+            pre.close()  # no more background pulls: a version taken now is pulled on demand, unprepared
+            assert await pre.take(2) == {"w": 2}  # (the engine merges it at the swap)
+        finally:
+            pre.close()
+
+    asyncio.run(run())

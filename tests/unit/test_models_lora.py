@@ -79,6 +79,29 @@ def test_an_engine_swap_serves_base_plus_adapter(tiny_model_path):
                        peft_merged(trained_like(tiny_model_path, seed=1))["model.layers.0.self_attn.q_proj.weight"])
 
 
+def test_a_merge_prepared_off_the_engine_thread_swaps_in_as_the_same_weights(tiny_model_path):
+    """prepare_weights merges while the engine would be generating; the swap then only assigns. A merge
+    prepared on a base that a full-weights update has since replaced is redone on the new base."""
+    engine = HFEngine(load_model(tiny_model_path), max_batch_size=4)
+    adapter = adapter_of(trained_like(tiny_model_path, seed=1))
+    prepared = engine.prepare_weights(adapter)
+    base = dict(load_model(tiny_model_path).named_parameters())
+    assert engine.version == 0  # preparing changed nothing served
+    assert all(torch.equal(p, base[n]) for n, p in engine.model.named_parameters())
+    engine.update_weights(1, prepared)
+    reference = peft_merged(trained_like(tiny_model_path, seed=1))
+    assert all(torch.equal(p, reference[n]) for n, p in engine.model.named_parameters())
+    # a full-weights update (new base) lands between a prepare and its swap: the stale merge is redone
+    stale = engine.prepare_weights(adapter_of(trained_like(tiny_model_path, seed=2)))
+    new_base = {n: p + 0.01 for n, p in load_model(tiny_model_path).named_parameters()}
+    engine.update_weights(2, new_base)
+    engine.update_weights(3, stale)
+    expected = merged_weights(new_base, adapter_of(trained_like(tiny_model_path, seed=2)))
+    for name, p in engine.model.named_parameters():
+        assert torch.equal(p, expected.get(name, new_base[name])), name
+    assert engine.prepare_weights(new_base) is new_base  # full weights: nothing to prepare
+
+
 def test_an_adapter_the_merge_does_not_support_is_refused(tiny_model_path):
     adapter = adapter_of(trained_like(tiny_model_path, seed=1))
     engine = HFEngine(load_model(tiny_model_path), max_batch_size=4)
