@@ -73,7 +73,8 @@ class SimRewardPool:
             for r in self._replicas:
                 r.started_at = st.first
         if self.spec.mode == "none":
-            await asyncio.sleep(service_s)
+            if service_s > 0:  # (a scoring that takes no time does not yield: one task hop less per trajectory)
+                await asyncio.sleep(service_s)
             st.busy_s += service_s
             return
         arrived = loop.time()
