@@ -90,7 +90,9 @@ class Router:
             raise ValueError(
                 f"request domain {domain!r} is not a configured domain (known: {sorted(self.domain_pools)})"
             )
-        return next((p for p in (pool, *self.pool_fallbacks.get(pool, ())) if self._alive.get(p)), None)
+        if self._alive.get(pool):  # (the common case: its own pool has workers)
+            return pool
+        return next((p for p in self.pool_fallbacks.get(pool, ()) if self._alive.get(p)), None)
 
     def workers(self, pool: str) -> list[WorkerKey]:
         """The alive workers of `pool`, in index order."""

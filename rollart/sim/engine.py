@@ -146,6 +146,7 @@ class SimEngine:
         wait, pull_s = self.weights.pull_wait(version, self.index, loop.time())
         swap = self.weights.swap_s
         self._stall(wait + swap)
+        self._schedule()
         await asyncio.sleep(wait + swap)
         self._advance()
         self.version = version
@@ -176,12 +177,12 @@ class SimEngine:
         self._last = now
 
     def _stall(self, seconds: float) -> None:
-        """Decoding stops for `seconds` (a prefill, a swap, a KV recompute) from now or the current stall."""
+        """Decoding stops for `seconds` (a prefill, a swap, a KV recompute) from now or the current stall
+        (the caller plans the next end again: `_schedule`, or `_pump`, which ends with it)."""
         now = self._loop.time()
         begin = max(now, self._stall_until)
         self._stall_until = begin + seconds
         self.busy_s += seconds
-        self._schedule()
 
     def _kv_live(self) -> float:
         return self._ctx_sum + self.batch * self.tick - self._start_sum
@@ -206,8 +207,9 @@ class SimEngine:
 
     def _schedule(self) -> None:
         """Plan the next request's end at the current step time and stall. The timer is moved only when
-        the end comes earlier than it is set for; a timer that fires early just plans again (fewer
-        cancelled timers for the event loop's heap to carry)."""
+        the end comes earlier than it is set for; a timer that fires before the end planned since is set
+        again for it (fewer cancelled timers for the event loop's heap to carry), without being an event of
+        the model: the step time changes at arrivals, ends, aborts and updates only."""
         if not self._ends:
             self._plan = None
             return
@@ -222,11 +224,17 @@ class SimEngine:
 
     def _on_timer(self) -> None:
         self._timer = None
+        plan, now = self._plan, self._loop.time()
+        if plan is not None and plan[0] > now + _EPS:
+            # Set for an end that has moved later since (a newcomer's prefill stall, a slower step): no event
+            # of the model happens now, so the timer only moves to the end as planned now.
+            self._timer = self._loop.call_at(plan[0], self._on_timer)
+            return
         self._advance()
         # Due: the planned end is reached. Snapping to it keeps float rounding from re-arming the timer at
         # the same instant forever (the plan is redone on every change of rate or stall).
-        if self._plan is not None and self._loop.time() >= self._plan[0]:
-            self.tick = max(self.tick, self._plan[1])
+        if plan is not None:
+            self.tick = max(self.tick, plan[1])
         self._pump()
 
     def _admit(self, req: _Request, need: int) -> None:

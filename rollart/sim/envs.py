@@ -57,6 +57,7 @@ class SimEnvRunner:
         # a workload shift: episodes begun at version ≥ v draw from another profile (the re-mapping demo)
         self.shifts = {d: (v, self.domains[d].model_copy(update={"profile": p})) for d, (v, p) in (shifts or {}).items()}
         self._live: dict[str, _Live] = {}
+        self._sampling_by_length: dict[int, SamplingParams] = {}
         self.started = 0
 
     # --- TrajectoryRunner -----------------------------------------------------------------------------
@@ -88,15 +89,17 @@ class SimEnvRunner:
 
     # --- one episode ------------------------------------------------------------------------------------
     async def _sleep(self, live: _Live, seconds: float) -> None:
+        """Take `seconds` of virtual time, or less if the trajectory is cancelled meanwhile. (A timer left
+        behind by a cancel fires on a done future and does nothing: cancelling it each time would cost every
+        turn two calls for the rare straggler.)"""
         if seconds <= 0:
             return
         loop = asyncio.get_running_loop()
-        live.sleeping = loop.create_future()
-        handle = loop.call_later(seconds, _wake, live.sleeping)
+        live.sleeping = woken = loop.create_future()
+        loop.call_at(loop.time() + seconds, _wake, woken)
         try:
-            await live.sleeping
+            await woken
         finally:
-            handle.cancel()
             live.sleeping = None
 
     async def _episode(self, task: Task, start_version: int, live: _Live) -> Trajectory:
@@ -131,7 +134,7 @@ class SimEnvRunner:
             context += turn.prompt_tokens
             request = GenerationRequest(
                 f"{task.trajectory_id}/{k}", task.trajectory_id, task.domain, Runs.of(0, context),
-                SamplingParams(max_new_tokens=turn.response_tokens),
+                self._sampling(turn.response_tokens),
             )
             started = clock()
             live.generating = True
@@ -169,6 +172,13 @@ class SimEnvRunner:
         return self._end(traj, turns, status,
                          "max_turns/max_total_tokens reached" if episode.truncated else "env terminated",
                          generated, episode.reward_s)
+
+    def _sampling(self, max_new_tokens: int) -> SamplingParams:
+        """The (immutable) sampling params of a turn of this length, made once per length."""
+        params = self._sampling_by_length.get(max_new_tokens)
+        if params is None:
+            params = self._sampling_by_length[max_new_tokens] = SamplingParams(max_new_tokens=max_new_tokens)
+        return params
 
     def _reset_fails(self, domain: DomainConfig, rng: random.Random) -> list[bool]:
         p = domain.inject.reset_fail_prob if domain.inject is not None else 0.0

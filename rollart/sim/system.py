@@ -25,7 +25,6 @@ from typing import Any, Callable, Mapping
 
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
-from rollart.envs.worker import ActorLLMClient
 from rollart.inference.proxy import LLMProxy
 from rollart.reward.router import RewardRouter
 from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
@@ -89,8 +88,9 @@ class SimSystem:
         self.proxy = LocalHandle(self.proxy_impl)
         self.barrier = TurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
         self.gate = self.barrier
-        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, ActorLLMClient(self.proxy), gate=self.gate, seed=cfg.seed,
-                                 observer=self.profiler, shifts=shifts)
+        # the proxy is in this process: the env runner calls it as its LLMClient (no actor-handle wrapper)
+        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, self.proxy_impl, gate=self.gate, seed=cfg.seed,
+                                       observer=self.profiler, shifts=shifts)
         self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
         self.reward = RewardRouter(cfg, fns={d: self.reward_pool.fn(d) for d in cfg.domains}, seed=cfg.seed)
         train = hardware.pools[hardware.train_pool]
