@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rollart.config import DomainConfig, DomainProfileConfig, EnvsConfig
@@ -122,7 +122,7 @@ class SimEnvRunner:
             if attempt == self.envs.reset_retries:
                 return traj.finished(Status.FAILED, f"env.reset failed {attempt + 1} time(s): injected")
             await self._sleep(live, min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s))
-        traj = replace(traj, spans=(Span("env.reset", t0, clock(), WORKER),))
+        traj = Trajectory(task.trajectory_id, task, start_version, spans=(Span("env.reset", t0, clock(), WORKER),))
         turns: list[Turn] = []  # the trajectory takes them once, at its end (not a copy of it per turn)
         context = 0
         generated = 0
@@ -186,12 +186,14 @@ class SimEnvRunner:
 
     def _end(self, traj: Trajectory, turns: list[Turn], status: Status, reason: str, generated: int,
              reward_s: float = 0.0) -> Trajectory:
-        traj = replace(traj, turns=tuple(turns))
+        """`traj` (reset done) with its turns, ended with `status` (built once: no copy per field set)."""
         total = sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in turns)
         if self.observer is not None and status.trainable:
-            self.observer.observe_episode(traj.domain, len(traj.turns), reward_s)
-        return traj.finished(status, reason, {"turns": float(len(traj.turns)), "response_tokens": float(generated),
-                                              "total_tokens": float(total), "reward_s": reward_s})
+            self.observer.observe_episode(traj.domain, len(turns), reward_s)
+        metrics = {"turns": float(len(turns)), "response_tokens": float(generated), "total_tokens": float(total),
+                   "reward_s": reward_s}
+        return Trajectory(traj.trajectory_id, traj.task, traj.start_version, tuple(turns), status, reason,
+                          metrics=metrics, spans=traj.spans)
 
 
 def _wake(future: asyncio.Future) -> None:
