@@ -105,9 +105,10 @@ class SimReport:
     trainer_busy_s: float
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def mean_step_s(self, skip: int = 1) -> float:
-        """Mean step time, the first `skip` steps left out (the pipeline fills)."""
-        times = [s["step_s"] for s in self.steps[skip:]] or [s["step_s"] for s in self.steps]
+    def mean_step_s(self, skip: int = 1, upto: int | None = None) -> float:
+        """Mean step time of steps `skip`..`upto` (the first `skip` left out: the pipeline fills; `upto`
+        compares a longer run with a shorter one over the same steps)."""
+        times = [s["step_s"] for s in self.steps[skip:upto]] or [s["step_s"] for s in self.steps[:upto]]
         return sum(times) / len(times)
 
     @property
@@ -115,8 +116,8 @@ class SimReport:
         done = sum(s["trajectories"] for s in self.steps)
         return done / self.virtual_s if self.virtual_s else 0.0
 
-    def steady_trajectories_per_s(self, skip: int = 1) -> float:
-        rows = self.steps[skip:] or self.steps
+    def steady_trajectories_per_s(self, skip: int = 1, upto: int | None = None) -> float:
+        rows = self.steps[skip:upto] or self.steps[:upto]
         return sum(r["trajectories"] for r in rows) / sum(r["step_s"] for r in rows)
 
     def per_dollar_hour(self, skip: int = 1) -> float:

@@ -73,3 +73,14 @@ def test_runs_behave_like_the_tuple_they_stand_for() -> None:
     assert len(Runs.of(0, 10**9)) == 10**9  # O(1) memory
     with pytest.raises(IndexError):
         r[5]
+
+
+def test_a_reports_step_figures_can_be_taken_over_its_first_steps_only():
+    """`bench sim` compares a 50-step run with 8-step ones over the same steps."""
+    from rollart.sim.run import SimReport
+
+    steps = [{"step_s": s, "trajectories": 10.0} for s in (30.0, 10.0, 10.0, 40.0, 40.0)]
+    report = SimReport(steps, 130.0, 0.0, 1.0, {}, {}, {}, [], [], [], 0.0)
+    assert report.mean_step_s() == 25.0 and report.mean_step_s(upto=3) == 10.0
+    assert report.steady_trajectories_per_s(upto=3) == 1.0 and report.steady_trajectories_per_s() == 0.4
+    assert report.mean_step_s(upto=1) == 30.0  # nothing left after the skip: the steps there are
