@@ -236,6 +236,9 @@ class _InferenceSide:
         self.resume()
         for thread in self.threads:
             thread.join(timeout=TIMEOUT_S)
+            if thread.is_alive():
+                raise TimeoutError(f"bench weights: the inference side's {thread.name} thread did not stop in "
+                                   f"{TIMEOUT_S:.0f} s (a pull or a forward pass hung); killing the actor may abort it")
 
 
 def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float, lora_rank: int = 0) -> dict[str, Any]:

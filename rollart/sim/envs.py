@@ -21,6 +21,7 @@ prefix hits, env and reward time) for the online profiler.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -57,7 +58,6 @@ class SimEnvRunner:
         # a workload shift: episodes begun at version ≥ v draw from another profile (the re-mapping demo)
         self.shifts = {d: (v, self.domains[d].model_copy(update={"profile": p})) for d, (v, p) in (shifts or {}).items()}
         self._live: dict[str, _Live] = {}
-        self._sampling_by_length: dict[int, SamplingParams] = {}
         self.started = 0
 
     # --- TrajectoryRunner -----------------------------------------------------------------------------
@@ -134,7 +134,7 @@ class SimEnvRunner:
             context += turn.prompt_tokens
             request = GenerationRequest(
                 f"{task.trajectory_id}/{k}", task.trajectory_id, task.domain, Runs.of(0, context),
-                self._sampling(turn.response_tokens),
+                _sampling(turn.response_tokens),
             )
             started = clock()
             live.generating = True
@@ -173,13 +173,6 @@ class SimEnvRunner:
                          "max_turns/max_total_tokens reached" if episode.truncated else "env terminated",
                          generated, episode.reward_s)
 
-    def _sampling(self, max_new_tokens: int) -> SamplingParams:
-        """The (immutable) sampling params of a turn of this length, made once per length."""
-        params = self._sampling_by_length.get(max_new_tokens)
-        if params is None:
-            params = self._sampling_by_length[max_new_tokens] = SamplingParams(max_new_tokens=max_new_tokens)
-        return params
-
     def _reset_fails(self, domain: DomainConfig, rng: random.Random) -> list[bool]:
         p = domain.inject.reset_fail_prob if domain.inject is not None else 0.0
         return [p > 0 and rng.random() < p for _ in range(self.envs.reset_retries + 1)]
@@ -199,3 +192,9 @@ class SimEnvRunner:
 def _wake(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
+
+
+@functools.lru_cache(maxsize=None)
+def _sampling(max_new_tokens: int) -> SamplingParams:
+    """The (immutable) sampling params of a turn of this length, made once per length."""
+    return SamplingParams(max_new_tokens=max_new_tokens)
