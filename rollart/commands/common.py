@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 from rollart.config import RunConfig
+from rollart.resources.logs import configure_logging
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
@@ -33,5 +33,4 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def setup_logging(cfg: RunConfig) -> None:
     """Readable run logs at `observability.log_level`, without a line per reward HTTP request."""
-    logging.basicConfig(level=cfg.observability.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(cfg.observability.log_level)

@@ -17,6 +17,11 @@ Modes:
 - attached (Ray already initialised in this process, e.g. the test session's Ray): uses it, checks the
   pools as when joined, and leaves it running on exit.
 
+Logs: in the modes that start the Ray job (embedded, joined) every worker process formats Python logging
+like the driver (logs.py, at `observability.log_level`) through Ray's `worker_process_setup_hook`, so
+a worker's warning reaches the console as `(EnvWorker pid=…) <time> WARNING rollart.envs: …`, not as a bare
+message from Python's last-resort handler.
+
 Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM raises SystemExit(143) in the main
 thread, so the `with` block unwinds; on exit an embedded Ray is shut down and its processes waited for
 (a second signal during that shutdown is ignored), a joined one is disconnected. No Ray process this
@@ -38,6 +43,7 @@ import ray
 from rollart.config import ClusterConfig, RunConfig, is_loopback_host
 from rollart.resources import AUTH_MODE_DEFAULTED
 from rollart.resources.errors import ClusterError
+from rollart.resources.logs import LOG_LEVEL_VAR, configure_worker_logging
 from rollart.resources.manager import MANAGER_NAME
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import declare_hint, missing_pools
@@ -120,7 +126,7 @@ class Runtime:
             keep_token_auth(cl)
             _check_reachable(cl.address)
             try:
-                ray.init(address=cl.address, namespace=cl.namespace)
+                ray.init(address=cl.address, namespace=cl.namespace, runtime_env=self._worker_env())
             except (ConnectionError, ValueError, RuntimeError, ray.exceptions.AuthenticationError) as exc:
                 raise ClusterError(f"cannot join the Ray cluster at {cl.address} (cluster.address): {exc}") from exc
             return "joined"
@@ -134,9 +140,17 @@ class Runtime:
             include_dashboard=False,
             object_store_memory=cl.object_store_mb * 1024 * 1024,
             namespace=cl.namespace,
+            runtime_env=self._worker_env(),
         )
         self.session_dir = context.address_info.get("session_dir")
         return "embedded"
+
+    def _worker_env(self) -> dict[str, Any]:
+        """The job's runtime env: worker processes configure logging at start (see the module docstring)."""
+        return {
+            "worker_process_setup_hook": f"{configure_worker_logging.__module__}.{configure_worker_logging.__name__}",
+            "env_vars": {LOG_LEVEL_VAR: self.cfg.observability.log_level},
+        }
 
     def _check_pools(self) -> None:
         pools = self.cfg.pools

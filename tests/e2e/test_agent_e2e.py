@@ -6,7 +6,8 @@ agent's demonstrations, the trainer trains on the recorded tokens.
 - The calculator-tool example of examples/agents trains end to end: every model call shows up as a turn in
   the metrics and the timeline.
 - RL raises the validation score of a tool-choice agent (tests/e2e/userenv/lookup_agent.py): after a warm
-  start on demonstrations that call the right tool half of the time, the model learns to call it.
+  start on demonstrations that call the right tool half of the time, the model learns to call it, and the
+  agent's own metrics (`env/lookup/agent/called_<tool>`) show it calling `lookup` more often.
 """
 
 from __future__ import annotations
@@ -66,3 +67,10 @@ def test_rl_teaches_a_tool_agent_to_call_the_right_tool(tmp_path):
     # a reward needs the `lookup` call parsed by the gateway, its result templated back and a second call
     assert sum(m[s]["env/lookup/turns"] for s in range(steps - 5, steps)) / 5 > 1.5, m[steps - 1]
     assert m[steps - 1]["buffer/ledger_violations"] == 0
+    # the agent's own metrics reach the log every step, as fractions of the step's trajectories
+    called = {tool: [m[s][f"env/lookup/agent/called_{tool}"] for s in range(steps)]
+              for tool in ("lookup", "search", "calculator")}
+    assert all(0.0 <= v <= 1.0 for values in called.values() for v in values), called
+    # RL shifts the choice towards `lookup`: the warm start left it at ~half of the trajectories
+    first, last = sum(called["lookup"][:5]) / 5, sum(called["lookup"][-5:]) / 5
+    assert last > first, called["lookup"]

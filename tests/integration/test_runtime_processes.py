@@ -5,7 +5,8 @@ the session's shared Ray and other people's Rays are never touched:
   different pool resource): a driver that joins it places a worker on the node that holds its pool, and
   `rollart pools` lists each pool's node, or says how to declare a pool the cluster lacks;
 - Ctrl-C (SIGINT) or SIGTERM to a driver with an embedded Ray and placed workers shuts it down cleanly and
-  leaves no process of that Ray session alive; while it runs, every listening socket is on 127.0.0.1.
+  leaves no process of that Ray session alive; while it runs, every listening socket is on 127.0.0.1, and
+  the workers format their logs like the driver (the job's worker setup hook ran in them).
 
 How the nodes are started on loopback, and how our processes are found (and only they signalled): see
 tests/raynodes.py.
@@ -14,6 +15,7 @@ tests/raynodes.py.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import signal
 import subprocess
 import sys
@@ -24,6 +26,8 @@ import psutil
 import pytest
 from raynodes import (BASE_ENV, BIN, JOINED_RUNTIME, LoopbackCluster, alive, kill_all, ours, read_json_line,
                       two_pool_run_file)
+
+from rollart.resources.logs import LOG_FORMAT
 
 
 def _name(proc: psutil.Process) -> str:
@@ -129,7 +133,7 @@ def test_two_node_cluster_places_the_worker_on_the_node_holding_its_pool(two_nod
 
 
 SLEEPER = textwrap.dedent("""\
-    import json, os, sys, time
+    import json, logging, os, sys, time
     from rollart.config_loader import load_config
     from rollart.resources import affinity
     from rollart.resources.runtime import Runtime
@@ -139,12 +143,18 @@ SLEEPER = textwrap.dedent("""\
         def pid(self):
             return os.getpid()
 
+        def log_setup(self):
+            root = logging.getLogger()
+            return {"formats": [h.formatter._fmt for h in root.handlers if h.formatter],
+                    "level": logging.getLevelName(root.level), "httpx": logging.getLogger("httpx").level}
+
     cfg = load_config(None, ["cluster.num_cpus=1", "cluster.object_store_mb=100"])
     try:
         with Runtime(cfg) as rt:
             cluster = rt.resources.place(Sleeper, replicas=2)
             pids = cluster.gather(cluster.call_all("pid"))
-            print(json.dumps({"session_dir": rt.session_dir, "pids": pids}), flush=True)
+            logs = cluster.gather(cluster.call_all("log_setup"))
+            print(json.dumps({"session_dir": rt.session_dir, "pids": pids, "logs": logs}), flush=True)
             while True:
                 time.sleep(0.2)
     except KeyboardInterrupt:
@@ -168,6 +178,7 @@ def test_a_signal_shuts_down_and_leaves_no_ray_process(tmp_path_factory, sig, ex
         names = {_name(p) for p in mine.values()}
         assert {"gcs_server", "raylet"} <= names, names
         assert set(info["pids"]) <= set(mine)  # the placed workers are among them
+        assert info["logs"] == [{"formats": [LOG_FORMAT], "level": "INFO", "httpx": logging.WARNING}] * 2
         listening = _listening(mine)
         assert listening and all(_loopback(ip) for _, ip in listening), listening
 
