@@ -133,15 +133,18 @@ class Runtime:
         if ray._private.ray_constants.ENABLE_RAY_CLUSTER:
             log.warning("embedded Ray will listen on every interface: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was not "
                         "0 when Ray was imported (import rollart.resources before ray to get loopback only)")
-        context = ray.init(
-            address="local",
-            num_cpus=cl.num_cpus,
-            resources={pool_resource(name): pool.capacity for name, pool in self.cfg.pools.items()},
-            include_dashboard=False,
-            object_store_memory=cl.object_store_mb * 1024 * 1024,
-            namespace=cl.namespace,
-            runtime_env=self._worker_env(),
-        )
+        try:
+            context = ray.init(
+                address="local",
+                num_cpus=cl.num_cpus,
+                resources={pool_resource(name): pool.capacity for name, pool in self.cfg.pools.items()},
+                include_dashboard=False,
+                object_store_memory=cl.object_store_mb * 1024 * 1024,
+                namespace=cl.namespace,
+                runtime_env=self._worker_env(),
+            )
+        except Exception as exc:  # Ray raises a bare Exception when its GCS or raylet does not come up in time
+            raise ClusterError(embedded_start_failed(exc)) from exc
         self.session_dir = context.address_info.get("session_dir")
         return "embedded"
 
@@ -170,6 +173,18 @@ class Runtime:
                 f"resource named pool_<name>, declared on the nodes that should host it; start such a node "
                 f"with:\n  {declare_hint(pools, hard, self.cfg.cluster.address)}"
             )
+
+
+def embedded_start_failed(exc: BaseException) -> str:
+    """What to say when the embedded Ray does not start: Ray's error, how busy the machine is, where Ray's
+    logs are and what to try."""
+    load = os.getloadavg()[0]
+    from ray._common.utils import get_default_ray_temp_dir  # where `ray.init` puts its sessions (RAY_TMPDIR, …)
+
+    logs = os.path.join(get_default_ray_temp_dir(), "session_latest", "logs")
+    return (f"the embedded Ray did not start: {exc}. Ray's own logs: {logs}. This machine's 1-minute load "
+            f"average is {load:.1f} on {os.cpu_count()} CPUs: a busy machine can keep Ray's GCS from answering "
+            f"in time — run again when it is quieter, or join a running cluster with cluster.address")
 
 
 def address_host(address: str) -> str:

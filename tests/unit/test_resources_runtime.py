@@ -65,3 +65,21 @@ def test_rollarts_own_loopback_default_turns_back_into_token_auth_for_a_remote_c
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "RESULT True token True" in out.stdout, out.stdout + out.stderr
+
+
+def test_an_embedded_ray_that_does_not_start_says_why_where_its_logs_are_and_what_to_try(monkeypatch, tmp_path):
+    """Ray raises a bare Exception when its GCS does not answer in time (seen on a machine at load 13)."""
+    from rollart.config_loader import load_config
+
+    def no_gcs(**kwargs):
+        raise Exception("Failed to get node info b'RPC error: Deadline Exceeded'")
+
+    monkeypatch.setattr(runtime.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(runtime.ray, "init", no_gcs)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with pytest.raises(ClusterError) as info:
+        runtime.Runtime(load_config(None, []), handle_signals=False)._connect()
+    msg = str(info.value)
+    assert "the embedded Ray did not start: Failed to get node info" in msg
+    assert f"{tmp_path}/ray/session_latest/logs" in msg and "1-minute load average" in msg
+    assert "cluster.address" in msg
