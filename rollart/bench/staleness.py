@@ -22,7 +22,8 @@ the `--json` file, whose summary (rows, ratios, notes, `missing`) and PNG curves
 Per arm (over seeds): score vs steps and vs wall time (mean ± standard deviation), final score,
 time-to-score (wall seconds since RL start and steps until the seed-mean curve first reaches the target:
 90% of sync's mean final score), mean and max staleness of the trained trajectories (`buffer/staleness_*`,
-in the arm's own mode) and of the trained tokens (`train/version_lag_*`). Ratios:
+in the arm's own mode) and of the trained tokens (`train/version_lag_*`), and how many seeds collapsed (an
+evaluation after the start scored below half the start score: a seed mean hides one run that fell apart). Ratios:
 `final_score_alpha4_token_is_vs_sync` (a4-token-iw final ÷ sync final) and `time_to_score_alpha1_vs_sync`
 (a1-trajectory-iw time-to-score ÷ sync's; < 1 = α = 1 is faster). Wall times on a shared machine are noisy:
 prefer the score-vs-steps verdict.
@@ -53,6 +54,7 @@ QUICK_STEPS, QUICK_EVAL_EVERY, QUICK_EPISODES = 20, 10, 16
 SEEDS = (0, 1, 2)
 ALPHAS = (1, 2, 4, 8)
 TARGET_FRACTION = 0.9  # time-to-score target: this fraction of sync's mean final score
+COLLAPSE_FRACTION = 0.5  # a seed collapsed when an evaluation after the start falls below this × its start
 PIECE_TIMEOUT_S = 1800
 LOCK_WAIT_S = 4 * 3600
 
@@ -277,7 +279,14 @@ def _arm_row(arm: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "staleness_max": max(r["staleness_max"] for r in runs),
         "token_lag_mean": round(statistics.fmean(r["token_lag_mean"] for r in runs), 3),
         "token_lag_max": max(r["token_lag_max"] for r in runs),
+        "collapsed_seeds": [r["seed"] for r in runs if collapsed(r["curve"])],
     }
+
+
+def collapsed(curve: list[list[float]]) -> bool:
+    """Whether a run's eval curve [(step, wall, score), …] fell below half its start score after the start."""
+    start = curve[0][2]
+    return any(score < COLLAPSE_FRACTION * start for _, _, score in curve[1:])
 
 
 def _time_to_score(row: dict[str, Any], target: float) -> tuple[float | None, int | None]:

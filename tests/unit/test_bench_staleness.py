@@ -47,6 +47,7 @@ def test_the_summary_averages_seeds_and_computes_the_ratios(tmp_path):
     assert (sync["time_to_score_s"], sync["steps_to_score"]) == (22.0, 50)  # 0.6 at step 25 is below 0.63
     assert (rows["a1-trajectory-iw"]["time_to_score_s"], rows["a1-trajectory-iw"]["steps_to_score"]) == (5.0, 25)
     assert rows["a4-token-iw"]["time_to_score_s"] is None and rows["a4-token-iw"]["staleness_max"] == 4
+    assert sync["collapsed_seeds"] == [] and rows["a4-token-iw"]["collapsed_seeds"] == []
     assert result.ratios == {"final_score_alpha4_token_is_vs_sync": pytest.approx(0.5),
                              "time_to_score_alpha1_vs_sync": pytest.approx(5 / 22, abs=1e-4)}
     assert "sync/2" in result.data["missing"] and "a1-trajectory-iw/0" not in result.data["missing"]
@@ -55,3 +56,10 @@ def test_the_summary_averages_seeds_and_computes_the_ratios(tmp_path):
     path.write_text(json.dumps({"bench": "staleness", **result.data}))
     assert st.load_records(path) == runs
     assert all(p.stat().st_size > 10_000 for p in st.plot(result, path))
+
+
+def test_a_seed_that_fell_below_half_its_start_score_is_counted_as_collapsed_even_if_it_recovered():
+    runs = [record("a2-trajectory-iw", 0, [0.34, 0.4, 0.02, 0.23]), record("a2-trajectory-iw", 1, [0.34, 0.18, 0.7]),
+            record("a2-trajectory-iw", 2, [0.34, 0.16, 0.5])]
+    (row,) = st.summarize(runs, quick=False).rows
+    assert row["collapsed_seeds"] == [0, 2]  # 0.18 is not below half of 0.34; 0.16 and 0.02 are
