@@ -1,9 +1,11 @@
 """How rollart's processes format Python logging: the driver (`rollart train`/`eval`) and every Ray worker
 process of a job that rollart starts or joins (Ray's `worker_process_setup_hook`, see runtime.py).
 
-In: a level name (`observability.log_level`). Out: the root logger writes `<time> <LEVEL> <logger>: <message>`
-at that level; httpx's per-request INFO lines (reward HTTP calls, an agent's `openai` client) stay quiet.
-Guaranteed: calling it again changes nothing (`logging.basicConfig` keeps the first handler).
+In: a level name (`observability.log_level`). Out: records print as `<time> <LEVEL> <logger>: <message>`;
+rollart's own loggers (`rollart.*`) at that level, every other library's at WARNING and above — HTTP
+clients log a line per request at INFO (reward calls, an agent's `openai` client through httpx/httpx2),
+which would bury the run's own lines.
+A second call only sets the levels again: `logging.basicConfig` keeps the first handler.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ LOG_LEVEL_VAR = "ROLLART_LOG_LEVEL"  # how a worker learns the run's level (the 
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(level)), format=LOG_FORMAT)
+    logging.getLogger("rollart").setLevel(level)
 
 
 def configure_worker_logging() -> None:

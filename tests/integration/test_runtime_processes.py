@@ -15,7 +15,6 @@ tests/raynodes.py.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import signal
 import subprocess
 import sys
@@ -146,7 +145,8 @@ SLEEPER = textwrap.dedent("""\
         def log_setup(self):
             root = logging.getLogger()
             return {"formats": [h.formatter._fmt for h in root.handlers if h.formatter],
-                    "level": logging.getLevelName(root.level), "httpx": logging.getLogger("httpx").level}
+                    "root": logging.getLevelName(root.level),
+                    "rollart": logging.getLevelName(logging.getLogger("rollart").level)}
 
     cfg = load_config(None, ["cluster.num_cpus=1", "cluster.object_store_mb=100"])
     try:
@@ -178,7 +178,7 @@ def test_a_signal_shuts_down_and_leaves_no_ray_process(tmp_path_factory, sig, ex
         names = {_name(p) for p in mine.values()}
         assert {"gcs_server", "raylet"} <= names, names
         assert set(info["pids"]) <= set(mine)  # the placed workers are among them
-        assert info["logs"] == [{"formats": [LOG_FORMAT], "level": "INFO", "httpx": logging.WARNING}] * 2
+        assert info["logs"] == [{"formats": [LOG_FORMAT], "root": "WARNING", "rollart": "INFO"}] * 2
         listening = _listening(mine)
         assert listening and all(_loopback(ip) for _, ip in listening), listening
 
