@@ -182,7 +182,7 @@ def embedded_start_failed(exc: BaseException) -> str:
     from ray._common.utils import get_default_ray_temp_dir  # where `ray.init` puts its sessions (RAY_TMPDIR, …)
 
     logs = os.path.join(get_default_ray_temp_dir(), "session_latest", "logs")
-    return (f"the embedded Ray did not start: {exc}. Ray's own logs: {logs}. This machine's 1-minute load "
+    return (f"the embedded Ray did not start: {str(exc).rstrip('. ')}. Ray's own logs: {logs}. This machine's 1-minute load "
             f"average is {load:.1f} on {os.cpu_count()} CPUs: a busy machine can keep Ray's GCS from answering "
             f"in time — run again when it is quieter, or join a running cluster with cluster.address")
 
