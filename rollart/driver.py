@@ -10,7 +10,12 @@ buffer with scored GRPO groups. Each RL step of `_RLLoop.run` then does, by name
                                 HERE rollout and training overlap
 
 `await_training` waits for the train step in the background; it must land before the next one starts
-and before the weights it makes can be served (`land_train_step` does both).
+and before the weights it makes can be served (`land_train_step` does both). Without a barrier the
+landing itself runs in the background (`land_in_background`): the new weights are served the moment the
+train step ends, while the next batch fills, not after it is taken. That keeps trajectories fresher and
+reopens the admission window at once (control/staleness.py's (2): with the engines one version behind the
+batch being formed it is α batches, with them level α + 1) — so a batch need not wait for its slowest
+group. A landing that fails raises in the loop at once, even while it waits for a batch.
 
 Sync, one-off and async are values, not forks. `rollout.alpha` (α) bounds staleness: the batch of RL
 step k trains at policy version v_k and holds only trajectories begun at version ≥ v_k − α (the α gate in
@@ -25,7 +30,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from rollart.config import RunConfig
 from rollart.config_loader import ConfigError
@@ -37,6 +42,8 @@ from rollart.run_dir import RunPaths
 from rollart.system import DRIVER_LANE, System, build_system, demonstration_batches
 from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
 from rollart.types import Evaluation, Span, TimedMetrics, Trajectory
+
+T = TypeVar("T")
 
 
 def evaluate(cfg: RunConfig) -> Evaluation:
@@ -136,6 +143,7 @@ class _RLLoop:
         self.clock = clock  # the cluster twin (rollart.sim) runs this loop in virtual time
         self.scheduler: RolloutScheduler | None = None  # started once the first evaluation is done
         self.training: _TrainStepInFlight | None = None
+        self.landing: asyncio.Task[None] | None = None  # land_in_background's task
 
     async def run(self) -> dict[str, Any]:
         cfg, system, recorder = self.cfg, self.system, self.recorder
@@ -170,7 +178,9 @@ class _RLLoop:
             if step > first_step and step % cfg.eval.every == 0:
                 await self.evaluate(step, f"step{step}")
             self.start_train_step(step, batch, version)                   # 6, overlapping the next batch's rollout
-            if not overlap:
+            if overlap:
+                self.land_in_background()
+            else:
                 await self.land_train_step()
                 scheduler.resume_admission()
             recorder.step(step, batch, version, await system.metrics())
@@ -203,7 +213,7 @@ class _RLLoop:
     async def get_batch(self, version: int) -> list[Trajectory]:
         """Step 1: the batch that trains `version` (stale work is cancelled as it is taken)."""
         waited_from = self.clock()
-        batch = await self.scheduler.get_batch(version)
+        batch = await self._unless_landing_fails(self.scheduler.get_batch(version))
         waited_to = self.clock()
         self.recorder.phase(TimedMetrics({"time/get_batch_wait": waited_to - waited_from},
                                          Span("get_batch.wait", waited_from, waited_to, DRIVER_LANE)))
@@ -224,9 +234,34 @@ class _RLLoop:
             self.recorder.train_step_done(training.step, await training.task)
 
     async def land_train_step(self) -> None:
-        """Wait for the train step in flight, then serve the weights it made."""
+        """Wait for the train step in flight, then serve the weights it made (or for the landing that does)."""
+        if self.landing is not None:
+            landing, self.landing = self.landing, None
+            await landing
+        await self._land()
+
+    def land_in_background(self) -> None:
+        """Serve the weights of the train step in flight as soon as it ends, while the loop goes on."""
+        self.landing = asyncio.create_task(self._land())
+
+    async def _land(self) -> None:
         await self.await_training()
         await self.serve_latest_weights()
+
+    async def _unless_landing_fails(self, wait: Awaitable[T]) -> T:
+        """The result of `wait`; a background landing that fails meanwhile (its train step or its weight
+        sync) raises its error at once rather than after the wait."""
+        landing = self.landing
+        if landing is None:
+            return await wait
+        waiting = asyncio.ensure_future(wait)
+        try:
+            await asyncio.wait({waiting, landing}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done() and landing.exception() is not None:
+                await landing  # raises
+            return await waiting
+        finally:
+            waiting.cancel()  # a no-op once it is done
 
     async def evaluate(self, step: int, tag: str) -> dict[str, float]:
         """Validation scores at the served weights, recorded after `step` RL steps."""

@@ -11,7 +11,10 @@ rollart/sim/presets.py; ratios are measured side by side in one run. Reported:
   (512 × group 8) under env latency N(10 s, σ) (paper: 1.23× at σ = 1 s, 2.27× at σ = 10 s);
 - `mixed_vs_homogeneous_best`: step time of the best equal-cost homogeneous cluster (208 H20 or 72 H800) over
   the mixed 64 H800 + 24 H20 one with its best domain mapping (paper: 1.12–1.68);
-- `async_vs_sync_throughput_1000gpu` and `async_vs_oneoff_throughput_1000gpu` (paper: 2.65–4.58× vs Sync);
+- `async_vs_sync_throughput_1000gpu`, `async_vs_oneoff_throughput_1000gpu` (paper: 2.65–4.58× vs Sync, async
+  above one-off) and `async_redundant_vs_oneoff_throughput_1000gpu`: async with half a batch of redundant
+  groups (the stragglers cancelled), what over-admission adds at this scale; the rows carry the trajectories
+  started and cancelled as stale, and each pool's busy fraction;
 - `weight_sync_exposed_fraction_<8b|32b>`: exposed weight-sync time, bucketed and overlapped over naive
   (paper: 1.4/38.6 and 9.6/157 s);
 - `plan_vs_exhaustive`: the planner's choice over the exhaustive best, both scored by the twin (≥ 0.95);
@@ -143,13 +146,19 @@ def _mixed_vs_homogeneous(quick: bool) -> tuple[dict[str, float], list[dict]]:
 def _async_vs_sync(quick: bool, fast_report: SimReport | None) -> tuple[dict[str, float], list[dict]]:
     steps = 3 if quick else 8
     rows, tput = [], {}
-    for mode, alpha, barrier in (("async", 1, "none"), ("one_off", 1, "batch"), ("sync", 0, "batch")):
+    modes = (("async", 1, "none", False), ("async_redundant", 1, "none", True), ("one_off", 1, "batch", False),
+             ("sync", 0, "batch", False))
+    for mode, alpha, barrier, redundant in modes:
         if mode == "async" and fast_report is not None:
             report = fast_report
         else:
             cfg, hw = presets.thousand_gpus(alpha=alpha, barrier=barrier, steps=steps)
             if quick:
                 cfg, hw = _small(cfg, hw)
+            if redundant:  # half a batch of extra groups
+                ro = cfg.rollout
+                redundancy = ro.redundancy.model_copy(update={"extra_groups": ro.batch_size // ro.group_size // 2})
+                cfg = cfg.model_copy(update={"rollout": ro.model_copy(update={"redundancy": redundancy})})
             report = simulate(cfg, hw)
         # over the same steps in every mode: the async run may be the 50-step fast run, and a mean over its
         # 50 steps is not comparable with one over the other modes' 8
@@ -157,9 +166,14 @@ def _async_vs_sync(quick: bool, fast_report: SimReport | None) -> tuple[dict[str
         rows.append({"experiment": "async_vs_sync", "mode": mode, "steps": min(steps, len(report.steps)),
                      "mean_step_s": round(report.mean_step_s(upto=steps), 2),
                      "trajectories_per_s": round(tput[mode], 2),
-                     "mean_step_s_all_steps": round(report.mean_step_s(), 2), "steps_run": len(report.steps)})
+                     "mean_step_s_all_steps": round(report.mean_step_s(), 2), "steps_run": len(report.steps),
+                     "started": report.counters.get("rollout/started", 0.0),
+                     "stale": report.counters.get("buffer/stale", 0.0),
+                     "wasted_tokens": report.counters.get("buffer/wasted_tokens", 0.0),
+                     "busy_fraction": {p: round(v["busy_fraction"], 3) for p, v in report.pools.items()}})
     return {"async_vs_sync_throughput_1000gpu": tput["async"] / tput["sync"],
-            "async_vs_oneoff_throughput_1000gpu": tput["async"] / tput["one_off"]}, rows
+            "async_vs_oneoff_throughput_1000gpu": tput["async"] / tput["one_off"],
+            "async_redundant_vs_oneoff_throughput_1000gpu": tput["async_redundant"] / tput["one_off"]}, rows
 
 
 def _small(cfg: Any, hw: Any) -> tuple[Any, Any]:

@@ -113,7 +113,8 @@ def hardware(pools: dict[str, tuple[str, int, int]], *, model: str = "qwen3-8b",
 
 def thousand_gpus(alpha: int = 1, barrier: str = "none", steps: int = 50) -> tuple[RunConfig, SimHardware]:
     """1,000 GPUs (256 H800 train, 512 H800 + 232 H20 rollout, Qwen3-8B on TP 2), batch 5,120 (640 groups of 8):
-    with α = 1 about 10,000 trajectories are in flight at once."""
+    with α = 1 up to two batches (10,240 trajectories) are in flight: at the pipeline fill, and after each train
+    step once its weights are served (the admission window, rollart/control/staleness.py)."""
     domains = mapped({"frozenlake": "h800", "math": "h20", "game": "h20"})
     cfg = run_config(domains, batch=5120, group=8, steps=steps, alpha=alpha, barrier=barrier)
     hw = hardware({"h800": ("H800", 512, 2), "h20": ("H20", 232, 2)}, train=("H800", 256))

@@ -1,0 +1,71 @@
+"""The driver serves a train step's weights as soon as the step ends, while the next batch fills (not after
+it is taken), and a background landing that fails stops the loop at once, even while it waits for a batch.
+
+The first test runs the real driver loop in the cluster twin (production scheduler, virtual time)."""
+
+import asyncio
+
+import pytest
+
+from rollart.config_loader import load_config
+from rollart.control.scheduler import RolloutScheduler
+from rollart.driver import _RLLoop
+from rollart.sim.hardware import SimHardware
+from rollart.sim.run import simulate
+
+HW = SimHardware.model_validate({"model": "qwen3-8b", "pools": {
+    "gen_prefill": {"gpu": "H800", "count": 2}, "gen_decode": {"gpu": "H20", "count": 4},
+    "train": {"gpu": "H800", "count": 8}}, "weights": {"link": "rdma_400g"}})
+
+
+def test_without_a_barrier_each_batch_is_taken_with_its_own_version_already_served(monkeypatch):
+    """Batch k trains at version k; its rollout overlaps train step k − 1, whose weights (version k) must
+    reach the engines while batch k fills — the old loop served them only after batch k was taken."""
+    taken: list[tuple[int, int]] = []  # (train version of the batch, version the engines served then)
+    original = RolloutScheduler.get_batch
+
+    async def get_batch(self, train_version):
+        batch = await original(self, train_version)
+        taken.append((train_version, self.inference_version))
+        return batch
+
+    monkeypatch.setattr(RolloutScheduler, "get_batch", get_batch)
+    slow_env = "{step_latency: {dist: lognormal, mean_s: 5.0, std_s: 1.0}}"  # rollout outlasts a train step
+    cfg = load_config(None, ["train.steps=6", "rollout.batch_size=32", "rollout.group_size=4", "rollout.alpha=1",
+                             "rollout.barrier=none", "train.checkpoint_every=1000", "eval.every=1000",
+                             f"domains.frozenlake.inject={slow_env}", f"domains.math.inject={slow_env}"])
+    report = simulate(cfg, HW)
+    assert report.staleness_violations == [] and report.ledger_violations == []
+    assert [v for v, _ in taken] == list(range(6))
+    # batch 1 was admitted at the pipeline fill with batch 0 and completes before train step 0 ends
+    assert all(served == version for version, served in taken[2:]), taken
+
+
+class _NeverFills:
+    async def get_batch(self, version):
+        await asyncio.Event().wait()
+
+
+def test_a_failing_background_landing_raises_while_the_loop_waits_for_a_batch():
+    async def scenario():
+        loop = _RLLoop(load_config(None, []), system=None, recorder=None)  # type: ignore[arg-type]
+
+        async def fails():
+            await asyncio.sleep(0.01)
+            raise RuntimeError("train step 3 failed: worker died")
+
+        loop.landing = asyncio.create_task(fails())
+        with pytest.raises(RuntimeError, match="train step 3 failed"):
+            await asyncio.wait_for(loop._unless_landing_fails(_NeverFills().get_batch(4)), timeout=5)
+
+        async def lands():
+            await asyncio.sleep(0)
+
+        async def batch():
+            await asyncio.sleep(0.02)
+            return ["batch"]
+
+        loop.landing = asyncio.create_task(lands())  # a landing that succeeds leaves the wait alone
+        assert await asyncio.wait_for(loop._unless_landing_fails(batch()), timeout=5) == ["batch"]
+
+    asyncio.run(scenario())
