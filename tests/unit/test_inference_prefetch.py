@@ -4,6 +4,7 @@ exposed vs background time, and the loop never blocked by a pull."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from rollart.inference.prefetch import WeightPrefetcher
@@ -129,12 +130,13 @@ def test_pulled_weights_are_prepared_on_a_thread_and_a_take_gets_them_prepared()
     that arrives while it runs waits for the prepared tensors (no second merge at the swap)."""
 
     async def run() -> None:
-        started = asyncio.Event()
+        started, finished = asyncio.Event(), threading.Event()
         loop = asyncio.get_running_loop()
 
         def prepare(tensors: dict[str, int]) -> dict[str, int]:
             loop.call_soon_threadsafe(started.set)
             time.sleep(0.3)  # blocking work, as a merge is
+            finished.set()
             return {**tensors, "merged": 1}
 
         sub = SlowSubscriber(latest=1)
@@ -142,11 +144,11 @@ def test_pulled_weights_are_prepared_on_a_thread_and_a_take_gets_them_prepared()
         pre.start()
         try:
             await asyncio.wait_for(started.wait(), 5)
-            ticks, start = 0, time.monotonic()
-            while time.monotonic() - start < 0.1:
+            ticks = 0
+            while not finished.is_set():
                 await asyncio.sleep(0.01)
-                ticks += 1
-            assert ticks >= 5  # the loop ran while prepare blocked its thread
+                ticks += not finished.is_set()
+            assert ticks >= 2  # the loop ran while prepare blocked its thread (on the loop's: 0)
             assert await pre.take(1) == {"w": 1, "merged": 1}
             s = pre.stats()
             assert sub.pulls == [1] and s["pulls_exposed"] == 0 and s["prepare_s_background"] >= 0.25
