@@ -673,7 +673,9 @@ class ObservabilityConfig(Section):
         5000, ge=0, description="trajectories kept in timeline.json; later ones are counted, not drawn"
     )
     gantt_rows: int = Field(48, ge=1, description="the report's Gantt chart draws the last N trajectories")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="level of rollart's logs, in the driver and in every Ray worker process of the run")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="level of rollart's logs, in the driver and in every Ray worker process of the run"
+    )
 
 
 # --- the whole run -----------------------------------------------------------------------------------

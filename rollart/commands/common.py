@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from rollart.config import RunConfig
-from rollart.resources.logs import configure_logging
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +28,3 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
     check_config(cfg)
     return cfg
-
-
-def setup_logging(cfg: RunConfig) -> None:
-    """Readable run logs at `observability.log_level`, without a line per reward HTTP request."""
-    configure_logging(cfg.observability.log_level)

@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from rollart.commands.common import setup_logging
 from rollart.config_loader import ConfigError, load_config
+from rollart.resources.logs import configure_logging
 from rollart.run_dir import RunPaths
 
 
@@ -52,7 +52,7 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         model = [f"model.path={checkpoint}"]
     cfg = load_config(config_file, [*model, "resume=false", *args.overrides], resolved=True)
-    setup_logging(cfg)
+    configure_logging(cfg.observability.log_level)
     from rollart.driver import evaluate
 
     result = evaluate(cfg)

@@ -15,8 +15,9 @@ import sys
 import traceback
 from typing import Sequence
 
-from rollart.commands.common import add_run_args, config_from_args, setup_logging
+from rollart.commands.common import add_run_args, config_from_args
 from rollart.config import RunConfig
+from rollart.resources.logs import configure_logging
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config stops here, before anything starts
-    setup_logging(cfg)
+    configure_logging(cfg.observability.log_level)
     from rollart.config_loader import ConfigError
     from rollart.driver import train
     from rollart.observability.report import build_report

@@ -39,6 +39,7 @@ from types import FrameType
 from typing import Any, Literal
 
 import ray
+from ray._common.utils import get_default_ray_temp_dir  # where `ray.init` puts its sessions
 
 from rollart.config import ClusterConfig, RunConfig, is_loopback_host
 from rollart.resources import AUTH_MODE_DEFAULTED
@@ -178,13 +179,11 @@ class Runtime:
 def embedded_start_failed(exc: BaseException) -> str:
     """What to say when the embedded Ray does not start: Ray's error, how busy the machine is, where Ray's
     logs are and what to try."""
-    load = os.getloadavg()[0]
-    from ray._common.utils import get_default_ray_temp_dir  # where `ray.init` puts its sessions (RAY_TMPDIR, …)
-
-    logs = os.path.join(get_default_ray_temp_dir(), "session_latest", "logs")
-    return (f"the embedded Ray did not start: {str(exc).rstrip('. ')}. Ray's own logs: {logs}. This machine's 1-minute load "
-            f"average is {load:.1f} on {os.cpu_count()} CPUs: a busy machine can keep Ray's GCS from answering "
-            f"in time — run again when it is quieter, or join a running cluster with cluster.address")
+    logs = os.path.join(get_default_ray_temp_dir(), "session_latest", "logs")  # RAY_TMPDIR, TMPDIR or /tmp
+    return (f"the embedded Ray did not start: {str(exc).rstrip('. ')}. Ray's own logs: {logs}. This machine's "
+            f"1-minute load average is {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: a busy machine can keep "
+            f"Ray's GCS from answering in time — run again when it is quieter, or join a running cluster with "
+            f"cluster.address")
 
 
 def address_host(address: str) -> str:
