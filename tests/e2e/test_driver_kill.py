@@ -23,8 +23,11 @@ from rollart.observability.ledger import audit_ledger
 from rollart.trainer.checkpoint import latest_checkpoint, load_extra
 
 pytestmark = [pytest.mark.slow]
-STEPS, BATCH = 6, 8
-RUN = [f"train.steps={STEPS}", "train.checkpoint_every=2", "train.warm_start.steps=4", f"rollout.batch_size={BATCH}",
+STEPS, BATCH = 8, 8
+# train.epochs=8: a train step (~2 s here) outlasts the rollout of the next batch, so every checkpoint before the
+# last holds scored groups not trained yet (the driver lands each train step in the background and serves its
+# weights at once; with one epoch, rollout was the slower side and the checkpoints were mostly empty: 1 in 6)
+RUN = [f"train.steps={STEPS}", "train.epochs=8", "train.checkpoint_every=2", "train.warm_start.steps=4", f"rollout.batch_size={BATCH}",
        "eval.episodes_per_domain=4", "eval.every=100", "domains.frozenlake.max_turns=2",
        "observability.progress=plain", "observability.tensorboard=false", "cluster.num_cpus=2"]
 
@@ -45,13 +48,21 @@ def _steps_logged(run_dir) -> list[int]:
     return out
 
 
-def _held_groups(run_dir) -> list:
-    """The scored-but-untrained groups the run's newest checkpoint holds (none while there is none)."""
+def _held_groups(run_dir) -> tuple[int, list]:
+    """The step the run's newest checkpoint was taken before and the scored-but-untrained groups it holds
+    ((-1, []) while there is none)."""
     checkpoint = latest_checkpoint(run_dir)
     try:
-        return list(load_extra(checkpoint)["scheduler"]["ready"]) if checkpoint else []
+        extra = load_extra(checkpoint) if checkpoint else None
+        return (extra["step"], list(extra["scheduler"]["ready"])) if extra else (-1, [])
     except (OSError, KeyError, TypeError, ValueError):  # being written: look again
-        return []
+        return -1, []
+
+
+def _killable(run_dir) -> bool:
+    """The newest checkpoint holds scored groups and a step after it is logged: work the kill loses."""
+    step, held = _held_groups(run_dir)
+    return bool(held) and max(_steps_logged(run_dir), default=-1) >= step
 
 
 def test_a_driver_killed_with_sigkill_resumes_without_training_a_group_twice_or_dropping_one(
@@ -62,11 +73,10 @@ def test_a_driver_killed_with_sigkill_resumes_without_training_a_group_twice_or_
     first = subprocess.Popen(cmd, env=env, stdout=open(tmp_path / "first.log", "w"), stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 420
-        # past a checkpoint that holds scored-but-untrained groups (the one before step 2, or on a slow machine
-        # the one before step 4), with work after it that the kill loses
-        while not (_held_groups(run_dir) and max(_steps_logged(run_dir), default=-1) >= 3):
+        # past a checkpoint that holds scored-but-untrained groups, with work after it that the kill loses
+        while not _killable(run_dir):
             assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the first run did not reach step 3 with a checkpoint holding a group"
+            assert time.monotonic() < deadline, "the first run did not log a step after a checkpoint holding a group"
             time.sleep(0.2)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
