@@ -146,6 +146,14 @@ class _RLLoop:
         self.landing: asyncio.Task[None] | None = None  # land_in_background's task
 
     async def run(self) -> dict[str, Any]:
+        """The steps; if they stop on an error, the train step and landing still in flight are cancelled
+        first, so the system is not closed under a weight sync whose error nobody would read."""
+        try:
+            return await self._steps()
+        finally:
+            await self._cancel_in_flight()
+
+    async def _steps(self) -> dict[str, Any]:
         cfg, system, recorder = self.cfg, self.system, self.recorder
         first_step, steps = system.resumed.step, cfg.train.steps
         alpha, overlap = cfg.rollout.alpha, cfg.rollout.barrier != "batch"
@@ -247,6 +255,16 @@ class _RLLoop:
     async def _land(self) -> None:
         await self.await_training()
         await self.serve_latest_weights()
+
+    async def _cancel_in_flight(self) -> None:
+        """Cancel the background landing and the train step, if any (after a clean run there are none)."""
+        training = self.training.task if self.training is not None else None
+        tasks = [task for task in (self.landing, training) if task is not None]
+        self.landing = self.training = None
+        for task in tasks:
+            task.cancel()
+        # their errors (or cancellations) are the consequence of the one already propagating: not raised again
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _unless_landing_fails(self, wait: Awaitable[T]) -> T:
         """The result of `wait`; a background landing that fails meanwhile (its train step or its weight

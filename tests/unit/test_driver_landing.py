@@ -1,5 +1,6 @@
 """The driver serves a train step's weights as soon as the step ends, while the next batch fills (not after
-it is taken), and a background landing that fails stops the loop at once, even while it waits for a batch.
+it is taken), and a background landing that fails stops the loop at once, even while it waits for a batch; a
+loop that stops on an error leaves no train step or landing running behind it.
 
 The first test runs the real driver loop in the cluster twin (production scheduler, virtual time)."""
 
@@ -9,7 +10,7 @@ import pytest
 
 from rollart.config_loader import load_config
 from rollart.control.scheduler import RolloutScheduler
-from rollart.driver import _RLLoop
+from rollart.driver import _RLLoop, _TrainStepInFlight
 from rollart.sim.hardware import SimHardware
 from rollart.sim.run import simulate
 
@@ -67,5 +68,26 @@ def test_a_failing_background_landing_raises_while_the_loop_waits_for_a_batch():
 
         loop.landing = asyncio.create_task(lands())  # a landing that succeeds leaves the wait alone
         assert await asyncio.wait_for(loop._unless_landing_fails(batch()), timeout=5) == ["batch"]
+
+    asyncio.run(scenario())
+
+
+def test_a_loop_that_stops_on_an_error_cancels_its_train_step_and_landing_and_raises_that_error():
+    async def scenario():
+        loop = _RLLoop(load_config(None, []), system=None, recorder=None)  # type: ignore[arg-type]
+        forever = asyncio.Event()
+        training = asyncio.create_task(forever.wait())
+        landing = asyncio.create_task(forever.wait())
+
+        async def steps():
+            loop.training, loop.landing = _TrainStepInFlight(3, training), landing
+            await asyncio.sleep(0)
+            raise RuntimeError("get_batch: no batch in 600 s")
+
+        loop._steps = steps  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="no batch in 600 s"):
+            await asyncio.wait_for(loop.run(), timeout=5)
+        assert training.cancelled() and landing.cancelled()
+        assert loop.training is None and loop.landing is None
 
     asyncio.run(scenario())
