@@ -145,7 +145,7 @@ class Runtime:
                 runtime_env=self._worker_env(),
             )
         except Exception as exc:  # Ray raises a bare Exception when its GCS or raylet does not come up in time
-            raise ClusterError(embedded_start_failed(exc)) from exc
+            raise ClusterError(embedded_start_failed(exc, cl)) from exc
         self.session_dir = context.address_info.get("session_dir")
         return "embedded"
 
@@ -176,14 +176,18 @@ class Runtime:
             )
 
 
-def embedded_start_failed(exc: BaseException) -> str:
-    """What to say when the embedded Ray does not start: Ray's error, how busy the machine is, where Ray's
-    logs are and what to try."""
+def embedded_start_failed(exc: BaseException, cl: ClusterConfig) -> str:
+    """What to say when the embedded Ray does not start: Ray's error and where Ray's logs are; for a start-up
+    that timed out (Ray raises a bare Exception or a RuntimeError), how busy the machine is and what to try; for
+    arguments Ray refused (ValueError, TypeError), the settings they came from."""
     logs = os.path.join(get_default_ray_temp_dir(), "session_latest", "logs")  # RAY_TMPDIR, TMPDIR or /tmp
-    return (f"the embedded Ray did not start: {str(exc).rstrip('. ')}. Ray's own logs: {logs}. This machine's "
-            f"1-minute load average is {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: a busy machine can keep "
-            f"Ray's GCS from answering in time — run again when it is quieter, or join a running cluster with "
-            f"cluster.address")
+    said = f"the embedded Ray did not start: {str(exc).rstrip('. ')}. Ray's own logs: {logs}. "
+    if isinstance(exc, (ValueError, TypeError)):
+        return said + (f"Ray refused the settings it was started with: cluster.num_cpus={cl.num_cpus}, "
+                       f"cluster.object_store_mb={cl.object_store_mb} and the pools' capacities (pools.*.capacity)")
+    return said + (f"This machine's 1-minute load average is {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: a "
+                   f"busy machine can keep Ray's GCS from answering in time — run again when it is quieter, or join "
+                   f"a running cluster with cluster.address")
 
 
 def address_host(address: str) -> str:

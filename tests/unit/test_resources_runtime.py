@@ -83,3 +83,19 @@ def test_an_embedded_ray_that_does_not_start_says_why_where_its_logs_are_and_wha
     assert "the embedded Ray did not start: Failed to get node info" in msg
     assert f"{tmp_path}/ray/session_latest/logs" in msg and "1-minute load average" in msg
     assert "cluster.address" in msg
+
+
+def test_settings_the_embedded_ray_refuses_are_named_not_blamed_on_a_busy_machine(monkeypatch, tmp_path):
+    from rollart.config_loader import load_config
+
+    def refuses(**kwargs):
+        raise ValueError("object_store_memory must be at least 78643200 bytes")
+
+    monkeypatch.setattr(runtime.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(runtime.ray, "init", refuses)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with pytest.raises(ClusterError) as info:
+        runtime.Runtime(load_config(None, ["cluster.object_store_mb=70"]), handle_signals=False)._connect()
+    msg = str(info.value)
+    assert "object_store_memory must be at least" in msg and "cluster.object_store_mb=70" in msg
+    assert "load average" not in msg
