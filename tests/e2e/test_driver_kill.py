@@ -27,8 +27,8 @@ STEPS, BATCH = 8, 8
 # train.epochs=8: a train step (~2 s here) outlasts the rollout of the next batch, so every checkpoint before the
 # last holds scored groups not trained yet (the driver lands each train step in the background and serves its
 # weights at once; with one epoch, rollout was the slower side and the checkpoints were mostly empty: 1 in 6)
-RUN = [f"train.steps={STEPS}", "train.epochs=8", "train.checkpoint_every=2", "train.warm_start.steps=4", f"rollout.batch_size={BATCH}",
-       "eval.episodes_per_domain=4", "eval.every=100", "domains.frozenlake.max_turns=2",
+RUN = [f"train.steps={STEPS}", "train.epochs=8", "train.checkpoint_every=2", "train.warm_start.steps=4",
+       f"rollout.batch_size={BATCH}", "eval.episodes_per_domain=4", "eval.every=100", "domains.frozenlake.max_turns=2",
        "observability.progress=plain", "observability.tensorboard=false", "cluster.num_cpus=2"]
 
 

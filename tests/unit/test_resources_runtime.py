@@ -67,35 +67,32 @@ def test_rollarts_own_loopback_default_turns_back_into_token_auth_for_a_remote_c
     assert "RESULT True token True" in out.stdout, out.stdout + out.stderr
 
 
-def test_an_embedded_ray_that_does_not_start_says_why_where_its_logs_are_and_what_to_try(monkeypatch, tmp_path):
-    """Ray raises a bare Exception when its GCS does not answer in time (seen on a machine at load 13)."""
+def _start_failure(monkeypatch, tmp_path, error: Exception, overrides: list[str]) -> str:
+    """The ClusterError message of an embedded start whose ray.init raises `error`."""
     from rollart.config_loader import load_config
 
-    def no_gcs(**kwargs):
-        raise Exception("Failed to get node info b'RPC error: Deadline Exceeded'")
+    def init(**kwargs):
+        raise error
 
     monkeypatch.setattr(runtime.ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(runtime.ray, "init", no_gcs)
+    monkeypatch.setattr(runtime.ray, "init", init)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
     with pytest.raises(ClusterError) as info:
-        runtime.Runtime(load_config(None, []), handle_signals=False)._connect()
-    msg = str(info.value)
+        runtime.Runtime(load_config(None, overrides), handle_signals=False)._connect()
+    return str(info.value)
+
+
+def test_an_embedded_ray_that_does_not_start_says_why_where_its_logs_are_and_what_to_try(monkeypatch, tmp_path):
+    """Ray raises a bare Exception when its GCS does not answer in time (seen on a machine at load 13)."""
+    no_gcs = Exception("Failed to get node info b'RPC error: Deadline Exceeded'")
+    msg = _start_failure(monkeypatch, tmp_path, no_gcs, [])
     assert "the embedded Ray did not start: Failed to get node info" in msg
     assert f"{tmp_path}/ray/session_latest/logs" in msg and "1-minute load average" in msg
     assert "cluster.address" in msg
 
 
 def test_settings_the_embedded_ray_refuses_are_named_not_blamed_on_a_busy_machine(monkeypatch, tmp_path):
-    from rollart.config_loader import load_config
-
-    def refuses(**kwargs):
-        raise ValueError("object_store_memory must be at least 78643200 bytes")
-
-    monkeypatch.setattr(runtime.ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(runtime.ray, "init", refuses)
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
-    with pytest.raises(ClusterError) as info:
-        runtime.Runtime(load_config(None, ["cluster.object_store_mb=70"]), handle_signals=False)._connect()
-    msg = str(info.value)
+    msg = _start_failure(monkeypatch, tmp_path, ValueError("object_store_memory must be at least 78643200 bytes"),
+                         ["cluster.object_store_mb=70"])
     assert "object_store_memory must be at least" in msg and "cluster.object_store_mb=70" in msg
     assert "load average" not in msg
