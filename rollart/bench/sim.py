@@ -307,9 +307,9 @@ def run(quick: bool) -> BenchResult:
     fast = simulate(cfg, hw)
     wall = time.perf_counter() - started
     ratios["wall_s_1000gpu_50steps" if not quick else "wall_s_small_3steps"] = wall
-    running_peak = max(s.get("rollout/running", 0.0) for s in fast.steps)
+    peak_in_flight = max(s.get("rollout/running_peak", 0.0) for s in fast.steps)  # trajectories at once
     rows.append({"experiment": "fast", "gpus": sum(p.count for p in hw.pools.values()), "steps": len(fast.steps),
-                 "wall_s": round(wall, 1), "virtual_s": round(fast.virtual_s, 1), "peak_running": running_peak,
+                 "wall_s": round(wall, 1), "virtual_s": round(fast.virtual_s, 1), "peak_in_flight": peak_in_flight,
                  "ledger_violations": len(fast.ledger_violations),
                  "staleness_violations": len(fast.staleness_violations)})
 

@@ -39,7 +39,8 @@ Bookkeeping — one structure, `_groups`, and the ledger `fate`:
 - `group.runs` holds the group's trajectories whose runner call has not returned, each a `_Run` (its task,
   start version, asyncio task, and whether its outcome is settled). A trajectory is running exactly when
   it has an unsettled run (`group.running()`); `group.scored` are the members scored while the group was
-  open, waiting for the group to fill.
+  open, waiting for the group to fill. `unsettled` counts the unsettled runs of every group, open or closed
+  (kept by `_launch_trajectory` and `_settle`), and `unsettled_peak` is its highest value so far.
 - `fate[trajectory_id]` (a `Fate`) is written once when a trajectory starts (RUNNING) and moves only
   forward: RUNNING → READY → TRAINED, or RUNNING / READY → ABORTED | FAILED | STALE. A move from any other
   fate is a ledger violation.
@@ -171,6 +172,7 @@ class RolloutScheduler:
         self._loop_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
+        self.unsettled = self.unsettled_peak = 0  # trajectories started and not settled: now, and at most
         self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
@@ -365,6 +367,8 @@ class RolloutScheduler:
         )
         group.launched += 1
         run = group.runs[task.trajectory_id] = _Run(task, self.inference_version)
+        self.unsettled += 1
+        self.unsettled_peak = max(self.unsettled_peak, self.unsettled)
         self._hold(group)  # (again, if a replacement starts after its group closed and was released)
         self._set_fate(task, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
@@ -393,6 +397,7 @@ class RolloutScheduler:
                 traj = await self._score(traj)
             self._on_finished(group, run, traj)
         finally:
+            self._settle(run)  # (a run cancelled before its outcome was known)
             del group.runs[trajectory_id]
             if group.closed and not group.runs:
                 self._release(group)
@@ -411,8 +416,13 @@ class RolloutScheduler:
         span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
         return traj.scored(result.reward, spans=(span,))
 
+    def _settle(self, run: _Run) -> None:
+        if not run.settled:
+            run.settled = True
+            self.unsettled -= 1
+
     def _on_finished(self, group: _Group, run: _Run, traj: Trajectory) -> None:
-        run.settled = True
+        self._settle(run)
         status = traj.status or Status.FAILED
         if group.closed and status.trainable:
             # finished in the instant between the group closing and its cancel arriving
@@ -567,6 +577,8 @@ class RolloutScheduler:
             "rollout/started": c["started"],
             "rollout/completed": c["completed"],
             "rollout/running": sum(len(g.running()) for g in self._open_groups()),
+            # the most at once since the run began, stragglers of closed groups (being cancelled) included
+            "rollout/running_peak": self.unsettled_peak,
             "rollout/groups_completed": c["groups_completed"],
             "rollout/groups_dropped": c["groups_dropped"],
             "rollout/replacements": c["replacements"],

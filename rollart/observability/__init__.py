@@ -34,7 +34,8 @@ Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
 - buffer/staleness_<k>, buffer/staleness_mean, buffer/staleness_max (per batch, `batch_metrics`);
   buffer/{aborted, stale, failed, wasted_tokens, ...} and rollout/{started, completed, running, ...}:
   the control plane's `RolloutScheduler.metrics()`, counters since the run started (the summary and the
-  report read their last value); buffer/cancelled likewise if a plane counts it.
+  report read their last value); rollout/running_peak is the most trajectories in flight at once so far;
+  buffer/cancelled likewise if a plane counts it.
 - pools/<pool>/utilisation (`utilisation_metrics`), pools/fallbacks (the resource plane's count).
 - system/{tokens_per_s, rss_mb} (`system_metrics`).
 - profile/<d>/{turns, prompt_tokens, obs_tokens, response_tokens, env_s, reward_s} (and prefix_hit in the

@@ -41,7 +41,7 @@ class Harness:
         self.sched = RolloutScheduler(rollout, domains, self.runner, self.scorer, self.buffer, self.policy,
                                       total_batches=steps, seed=seed, gate=gate)
         self.steps = steps
-        self.max_pending = 0
+        self.max_pending = self.max_running = 0
         g = rollout.group_size + rollout.redundancy.extra_per_group
         self.bound = (rollout.alpha + 1) * self.sched.groups_per_batch * g
 
@@ -52,6 +52,10 @@ class Harness:
     async def _monitor(self):
         while True:
             running = sum(1 for f in self.sched.fate.values() if f is Fate.RUNNING)
+            # unsettled runs counted from the groups themselves (a scored member waiting for its group is still
+            # RUNNING in the ledger but settled)
+            unsettled = sum(len(g.running()) for g in self.sched._groups.values())
+            self.max_running = max(self.max_running, unsettled)
             self.max_pending = max(self.max_pending, running + self.buffer.ready_trajectories())
             await asyncio.sleep(0.001)
 
@@ -98,6 +102,9 @@ def check_invariants(h: Harness, batches):
     assert Fate.RUNNING not in set(h.sched.fate.values())
     assert sum(1 for f in h.sched.fate.values() if f is Fate.TRAINED) == len(trained)
     assert h.max_pending <= h.bound, f"pending {h.max_pending} exceeded (α+1)·(B+R) = {h.bound}"
+    # the peak counter: at least what the monitor saw running at once, within the bound, nothing left after stop
+    assert h.max_running <= h.sched.metrics()["rollout/running_peak"] <= h.bound
+    assert h.sched.unsettled == 0
 
 
 def test_async_alpha1_batches_are_fresh_and_ledger_is_exact():
@@ -356,3 +363,27 @@ def test_without_a_journal_the_ledger_is_kept_and_no_entry_is_built():
         assert h.sched.drain_journal() == [] and h.sched.check_ledger() == []
 
     asyncio.run(main())
+
+
+class _DeafRunner(FakeRunner):
+    """Episodes that ignore cancels: only stop()'s local cancellation ends them."""
+
+    async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
+        pass
+
+
+def test_the_running_peak_counts_every_started_trajectory_and_runs_cancelled_locally_settle():
+    async def scenario():
+        h = Harness(rollout_cfg(alpha=1), steps=4)
+        h.runner = h.sched.runner = _DeafRunner(lambda: 0, latency=lambda t: 60.0)
+        h.sched.start()
+        for _ in range(200):  # admission fills the window: (α + 1) batches of 2 groups of 4
+            await asyncio.sleep(0.005)
+            if h.sched.unsettled == h.bound:
+                break
+        assert h.sched.unsettled == h.bound == h.sched.metrics()["rollout/running_peak"]
+        await h.sched.stop(timeout_s=0.05)  # the deaf episodes are cancelled in their tasks
+        await asyncio.sleep(0.01)
+        assert h.sched.unsettled == 0 and h.sched.metrics()["rollout/running_peak"] == h.bound
+
+    asyncio.run(scenario())
