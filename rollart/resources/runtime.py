@@ -184,7 +184,8 @@ def embedded_start_failed(exc: BaseException, cl: ClusterConfig) -> str:
     said = f"the embedded Ray did not start: {str(exc).rstrip('. ')}. Ray's own logs: {logs}. "
     if isinstance(exc, (ValueError, TypeError)):
         return said + (f"Ray refused the settings it was started with: cluster.num_cpus={cl.num_cpus}, "
-                       f"cluster.object_store_mb={cl.object_store_mb} and the pools' capacities (pools.*.capacity)")
+                       f"cluster.object_store_mb={cl.object_store_mb} and the pools' capacities (pools.*.capacity): "
+                       f"correct the one Ray's message names")
     return said + (f"This machine's 1-minute load average is {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: a "
                    f"busy machine can keep Ray's GCS from answering in time — run again when it is quieter, or join "
                    f"a running cluster with cluster.address")

@@ -95,4 +95,5 @@ def test_settings_the_embedded_ray_refuses_are_named_not_blamed_on_a_busy_machin
     msg = _start_failure(monkeypatch, tmp_path, ValueError("object_store_memory must be at least 78643200 bytes"),
                          ["cluster.object_store_mb=70"])
     assert "object_store_memory must be at least" in msg and "cluster.object_store_mb=70" in msg
+    assert "correct the one Ray's message names" in msg
     assert "load average" not in msg
