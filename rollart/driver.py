@@ -80,8 +80,7 @@ def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
         if on_step:
             on_step(step, full.train.warm_start.steps, metrics)
     out = Path(out_dir)
-    trainer.model.save_pretrained(out, safe_serialization=True)
-    trainer.tokenizer.save_pretrained(out)
+    trainer.export(out)
     return out
 
 

@@ -7,8 +7,13 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
                          — a Hugging Face checkpoint: `AutoModelForCausalLM.from_pretrained(dir)` loads it;
                            a LoRA run writes instead PEFT's adapter_config.json + adapter_model.safetensors
                            (`PeftModel.from_pretrained(base, dir)` loads it on the run's `model.path`)
-    trainer_state.json   — version, world size, LR scheduler, optimizer param groups;
-    trainer_state.safetensors — the optimizers' tensors (moments, step counts), referenced from the JSON
+    trainer_state.json   — version, world size, strategy, LR scheduler, each optimizer's param groups (by
+                           parameter name)
+    optimizer/rank<r>.safetensors + .json, sft_optimizer/… — the optimizers' tensors (moments, step counts)
+                           by parameter name: each rank writes the rows it holds (fsdp2: its shard; ddp:
+                           rank 0 writes them whole), the JSON says each tensor's full shape and which rows;
+                           any number of ranks reads them back (`OptimizerShards`): a run saved with N ranks
+                           resumes with M, bit for bit
     rng/rank<r>.json (+ .safetensors) — Python, numpy and torch (CPU and CUDA) RNG states of every rank
     extra_state.json     — what the driver handed in, returned on load: its `RunState` — {"step", "eval_first",
                            "run_id", "attempt", "ledger_bytes", "scheduler": {"next_seq", "rng", "replay": [[domain,
@@ -18,6 +23,10 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
                            status, reward …]}]}}
     reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
                             when the loss has a KL term
+
+The weights (model.safetensors, the adapter, the reference) are written by rank 0 one tensor at a time, each
+gathered from the shards just before (tensor_files.write_safetensors): no rank ever holds the whole model.
+Nothing here is torch.distributed.checkpoint's format, whose metadata file is a pickle.
 
 Each `<name>.json` (+ `<name>.safetensors`) pair is written and read by `state_files.save_state` /
 `load_state`: plain JSON with tensors by name (the encoding is in state_files.py). To add state, put plain
@@ -35,6 +44,7 @@ checkpoints of an older rollart), naming the file, before anything is loaded.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -42,16 +52,19 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from rollart.run_dir import RunPaths
 from rollart.trainer.state_files import has_state, load_state, save_state
+from rollart.trainer.tensor_files import Piece, TensorReader, TensorSpec, write_safetensors
 
 STATE = "trainer_state"
 EXTRA = "extra_state"
+OPTIMIZER = "optimizer"
+SFT_OPTIMIZER = "sft_optimizer"
 REFERENCE_FILE = "reference.safetensors"
 _STEP = re.compile(r"^step_(\d+)$")
 _PARTIAL = re.compile(r"^\.step_\d+\.tmp-[0-9a-f]+$")
@@ -216,3 +229,83 @@ def load_trainer_state(ckpt: Path, device: str | torch.device) -> dict[str, Any]
     if not has_state(ckpt / STATE):
         raise FileNotFoundError(f"{ckpt} is not a complete rollart checkpoint (no {STATE}.json)")
     return load_state(ckpt / STATE, device)
+
+
+def save_optimizer_shard(directory: Path, rank: int, named_params: Sequence[tuple[str, torch.Tensor]],
+                         optimizer: torch.optim.Optimizer, strategy: Any) -> None:
+    """This rank's rows of every optimizer state tensor, as `<directory>/rank<r>.safetensors` + `.json`."""
+    specs: list[TensorSpec] = []
+    values: list[torch.Tensor] = []
+    index: dict[str, dict[str, Any]] = {}
+    for name, param in named_params:
+        rows = strategy.rows(param)
+        for key, value in sorted(optimizer.state.get(param, {}).items()):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"optimizer state {name}/{key} is a {type(value).__name__}, not a tensor")
+            whole = value.ndim == 0 or rows is None
+            if whole and rank != 0:
+                continue  # the same on every rank: rank 0 writes it
+            local = value if whole else strategy.local(value)
+            span = None if value.ndim == 0 else [0, value.shape[0]] if rows is None else list(rows)
+            specs.append(TensorSpec(f"{name}/{key}", local.dtype, tuple(local.shape)))
+            values.append(local)
+            index[f"{name}/{key}"] = {"shape": list(value.shape), "rows": span}
+    directory.mkdir(parents=True, exist_ok=True)
+    write_safetensors(directory / f"rank{rank}.safetensors", specs, iter(values))
+    (directory / f"rank{rank}.json").write_text(json.dumps({"tensors": index}))
+
+
+def load_optimizer_shards(directory: Path, named_params: Sequence[tuple[str, torch.Tensor]],
+                          optimizer: torch.optim.Optimizer, strategy: Any) -> None:
+    """Set every parameter's optimizer state from the shards of any number of ranks (this rank's rows)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    pieces: dict[str, list[Piece]] = {}
+    for index_file in sorted(directory.glob("rank*.json")):
+        tensors = json.loads(index_file.read_text())["tensors"]
+        for key, meta in tensors.items():
+            shapes[key] = tuple(meta["shape"])
+            start, stop = meta["rows"] if meta["rows"] is not None else (0, 0)
+            pieces.setdefault(key, []).append(Piece(index_file.with_suffix(".safetensors"), key, start, stop))
+    reader = TensorReader(shapes, pieces, str(directory))
+    by_param: dict[str, list[str]] = {}
+    for key in shapes:
+        by_param.setdefault(key.rsplit("/", 1)[0], []).append(key.rsplit("/", 1)[1])
+    names = {name for name, _ in named_params}
+    unknown = sorted(set(by_param) - names)
+    if unknown:
+        raise ValueError(f"{directory}: optimizer state for parameters this model does not have: {unknown[:3]}")
+    for name, param in named_params:
+        state = {}
+        for key in sorted(by_param.get(name, [])):
+            shape = shapes[f"{name}/{key}"]
+            if not shape:
+                state[key] = reader.read(f"{name}/{key}", shape)
+            else:
+                state[key] = strategy.like(param, reader.read(f"{name}/{key}", tuple(param.shape), strategy.rows(param)))
+        if state:
+            optimizer.state[param] = state
+
+
+def param_groups(optimizer: torch.optim.Optimizer, named_params: Sequence[tuple[str, torch.Tensor]]
+                 ) -> list[dict[str, Any]]:
+    """The optimizer's param groups (hyper-parameters), each naming its parameters instead of numbering them."""
+    names = {id(p): n for n, p in named_params}
+    return [{k: v for k, v in g.items() if k != "params"} | {"params": [names[id(p)] for p in g["params"]]}
+            for g in optimizer.param_groups]
+
+
+def load_optimizer(directory: Path, groups: Sequence[dict[str, Any]], named_params: Sequence[tuple[str, torch.Tensor]],
+                   optimizer: torch.optim.Optimizer, strategy: Any) -> None:
+    """Restore an optimizer saved by `param_groups` + `save_optimizer_shard` (any number of ranks)."""
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"{directory}: {len(groups)} optimizer param groups saved, this trainer has "
+                         f"{len(optimizer.param_groups)} (another train.lora?)")
+    names = {id(p): n for n, p in named_params}
+    for saved, group in zip(groups, optimizer.param_groups):
+        mine = [names[id(p)] for p in group["params"]]
+        if list(saved["params"]) != mine:
+            missing = sorted(set(mine) - set(saved["params"]))[:3]
+            raise ValueError(f"{directory}: the optimizer was saved for other parameters (e.g. missing "
+                             f"{missing}); was the checkpoint written for another model or train.lora?")
+        group.update({k: v for k, v in saved.items() if k != "params"})
+    load_optimizer_shards(directory, named_params, optimizer, strategy)

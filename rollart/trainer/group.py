@@ -104,8 +104,8 @@ class TrainerGroup:
         return path
 
     def weights(self, rank: int = 0) -> dict[str, Any]:
-        """A copy of one rank's weights (for checks)."""
-        return self._call(lambda: self.cluster.gather([self.cluster.call_one(rank, "weights")])[0])
+        """A copy of the full weights as one rank holds or gathers them (for checks; every rank takes part)."""
+        return self._call(lambda: self.cluster.gather(self.cluster.call_all("weights"))[rank])
 
     def pids(self) -> list[int]:
         """Each rank's process id (fault injection)."""

@@ -33,7 +33,7 @@ from rollart.resources.affinity import affinity
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.core import Trainer
 from rollart.trainer.objective import Objective
-from rollart.types import TrainBatch, TrainSample, WeightPublisher
+from rollart.types import LoraAdapter, TrainBatch, TrainSample, WeightPublisher
 
 
 @affinity("train", role="trainer")
@@ -102,13 +102,18 @@ class TrainerWorker:
 
     def publish(self) -> dict[str, float]:
         """Rank 0 publishes the current weights under the current version (again, if published before and
-        maybe still held); other ranks do nothing."""
+        maybe still held); the other ranks take part in gathering them (fsdp2) and publish nothing."""
         version = self._t().version
-        if self.rank != 0 or version <= self._published - self.cfg.weights.keep_versions:
+        if version <= self._published - self.cfg.weights.keep_versions:
             return {}
         again = version <= self._published
-        metrics = dict(self.publisher.publish(version, self._t().published_weights(), replace=again))
+        weights = self._t().published_weights()
         self._published = max(self._published, version)
+        if self.rank != 0:
+            for _ in weights if not isinstance(weights, LoraAdapter) else ():
+                pass  # every rank gathers every tensor, in the same order
+            return {}
+        metrics = dict(self.publisher.publish(version, weights, replace=again))
         return {} if again else metrics
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -128,8 +133,9 @@ class TrainerWorker:
         return os.getpid()
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """A copy of this rank's weights (for checks; the store is the path for serving)."""
-        return {k: v.detach().cpu().clone() for k, v in self._t().state_dict().items()}
+        """A copy of the full weights as this rank gathers them (for checks; every rank must be called at
+        once: under fsdp2 it is a collective. The store is the path for serving)."""
+        return {k: v.detach().cpu() for k, v in self._t().state_dict().items()}
 
     def _t(self) -> Trainer:
         if self.trainer is None:
