@@ -11,6 +11,10 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
 Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
 started.
+
+`check_run_dir(cfg)`, for a training job (`rollart.driver.train`): never train over a finished or
+interrupted run — continue it (`resume=true`) or pick another `run_dir` — and never resume from
+checkpoints that hold a pickle (loading one can run code).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from rollart.envs import EnvSpecError, check_env_spec
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.reward.registry import check_spec
+from rollart.run_dir import RunPaths
+from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
 
 
 def run_dir_problem(run_dir: str) -> str:
@@ -61,3 +67,20 @@ def check_config(cfg: RunConfig) -> None:
         problems.append(problem)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def check_run_dir(cfg: RunConfig) -> None:
+    """A training job's run directory: a run there is continued only with resume=true, and a resume never
+    loads a checkpoint that holds a pickle (ConfigError naming the run directory)."""
+    paths = RunPaths.of(cfg.run_dir)
+    used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
+    if used and not cfg.resume:
+        raise ConfigError(
+            f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
+            "it, or give another run_dir"
+        )
+    if cfg.resume:
+        try:
+            check_no_pickles(paths.checkpoints)
+        except UnsafeCheckpointError as exc:
+            raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None
