@@ -269,7 +269,6 @@ class DomainConfig(Section):
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
-    val_size: int = Field(32, ge=1, description="validation episodes (a fixed seed range)")
     profile: DomainProfileConfig | None = Field(
         None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
     )
@@ -427,7 +426,7 @@ class HttpRewardConfig(Section):
 
 
 class SandboxConfig(Section):
-    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/reward/sandbox.py)."""
+    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/)."""
 
     cpu_time_s: float = Field(2.0, gt=0, description="CPU-time limit of a sandboxed run")
     memory_mb: int = Field(256, ge=64, description="address-space limit (Python itself needs ~40 MB)")
