@@ -269,7 +269,6 @@ class DomainConfig(Section):
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
-    val_size: int = Field(32, ge=1, description="validation episodes (a fixed seed range)")
     profile: DomainProfileConfig | None = Field(
         None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
     )

@@ -37,12 +37,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    import inspect
+    import textwrap
+
     from rollart.envs.spec import ACCEPTED_FORMS, BUILTIN_ENVS
 
+    indent = " " * 15
     for name, ctor in BUILTIN_ENVS.items():
-        doc = (ctor.__doc__ or "").strip().splitlines()
-        print(f"{name:14s} {doc[0] if doc else ''}")
-    print(f"\nAn env spec is {ACCEPTED_FORMS}.")
+        summary = " ".join(inspect.getdoc(ctor).split("\n\n")[0].split()) if ctor.__doc__ else ""
+        print(textwrap.fill(summary, 110, initial_indent=f"{name:14s} ", subsequent_indent=indent))
+        options = [f"{p.name}={p.default!r}" for p in inspect.signature(ctor).parameters.values()
+                   if p.default is not inspect.Parameter.empty]
+        if options:
+            print(textwrap.fill("options: " + ", ".join(options), 110, initial_indent=indent,
+                                subsequent_indent=indent + "  "))
+    print("\n" + textwrap.fill(f"An env spec is {ACCEPTED_FORMS}.", 110))
     return 0
 
 
@@ -106,7 +115,7 @@ async def _episode(args: argparse.Namespace) -> int:
         print(f"== {args.spec}  seed {args.seed} ({args.split}, reset seed {seed})")
         if info.get(REFERENCE_KEY):
             print(f"reference: {info[REFERENCE_KEY]}")
-        total, status = 0.0, f"stopped after {args.max_turns} turns (--max-turns)"
+        total, status = 0.0, f"stopped after {args.max_turns} turn{'s' * (args.max_turns != 1)} (--max-turns)"
         for turn in range(1, args.max_turns + 1):
             print(f"\n-- observation {turn}\n{obs}")
             action = next_action()

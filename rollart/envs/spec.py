@@ -106,6 +106,28 @@ def check_env_spec(spec: str) -> None:
             raise EnvSpecError(f"env spec {spec!r}: gymnasium has no env {env_id!r} ({exc})") from None
 
 
+ENV_METHODS = "reset(seed) -> (obs, info) and step(action) -> (obs, reward, terminated, truncated, info)"
+
+
+def env_class(spec: str) -> type | None:
+    """The class an env spec builds, or None when it names a factory function (known only once called)."""
+    ctor = env_constructor(spec)
+    target = ctor.func if isinstance(ctor, functools.partial) else ctor
+    return target if isinstance(target, type) else None
+
+
+def missing_env_methods(spec: str, needs: tuple[str, ...] = ()) -> list[str]:
+    """The methods of `reset`, `step` and `needs` that the class `spec` builds lacks (nothing is built;
+    a factory function's env is not known before it is called: nothing is reported)."""
+    cls = env_class(spec)
+    if cls is None:
+        return []
+    missing = [m for m in ("reset", "step", *needs) if not callable(getattr(cls, m, None))]
+    if "random_action" in missing and callable(getattr(cls, "sample_random_action", None)):
+        missing.remove("random_action")  # GEM's name for it
+    return missing
+
+
 def resolve_env(spec: str, options: Mapping[str, Any] | None = None) -> EnvFactory:
     """A factory of fresh envs for `spec` built with `options` as keyword arguments."""
     return functools.partial(env_constructor(spec), **dict(options or {}))

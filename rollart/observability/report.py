@@ -141,8 +141,8 @@ def _eval(inp: _Inputs) -> str:
 
 def _reward(inp: _Inputs) -> str:
     records = inp.records or []
-    reward = plots.domain_metric_png(records, "env/", "/reward", "training reward")
-    success = plots.domain_metric_png(records, "env/", "/success", "success rate")
+    reward = plots.domain_metric_png(records, "env/", "/reward", "training reward", smooth=True)
+    success = plots.domain_metric_png(records, "env/", "/success", "success rate", smooth=True)
     out = _plot_or_missing(reward, "training reward per domain", "no env/<domain>/reward metrics were logged", inp)
     if success and "metrics" not in inp.problems:
         out += _img(success, "success rate per domain")
@@ -151,9 +151,12 @@ def _reward(inp: _Inputs) -> str:
 
 def _breakdown(inp: _Inputs) -> str:
     png = plots.step_breakdown_png(inp.records or [])
-    note = ('<p class="note">Left: the driver\'s critical path each step (time/get_batch_wait, '
-            'time/weights.exposed, time/train, rest of time/step). Right: time/&lt;phase&gt; ÷ '
-            'rollout/trajectories — rollout overlaps training, so its phases are trajectory-seconds.</p>')
+    note = ('<p class="note">Middle: each step\'s wall time (time/step) as two bars that add up to it: waiting '
+            'for the batch (time/get_batch_wait) and the rest of the step (a train step landed in line, an '
+            'evaluation, a checkpoint). The lines are the train step (time/train) and the weight sync '
+            '(time/weights.exposed), which overlap the wait unless the run is synchronous. Right: '
+            'time/&lt;phase&gt; ÷ rollout/trajectories — rollout overlaps training, so its phases are '
+            'trajectory-seconds.</p>')
     return _plot_or_missing(png, "step-time breakdown", "no time/* metrics were logged", inp) + note
 
 
