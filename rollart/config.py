@@ -652,7 +652,7 @@ class TrainConfig(Section):
         "micro-batches"
     )
     logprob_chunk_tokens: int = Field(
-        1024, ge=0, description="tokens whose log-probabilities are computed at once against the LM head (the "
+        512, ge=0, description="tokens whose log-probabilities are computed at once against the LM head (the "
         "[tokens × vocabulary] logits exist for one chunk at a time, in the forward and the backward); 0 = the "
         "whole micro-batch at once"
     )
@@ -689,7 +689,7 @@ class TrainConfig(Section):
     checkpoint_every: int = Field(10, ge=1, description="save a checkpoint every N RL steps (and at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept; older ones are deleted")
     threads: int = Field(1, ge=1, description="torch threads per trainer worker")
-    timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on DDP collectives")
+    timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on its collectives")
     restarts: int = Field(
         2, ge=0, description="times a trainer group whose rank died is rebuilt from its latest checkpoint (the "
         "steps since are replayed) before the run stops with the command that resumes it"

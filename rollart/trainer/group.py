@@ -187,7 +187,7 @@ class TrainerGroup:
             args=(self.cfg, self.objective, self.publisher),
             worker_kwargs=lambda p: {"rank": next(ranks), "world_size": n, "name": p.worker, "device": p.device},
             call_timeout_s=self.cfg.train.timeout_s,
-            replace_dead=False,  # DDP ranks are rebuilt as a group, from a checkpoint (see the module doc)
+            replace_dead=False,  # ranks are rebuilt as a group, from a checkpoint (see the module doc)
             elastic=False,
         )
         self.cluster.on_change(self._on_change)

@@ -3,7 +3,8 @@
 In: the `RunConfig`, the injected `Objective` and `WeightPublisher` (the trainer never imports the algo or
 weights planes), this rank, the world size, its worker name and torch device (from its placement).
 Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights (a LoRA run:
-the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored), other ranks hold the same weights.
+the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored) — every
+rank takes part, since under fsdp2 each tensor is gathered from all the shards as rank 0 streams it out.
 A group rebuilt after a rank died is set up with `publish_after` = the newest version the store holds: it
 replays steps whose versions were published already, and publishes those again with `replace=True` (the
 dead rank 0's buckets died with it) if the store may still hold them (the last `weights.keep_versions`).
