@@ -192,7 +192,8 @@ class CountConfig(Section):
 class DomainProfileConfig(Section):
     """What a domain's episodes look like to the hardware: turns, tokens and env/reward times. Declared here
     (or measured: `profile/<domain>/*` metrics of a run), read by the cluster twin (`rollart sim`) and the
-    planner (`rollart plan`); a running job compares it with what it measures to detect drift."""
+    planner (`rollart plan`); with `rollout.remap`, `rollart train` and the twin compare it with what they
+    measure to detect drift."""
 
     turns: CountConfig = Field(CountConfig(), description="turns per episode (the env ends it; ≤ max_turns)")
     prompt_tokens: CountConfig = Field(CountConfig(mean=256), description="tokens of the first turn's prompt")
@@ -270,7 +271,9 @@ class DomainConfig(Section):
         None, description="latency and failures injected around this domain's env; None = none"
     )
     profile: DomainProfileConfig | None = Field(
-        None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
+        None, description="declared turns/tokens/latencies of an episode: what the cluster twin simulates and the "
+        "planner plans for, and what a run with `rollout.remap` compares its measured profile with (None: the "
+        "twin and planner take its kind's default, a run what its first episodes measured)"
     )
 
     @field_validator("reward", mode="before")
@@ -539,12 +542,18 @@ class RolloutConfig(Section):
         "stops with what it waited for"
     )
     remap: Literal["none", "propose", "auto"] = Field(
-        "none", description="online re-mapping when a domain's measured profile drifts from its declared one: "
-        "none; propose (log the mapping the planner's estimate prefers); auto (route that domain's new "
-        "trajectories to it at the next weight sync). The cluster twin does it; real runs need GPU kinds per pool"
+        "none", description="online re-mapping when a domain's measured profile drifts from the one its pool was "
+        "chosen for (its declared `profile`, else what it measured over its first episodes): none; propose (log "
+        "the new mapping); auto (route that domain's new trajectories to it at the next weight sync; in-flight "
+        "ones finish where they are). `rollart train` moves a drifted domain to the pool of the domain whose "
+        "workload it now resembles most; the cluster twin (`rollart sim`) takes its cost model's best mapping"
     )
     remap_drift: float = Field(
         0.5, gt=0, description="drift (largest relative change of a domain's turn/token means) that triggers it"
+    )
+    remap_min_episodes: int = Field(
+        16, ge=1, description="episodes a domain's profile is measured over before it is trusted: for a baseline "
+        "(a domain without a declared profile) and again, after a drift is first seen, to confirm it"
     )
 
 
