@@ -143,11 +143,13 @@ class System:
 
     async def metrics(self) -> dict[str, float]:
         """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries, trainer
-        restarts, the domains' profiles, re-mappings and where each domain's requests were generated."""
+        restarts, env resets per domain, the domains' profiles, re-mappings and where each domain's requests
+        were generated."""
         proxy = await _bounded(self.proxy.stats.remote(), 30, "LLMProxy.stats")
+        resets = await _bounded(self.env_router.reset_metrics(), 60, "EnvRouter.reset_metrics")
         routed = {f"rollout/routed/{domain}/{pool}": float(n)
                   for domain, pools in proxy.get("routed_by_domain", {}).items() for pool, n in pools.items()}
-        return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(),
+        return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(), **resets,
                 **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
                 **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {}),
                 **self.profiler.metrics(), "rollout/remaps": float(len(self.remapper.remaps)), **routed}
