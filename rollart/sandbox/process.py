@@ -245,6 +245,7 @@ def pump(runs: list[Launched], cfg: SandboxLimits, stdin_data: bytes | None,
     limit = None
     primary_open = 2  # the primary's stdout and stderr
     grace_until = None
+    next_watch = 0.0
     try:
         while not capped and limit is None:
             if not primary_open:  # peers get a moment to end on their own (and report what they hit)
@@ -281,8 +282,9 @@ def pump(runs: list[Launched], cfg: SandboxLimits, stdin_data: bytes | None,
                 sel.unregister(key.fileobj)
                 if run is runs[0]:
                     primary_open -= 1
-            if watched:
+            if watched and time.monotonic() >= next_watch:  # at most every _WATCH_S, however chatty the run
                 limit = _over_limit(runs)
+                next_watch = time.monotonic() + _WATCH_S
     finally:
         for run in runs:
             kill_group(run.proc)  # whatever is left (the pid namespace already took the rest)

@@ -69,7 +69,7 @@ from typing import Mapping
 
 from rollart.config import WorkspaceConfig
 from rollart.sandbox import cgroups, isolation
-from rollart.sandbox.isolation import UID_BASE, SandboxUnavailable
+from rollart.sandbox.isolation import UID_BASE
 from rollart.sandbox.process import Launched, cleanup, encode_text, finish, kill_group, launch, pump, tree_group
 
 BASE = Path(tempfile.gettempdir()) / "rollart-workspaces"

@@ -22,6 +22,7 @@ from rollart.config import SandboxConfig
 from rollart.sandbox import isolation
 from rollart.sandbox.isolation import STAGING_PREFIX, SandboxUnavailable, probe_isolation
 from rollart.sandbox.process import run_sandboxed
+from tests.unit.sandbox_util import host_processes
 
 CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_processes=8)
 
@@ -29,18 +30,6 @@ CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_proce
 def run(code: str, cfg: SandboxConfig = CFG, env: dict | None = None):
     return run_sandboxed({"main.py": code}, ["python", "main.py"], cfg, env=env)
 
-
-def processes_with_marker(marker: str) -> list[int]:
-    """Processes whose environment holds `marker` (survivors of a sandbox run)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def test_full_isolation_is_had_and_reported():
@@ -72,7 +61,7 @@ def test_fork_bomb_is_stopped_and_leaves_no_process():
     res = run(code, env={"SBX_MARKER": marker})
     assert res.killed_by_limit or res.exit_code != 0
     assert res.wall_s < CFG.wall_timeout_s + 5
-    assert processes_with_marker(marker) == []
+    assert host_processes(marker) == []
 
 
 def test_writes_stay_inside_the_sandbox(tmp_path):

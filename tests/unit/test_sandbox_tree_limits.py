@@ -24,6 +24,7 @@ from rollart.reward.ledger import SharedLedger
 from rollart.reward.protocol import to_payload
 from rollart.sandbox import cgroups, isolation
 from rollart.sandbox.process import run_sandboxed
+from tests.unit.sandbox_util import groups_of, host_processes
 from rollart.types import Task, Trajectory, Turn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,21 +34,6 @@ def run(code: str, cfg: SandboxConfig, env: dict | None = None):
     return run_sandboxed({"main.py": code}, ["python", "main.py"], cfg, env=env)
 
 
-def processes_with_marker(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def groups_of(pid: int) -> list[Path]:
-    """Sandbox cgroup directories made by process `pid`."""
-    return [d for base in cgroups.support().bases.values() for d in base.glob(f"rollart-{pid}-*")]
 
 
 def staging_of(pid: int) -> list[Path]:
@@ -212,7 +198,7 @@ def test_a_misbehaving_program_leaves_nothing_behind():
     )
     res = run(code, SandboxConfig(wall_timeout_s=2, max_processes=32), env={"SBX_MARKER": marker})
     assert res.timed_out or res.killed_by_limit
-    assert processes_with_marker(marker) == []
+    assert host_processes(marker) == []
     assert groups_of(os.getpid()) == [] and staging_of(os.getpid()) == []
     assert Path("/proc/self/mountinfo").read_text() == mounts_before
 
@@ -230,7 +216,7 @@ def test_a_killed_parent_takes_its_sandboxes_along_and_leftovers_are_reaped():
     parent = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not processes_with_marker(marker):
+        while not host_processes(marker):
             assert parent.poll() is None and time.monotonic() < deadline, "the sandbox never started"
             time.sleep(0.05)
         assert groups_of(parent.pid), "the run's cgroup should exist while it runs"
@@ -238,9 +224,9 @@ def test_a_killed_parent_takes_its_sandboxes_along_and_leftovers_are_reaped():
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     deadline = time.monotonic() + 10
-    while processes_with_marker(marker) and time.monotonic() < deadline:
+    while host_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert processes_with_marker(marker) == [], "the sandbox outlived the process that started it"
+    assert host_processes(marker) == [], "the sandbox outlived the process that started it"
     # what a SIGKILLed process could not remove, the next process reaps before its first sandbox
     assert cgroups.reap() >= 1 and isolation.reap_staging() >= 1
     assert groups_of(parent.pid) == [] and staging_of(parent.pid) == []
