@@ -1,7 +1,7 @@
 """The container backend of workspaces (`envs.workspace.backend: docker | podman`): one container per
 workspace, driven through that CLI, behind the interface of workspace.py.
 
-The container: `--network none` (when the network is denied), `--read-only` root, `/work` a tmpfs of
+The container: `--network none` (when the network is denied), `--read-only` root, `/workspace` a tmpfs of
 `disk_mb` and `/tmp` one of a quarter of it, `--memory`/`--memory-swap` of `memory_mb` + `disk_mb`,
 `--pids-limit`, `--cpus 1`, user nobody (65534), every capability dropped, `no-new-privileges`; its PID 1
 is `sleep infinity`. A command is `exec`'d under `timeout -s KILL` (the image needs coreutils' `timeout`,
@@ -11,7 +11,7 @@ creator process; `reap_leftovers` removes the containers of creators that are go
 
 Differences from the native backend, by what a container CLI offers: CPU time is not counted per command
 (the wall timeout bounds it, `--cpus` its rate), and `limit_hit` is never set (the CLI does not say
-which limit ended a command); `root` is the container's `/work`, not a host path.
+which limit ended a command); `root` is the container's `/workspace`, not a host path.
 
 Where the CLI or its engine is missing, `open_container_workspace` raises `SandboxUnavailable` saying so.
 The build machines have neither: this backend's tests there cover only that refusal and the container's
@@ -39,8 +39,8 @@ from rollart.sandbox.workspace import OWNER_NAME, CommandResult, WorkspaceClosed
 
 _counter = itertools.count()
 USER = "65534:65534"
-_RESOLVE = ('p=$(realpath -m -- "$1") && case "$p" in /work/*) ;; *) exit 90;; esac && [ "$p" = "$1" ] '
-            '|| exit 91; ')  # inside /work, and no symlink on the way (the resolved path is the path itself)
+_RESOLVE = ('p=$(realpath -m -- "$1") && case "$p" in /workspace/*) ;; *) exit 90;; esac && [ "$p" = "$1" ] '
+            '|| exit 91; ')  # inside /workspace, and no symlink on the way (the resolved path is the path itself)
 
 
 def _cli_or_refuse(limits: WorkspaceConfig) -> str:
@@ -65,10 +65,10 @@ def container_args(limits: WorkspaceConfig, name: str, owner: str, creator: str)
     mem = f"{limits.memory_mb + limits.disk_mb}m"
     args = ["run", "-d", "--rm", "--name", name, "--label", f"rollart.owner={owner}",
             "--label", f"rollart.creator={creator}", "--read-only",
-            "--tmpfs", f"/work:rw,exec,size={limits.disk_mb}m,mode=1777",
+            "--tmpfs", f"/workspace:rw,exec,size={limits.disk_mb}m,mode=1777",
             "--tmpfs", f"/tmp:rw,exec,size={max(1, limits.disk_mb // 4)}m,mode=1777",
             "--memory", mem, "--memory-swap", mem, "--pids-limit", str(limits.max_processes), "--cpus", "1",
-            "--user", USER, "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--workdir", "/work"]
+            "--user", USER, "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--workdir", "/workspace"]
     if limits.network == "deny":
         args += ["--network", "none"]
     return args + [limits.image, "sleep", "infinity"]
@@ -79,7 +79,7 @@ class ContainerWorkspace:
 
     def __init__(self, limits: WorkspaceConfig, cli: str, name: str) -> None:
         self.limits, self._cli, self.name = limits, cli, name
-        self.root = Path("/work")  # inside the container: not a host path
+        self.root = Path("/workspace")  # inside the container: not a host path
         self.directory = Path(name)
         self.isolation = f"container({limits.backend})"
         self._lock = threading.Lock()
@@ -105,7 +105,7 @@ class ContainerWorkspace:
             self._check_open()
             t0 = time.monotonic()
             proc = subprocess.Popen(
-                [self._cli, "exec", "-i", "-w", "/work", self.name, "timeout", "-s", "KILL", f"{wall:g}",
+                [self._cli, "exec", "-i", "-w", "/workspace", self.name, "timeout", "-s", "KILL", f"{wall:g}",
                  "bash", "-c", command],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             run = Launched(proc, Path(), self.isolation, None, False, None, self.limits.cpu_time_s)
@@ -122,7 +122,7 @@ class ContainerWorkspace:
 
     def read_file(self, path: str, max_bytes: int) -> str:
         self._check_open()
-        target = "/work/" + "/".join(tree_parts(path))
+        target = "/workspace/" + "/".join(tree_parts(path))
         res = self._exec(["sh", "-c", _RESOLVE + '[ -f "$1" ] || exit 92; head -c "$2" -- "$1"', "sh", target,
                           str(max(0, max_bytes) + 1)])
         self._raise_for(res, path)
@@ -136,7 +136,7 @@ class ContainerWorkspace:
         if len(data) > self.limits.file_size_mb * 2**20:
             raise ValueError(f"workspace file {path!r}: {len(data)} bytes is over envs.workspace.file_size_mb="
                              f"{self.limits.file_size_mb}")
-        target = "/work/" + "/".join(tree_parts(path))
+        target = "/workspace/" + "/".join(tree_parts(path))
         res = self._exec(["sh", "-c", _RESOLVE + 'mkdir -p -- "$(dirname -- "$1")" && { [ ! -e "$1" ] || '
                           '[ -f "$1" ] || exit 92; } && cat > "$1"', "sh", target], stdin=data)
         self._raise_for(res, path)
@@ -152,7 +152,7 @@ class ContainerWorkspace:
 
     def snapshot(self, max_bytes: int) -> dict[str, str]:
         self._check_open()
-        res = self._exec(["tar", "-c", "-C", "/work", "."])
+        res = self._exec(["tar", "-c", "-C", "/workspace", "."])
         if res.returncode != 0:
             raise OSError(f"snapshot of {self.name}: {res.stderr.decode(errors='replace').strip()[-200:]}")
         out: dict[str, str] = {}
@@ -215,7 +215,7 @@ def open_container_workspace(limits: WorkspaceConfig, files: Mapping[str, str], 
                 info = tarfile.TarInfo("/".join(tree_parts(path)))
                 info.size, info.mode = len(data), 0o644
                 tar.addfile(info, io.BytesIO(data))
-        res = ws._exec(["tar", "-x", "-C", "/work"], stdin=buf.getvalue())
+        res = ws._exec(["tar", "-x", "-C", "/workspace"], stdin=buf.getvalue())
         if res.returncode != 0:
             raise OSError(f"copying the files into {name}: {res.stderr.decode(errors='replace').strip()[-200:]}")
     except BaseException:

@@ -15,7 +15,7 @@ Mechanisms (probed once per process, `probe_isolation`; each probe is a real lau
 - `netns`, `pidns`, `mntns`, `tmpfs`: new network (no interface but a downed loopback), PID, IPC and mount
   namespaces, made by the launcher itself (as root, or inside a user namespace where unprivileged ones are
   allowed); a private root holding only the interpreter, the system libraries, a few device nodes, the
-  namespace's own /proc and the program's `/work` and `/tmp` on a tmpfs of `disk_mb` — so the host's
+  namespace's own /proc and the program's `/workspace` and `/tmp` on a tmpfs of `disk_mb` — so the host's
   /tmp, its Unix sockets and every other path are not there at all, and the files of the program and all
   its children together cannot pass `disk_mb`.
 - `cgroup`: memory (`memory_mb` + `disk_mb`: the tmpfs is RAM too), process count (`max_processes`) and
@@ -147,9 +147,9 @@ def launcher_spec(
     probe: bool = False,
 ) -> dict:
     """The JSON spec of launch.py for one sandbox. `staging` holds `files/` (the program's files: copied into
-    the private root's /work, or the working dir itself without namespaces) and `root/` (the private root's
+    the private root's /workspace, or the working dir itself without namespaces) and `root/` (the private root's
     mount point). `read`: host paths the program may read (bound read-only at the same place). A workspace
-    passes `bind_work`/`bind_tmp`, its own host dirs, seen as /work and /tmp (or used as they are without
+    passes `bind_work`/`bind_tmp`, its own host dirs, seen as /workspace and /tmp (or used as they are without
     namespaces)."""
     dirs, files = split_paths(list(read))
     # with a cgroup its pids limit is the one that holds (and says so); RLIMIT_NPROC stays one above it
@@ -163,7 +163,7 @@ def launcher_spec(
         "userns": iso.userns and ns,
         "namespaces": {"net": deny and iso.netns} if ns else None,
         "root": None,
-        "cwd": "/work" if ns else (bind_work or str(staging / "files")),
+        "cwd": "/workspace" if ns else (bind_work or str(staging / "files")),
         "cgroup_procs": cgroup_procs or [],
         "cpu_time_s": limits.cpu_time_s,
         "memory_mb": limits.memory_mb,
@@ -194,7 +194,8 @@ def launcher_spec(
         spec["landlock"] = {
             "read": dirs + (["/proc"] if proc and ns else []),
             "read_files": files,
-            "write": ["/work", "/tmp"] if ns else ([bind_work, bind_tmp] if bind_work else [str(staging / "files")]),
+            "write": (["/workspace", "/tmp"] if ns
+                      else [bind_work, bind_tmp] if bind_work else [str(staging / "files")]),
             "exec_write": exec_write,
             "devices": list(DEVICES) if ns else ["/dev/null"],
             "deny_network": deny,
@@ -235,7 +236,7 @@ def new_staging() -> Path:
 
 def hand_over(staging: Path, uid: int | None, iso: Isolation) -> None:
     """Without a private root the program works in `staging/files` itself: give it to the sandbox's uid
-    (with one, init copies the files into /work and chowns the copies)."""
+    (with one, init copies the files into /workspace and chowns the copies)."""
     if uid is None or iso.namespaces:
         return
     files = staging / "files"

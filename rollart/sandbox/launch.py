@@ -27,12 +27,12 @@ Three processes, each with one job:
    never runs as root); Landlock; `execv`.
 
 The private root (`root`): a tmpfs of `size_mb` (and `inodes`) mounted on `mountpoint` inside the new mount
-namespace holds `/work` and `/tmp` (or, for a workspace, `bind_work`/`bind_tmp` — directories of the
+namespace holds `/workspace` and `/tmp` (or, for a workspace, `bind_work`/`bind_tmp` — directories of the
 workspace's own tmpfs — are bound there), the read-only binds `binds` (the interpreter and the system
 libraries, at their own paths), the device nodes `devices` and, with `proc`, the namespace's own /proc;
 then `pivot_root` into it and the old root is detached. The host's /tmp, /run, /home, its Unix sockets
 and every other path are not there at all. `copy_work_from` is a host directory whose files are copied into
-/work (so they count against the tmpfs cap).
+/workspace (so they count against the tmpfs cap).
 
 Landlock (Linux ≥ 5.13, raw syscalls: the standard library has no binding), spec `landlock`: reads and
 execution only beneath `read` and `read_files`; reads and writes beneath `write` (execution too with
@@ -190,7 +190,7 @@ def build_root(root, uid):
     if root.get("proc"):
         os.makedirs(new + "/proc", exist_ok=True)
         mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for name, host in (("work", root.get("bind_work")), ("tmp", root.get("bind_tmp"))):
+    for name, host in (("workspace", root.get("bind_work")), ("tmp", root.get("bind_tmp"))):
         inside = f"{new}/{name}"
         os.makedirs(inside, exist_ok=True)
         if host:
@@ -201,7 +201,7 @@ def build_root(root, uid):
                 os.chown(inside, uid, uid)
     source = root.get("copy_work_from")
     if source:
-        copy_tree(source, new + "/work", uid)
+        copy_tree(source, new + "/workspace", uid)
     os.chdir(new)
     number = SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
@@ -231,13 +231,13 @@ def copy_tree(source, dest, uid):
 
 
 def finish(status, report_fd, disk):
-    """Report the program's wait status (and the free space of its /work) on `report_fd`, then exit with it
+    """Report the program's wait status (and the free space of its /workspace) on `report_fd`, then exit with it
     (128 + N for signal N)."""
     code = os.waitstatus_to_exitcode(status)
     if report_fd is not None:
         report = {"exit": code if code >= 0 else None, "signal": -code if code < 0 else None}
         if disk:
-            fs = os.statvfs("/work")
+            fs = os.statvfs("/workspace")
             report.update(disk_free=fs.f_bavail * fs.f_frsize, disk_size=fs.f_blocks * fs.f_frsize)
         try:
             os.write(report_fd, (json.dumps(report) + "\n").encode())

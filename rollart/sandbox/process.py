@@ -153,7 +153,7 @@ def launch(
         wall_s=wall_s + _BACKSTOP_S,
     )
     argv = [interp.path, "-I", "-S"] + command[1:] if interp and command[0] == "python" else list(command)
-    home = "/work" if iso.namespaces else spec["cwd"]
+    home = "/workspace" if iso.namespaces else spec["cwd"]
     full_env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": home,
                 "TMPDIR": "/tmp" if iso.namespaces else home, **env}
     fds = tuple(fd for fd in (channel_fd, lifeline_fd(), report_w) if fd is not None)

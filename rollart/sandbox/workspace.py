@@ -5,9 +5,9 @@ outlives its trajectory.
 API (what environments use; stable):
 
     ws = open_workspace(limits: WorkspaceConfig, files: Mapping[str, str], *, owner="env") -> Workspace
-    ws.root: Path                      # the tree on the host (rollart's own code only; commands see /work)
+    ws.root: Path                      # the tree on the host (rollart's own code only; commands see /workspace)
     ws.isolation: str                  # the mechanisms it got, e.g. process+rlimits+uid+landlock+netns+...
-    ws.run(command, *, timeout_s=None, stdin="") -> CommandResult   # `bash -c command` in /work
+    ws.run(command, *, timeout_s=None, stdin="") -> CommandResult   # `bash -c command` in /workspace
     ws.read_file(path, max_bytes) -> str        # text (UTF-8, invalid bytes replaced), "[truncated ...]" past max
     ws.write_file(path, text) -> None           # creates parent dirs; counts against the disk cap
     ws.snapshot(max_bytes) -> dict[str, str]    # every text file of the tree, for a fresh scoring workspace
@@ -18,7 +18,7 @@ API (what environments use; stable):
       exit_code: None when killed by a signal (`signal`); stdout/stderr capped at `max_output_kb` each, with a
       "[truncated]" mark; limit_hit: "memory" | "cpu" | "pids" | "disk" | None.
 
-Paths given to `read_file`/`write_file` are relative to the tree, or absolute under /work (as commands see
+Paths given to `read_file`/`write_file` are relative to the tree, or absolute under /workspace (as commands see
 it). A path that leaves the tree (`..`, another absolute path) or goes through a symlink — even one inside
 the tree: the host side never follows links a policy made — is a ValueError; so is anything that is not a
 regular file. Hidden files (e.g. hidden tests) never go into a workspace the policy uses: score in a fresh
@@ -27,7 +27,7 @@ processes is alive then: see below).
 
 Isolation: every command runs in a fresh sandbox of process.py/launch.py — own uid (one per workspace),
 PID/IPC/mount/network namespaces, a private root (read-only /usr, /bin, /lib*, a few /etc files and device
-nodes, its own /proc, the workspace as /work and its /tmp), Landlock, and the workspace's cgroup. Limits
+nodes, its own /proc, the workspace as /workspace and its /tmp), Landlock, and the workspace's cgroup. Limits
 (`envs.workspace`): CPU time (`cpu_time_s`) and wall time (`timeout_s`, default `wall_timeout_s`) per
 command, for the command and all its children; memory, processes and disk (`disk_mb`: a tmpfs holding the
 tree and /tmp, mounted on the host so the tree persists between commands) for the whole workspace.
@@ -105,14 +105,14 @@ class CommandResult:
 
 
 def tree_parts(path: str) -> list[str]:
-    """The components of a path inside the tree (relative, or absolute under /work); ValueError if it leaves."""
+    """The components of a path inside the tree (relative, or absolute under /workspace); ValueError if it leaves."""
     if not isinstance(path, str) or not path or "\0" in path:
         raise ValueError(f"workspace path {path!r}: expected a non-empty path inside the workspace")
     rel = path
     if path.startswith("/"):
-        if path != "/work" and not path.startswith("/work/"):
-            raise ValueError(f"workspace path {path!r} leaves the workspace (absolute paths must be under /work)")
-        rel = path[len("/work"):]
+        if path != "/workspace" and not path.startswith("/workspace/"):
+            raise ValueError(f"workspace path {path!r} leaves the workspace (absolute paths must be under /workspace)")
+        rel = path[len("/workspace"):]
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise ValueError(f"workspace path {path!r} leaves the workspace ('..')")
@@ -232,7 +232,7 @@ class Workspace:
             raise WorkspaceClosed(f"workspace {self.directory.name} is closed")
 
     def run(self, command: str, *, timeout_s: float | None = None, stdin: str = "") -> CommandResult:
-        """Run `bash -c command` in /work; blocking (call it from a worker thread). Every process the command
+        """Run `bash -c command` in /workspace; blocking (call it from a worker thread). Every process the command
         started is killed when it ends. `timeout_s` (default `wall_timeout_s`) bounds its wall time."""
         data = encode_text("the command's stdin", stdin)
         encode_text("the command", command)

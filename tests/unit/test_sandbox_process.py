@@ -108,7 +108,7 @@ def _staging_dirs() -> set[Path]:
 def test_working_dir_is_removed_afterwards():
     before = _staging_dirs()
     res = run("import os\nopen('left.txt', 'w').write('x')\nprint(os.getcwd())")
-    assert res.exit_code == 0 and res.stdout == "/work\n", res.stderr
+    assert res.exit_code == 0 and res.stdout == "/workspace\n", res.stderr
     assert _staging_dirs() == before
 
 

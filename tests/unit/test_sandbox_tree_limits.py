@@ -81,7 +81,7 @@ def test_forty_files_of_15_mb_are_refused_at_the_disk_cap():
         "import errno\n"
         "n = 0\n"
         "for i in range(40):\n"
-        "    path = f'/tmp/f{i}' if i % 2 else f'f{i}'  # /work and /tmp share the cap\n"
+        "    path = f'/tmp/f{i}' if i % 2 else f'f{i}'  # /workspace and /tmp share the cap\n"
         "    try:\n"
         "        with open(path, 'wb') as f:\n"
         "            f.write(b'x' * (15 * 2**20))\n"

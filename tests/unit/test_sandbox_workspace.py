@@ -54,11 +54,11 @@ def test_lifecycle_normal():
     assert ws.isolation == "process+rlimits+uid+landlock+netns+pidns+mntns+tmpfs+cgroup"
     assert mounted(ws.directory) and groups_of(os.getpid())
     res = ws.run("cd pkg && python3 -c 'import mod; print(mod.X + 1)' && pwd && id -u", timeout_s=10)
-    assert res.exit_code == 0 and res.stdout.splitlines()[:2] == ["42", "/work/pkg"], res
+    assert res.exit_code == 0 and res.stdout.splitlines()[:2] == ["42", "/workspace/pkg"], res
     assert int(res.stdout.splitlines()[2]) != 0  # never root
     assert ws.run("cat", stdin="piped").stdout == "piped"
     assert ws.run("exit 7").exit_code == 7
-    ws.write_file("/work/new/dir/f.txt", "written")
+    ws.write_file("/workspace/new/dir/f.txt", "written")
     assert ws.run("cat new/dir/f.txt").stdout == "written"
     ws.run("echo from-command > out.txt")
     assert ws.read_file("out.txt", 100) == "from-command\n"
@@ -228,7 +228,7 @@ def test_huge_outputs_are_capped():
 
 def test_one_workspace_cannot_read_another():
     with open_workspace(LIMITS, {"secret.txt": "A's secret"}) as a, open_workspace(LIMITS, {}) as b:
-        res = b.run(f"cat {a.root}/secret.txt; cat /proc/*/root/work/secret.txt; "
+        res = b.run(f"cat {a.root}/secret.txt; cat /proc/*/root/workspace/secret.txt; "
                     "find / -name secret.txt 2>/dev/null; echo END")
         assert "A's secret" not in res.stdout and res.stdout.endswith("END\n"), res
         assert a.run("cat secret.txt").stdout == "A's secret"
@@ -274,5 +274,5 @@ def test_the_container_backend_is_refused_where_no_engine_is_installed_and_asks_
                         ("--pids-limit", "32"), ("--user", "65534:65534"), ("--cap-drop", "ALL"),
                         ("--security-opt", "no-new-privileges")):
         assert args[args.index(flag) + 1] == value, flag
-    assert "--read-only" in args and "/work:rw,exec,size=32m,mode=1777" in args
+    assert "--read-only" in args and "/workspace:rw,exec,size=32m,mode=1777" in args
     assert args[-3:] == [LIMITS.image, "sleep", "infinity"]
