@@ -7,6 +7,10 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   `demonstrations`) — a `module.path:function` that imports and takes the right arguments (nothing runs);
 - `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
   for the `http` backend, whose service has its own);
+- `domains.<d>.data` — for a dataset domain, that its train and validation rows can be read: the files exist
+  in a known format (or the hub id is cached or reachable), the mapped columns are there with a type a row can
+  carry, no split is empty, and `data.episode` names an episode (`sources=False` skips it: `rollart sim`
+  needs no rows);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
 Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
@@ -18,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rollart.config import RunConfig
+from rollart.config import DomainConfig, RunConfig
 from rollart.config_loader import ConfigError
 from rollart.envs import EnvSpecError, check_env_spec
 from rollart.envs.agents.demonstrations import resolve_demonstrations
@@ -38,9 +42,33 @@ def run_dir_problem(run_dir: str) -> str:
     return ""
 
 
-def check_config(cfg: RunConfig) -> None:
+def data_problems(name: str, dom: DomainConfig) -> list[str]:
+    """What stops a dataset domain's rows from being read (see the module docstring)."""
+    from rollart.envs.dataset import DataError, load_table
+    from rollart.envs.dataset.env import episode_constructor
+
+    data = dom.data
+    assert data is not None
+    problems: list[str] = []
+    sources = [("train", data.train, data.train_split)] + (
+        [("validation", data.validation, data.validation_split)] if data.validation else [])
+    for key, location, split in sources:
+        try:
+            load_table(location, data.format, data.columns, split=split, subset=data.subset)
+        except DataError as exc:
+            problems.append(f"domains.{name}.data.{key}: {exc}")
+    try:
+        episode_constructor(data.episode)
+    except DataError as exc:
+        problems.append(f"domains.{name}.data.episode: {exc}")
+    return problems
+
+
+def check_config(cfg: RunConfig, *, sources: bool = True) -> None:
     problems: list[str] = []
     for name, dom in cfg.domains.items():
+        if dom.data is not None and sources:
+            problems += data_problems(name, dom)
         try:
             if dom.agent:
                 resolve_agent(dom.agent)
