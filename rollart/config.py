@@ -255,17 +255,6 @@ class DomainRewardConfig(Section):
         return self
 
 
-# Roles a dataset's columns can play (data.columns maps a role to a column); any other role is metadata that
-# travels with the row to the reward (`trajectory.reference["row"]`).
-DATA_ROLES = {
-    "prompt": "the user message (text), formatted by data.prompt_format",
-    "messages": "a whole chat to start from (a list of {role, content}), instead of prompt",
-    "system": "a per-row system prompt (overrides the domain's system_prompt)",
-    "answer": "the reference answer (math, exact, regex, judge rewards); GSM8K's '... #### N' is read as N",
-    "tests": "hidden tests of the code reward (a test program, or a list of snippets)",
-    "entry_point": "the function name HumanEval-style check(candidate) tests call (code reward)",
-    "tools": "the tools of a tool-use episode (data.episode tool_lookup)",
-}
 # which roles a reward fn needs mapped
 REWARD_ROLES = {"math": ("answer",), "exact": ("answer",), "regex": ("answer",), "code": ("tests",)}
 

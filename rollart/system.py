@@ -43,6 +43,7 @@ from rollart.envs.agents.demonstrations import demonstrate_agent
 from rollart.envs.chat import ChatTokens
 from rollart.envs.expert import demonstrate
 from rollart.envs.router import EnvRouter
+from rollart.envs.spec import domain_env_factory
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import load_tokenizer, resolve_model_path
@@ -275,21 +276,26 @@ class System:
 def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[list[Any]]:
     """The warm start's batches: `train.warm_start.steps` batches of `batch_size` expert demonstrations, the
     trained domains in turn (agent domains only when they name `demonstrations`: laid out by the gateway's
-    own session code, so with the tokenizer at `model_path`), seeded by `cfg.seed` (the same
+    own session code), each laid out as its domain's rollouts are (the tokenizer at `model_path`, the domain's
+    system prompt and thinking switch; a dataset domain's rows read here), seeded by `cfg.seed` (the same
     demonstrations in every process)."""
     ws = cfg.train.warm_start
     domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
     if not domains or not ws.steps:
         return
-    chat = ChatTokens(load_tokenizer(model_path)) if any(cfg.domains[d].agent for d in domains) else None
+    tokenizer = load_tokenizer(model_path)
+    chats = {d: ChatTokens(tokenizer) if cfg.domains[d].agent else
+             ChatTokens(tokenizer, cfg.domains[d].system_prompt, cfg.domains[d].thinking) for d in domains}
+    factories = {d: domain_env_factory(d, cfg.domains[d], chats[d], cfg.seed) for d in domains if not cfg.domains[d].agent}
     picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
     rng = random.Random(cfg.seed)
 
     def sample(domain: str) -> Any:
         domain_cfg, seed = cfg.domains[domain], rng.randrange(10**9)
         if domain_cfg.agent:
-            return demonstrate_agent(domain, domain_cfg, chat, seed, ws.expert_prob, cfg.envs.gateway.model_name)  # type: ignore[arg-type]
-        return list(demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob).messages)
+            return demonstrate_agent(domain, domain_cfg, chats[domain], seed, ws.expert_prob,
+                                     cfg.envs.gateway.model_name)
+        return demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob, factories[domain]).sample(chats[domain])
 
     for _ in range(ws.steps):
         yield [sample(d) for d in picks]

@@ -3,9 +3,12 @@ seeded determinism, well-formed random actions, an idempotent-enough close."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from rollart.envs import BUILTIN_ENVS, make_env, random_action
+from rollart.envs import BUILTIN_ENVS, random_action
+from rollart.envs import make_env as make_spec_env
 
 SPECS = [
     *BUILTIN_ENVS,
@@ -15,6 +18,29 @@ SPECS = [
     "gym:FrozenLake-v1",
     "gym:CliffWalking-v1",
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dataset_rows(tmp_path_factory):
+    """The dataset env is built from a domain's rows, not from a name: a small GSM8K-style file."""
+    from rollart.config import DatasetConfig, DomainConfig
+    from rollart.envs.chat import ChatTokens
+    from rollart.envs.dataset import open_dataset_domain
+    from rollart.models import build_tokenizer
+
+    path = tmp_path_factory.mktemp("rows") / "rows.jsonl"
+    path.write_text("".join(json.dumps({"q": f"What is {i} + {i}?", "a": f"{i} + {i} = {2 * i}\n#### {2 * i}"}) + "\n"
+                            for i in range(20)))
+    cfg = DomainConfig(env="dataset", reward="math", data=DatasetConfig(train=str(path), columns={"prompt": "q",
+                                                                                                "answer": "a"}))
+    DATASET["factory"] = open_dataset_domain("rows", cfg, ChatTokens(build_tokenizer()), seed=0).make_env
+
+
+DATASET: dict = {}
+
+
+def make_env(spec: str):
+    return DATASET["factory"]() if spec == "dataset" else make_spec_env(spec)
 
 
 def episode(spec: str, seed: int, steps: int = 3) -> list:

@@ -247,3 +247,52 @@ def test_a_row_seeds_a_multi_turn_tool_use_episode(tmp_path: Path, chat: ChatTok
 def test_final_answer_reads_gsm8k() -> None:
     assert final_answer("She has 3 + 4 = 7.\n#### 7") == "7" and final_answer(" 42 ") == "42"
     assert final_answer(12) == "12" and final_answer("a #### b #### 1,000") == "1,000"
+
+
+def test_an_env_worker_plays_dataset_rows_under_the_domains_system_prompt(tmp_path: Path, tiny_model_path) -> None:
+    """The env plane end to end without Ray: EnvWorker → EnvManager → DatasetEnv, with an LLM that answers
+    the row's answer; the first prompt is the system prompt and the row, the trajectory carries the row."""
+    import asyncio
+
+    from rollart.config_loader import load_config
+    from rollart.envs import EnvWorker
+    from rollart.models import load_tokenizer
+    from rollart.types import GenerationRequest, GenerationResult, Status, Task
+
+    tok = load_tokenizer(tiny_model_path)
+    train = write_jsonl(tmp_path / "rows.jsonl", ROWS)
+    cfg = load_config(None, [f"model.path={tiny_model_path}", "domains.frozenlake=null", "domains.math=null",
+                             "domains.gsm.env=dataset", f"domains.gsm.data.train={train}",
+                             "domains.gsm.data.columns.prompt=question", "domains.gsm.data.columns.answer=answer",
+                             "domains.gsm.reward=math", "domains.gsm.max_turns=1",
+                             "domains.gsm.system_prompt=Answer in \\boxed{}."])
+
+    class Answers:
+        prompts: list[tuple[int, ...]] = []
+
+        async def generate(self, request: GenerationRequest) -> GenerationResult:
+            self.prompts.append(request.prompt_token_ids)
+            text = tok.decode(list(request.prompt_token_ids))
+            n = int(text.split("Ana has ")[1].split(" ")[0]) + 1
+            ids = tok.encode(f"\\boxed{{{n}}}", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+            return GenerationResult(request.request_id, request.trajectory_id, tuple(ids), (0.0,) * len(ids),
+                                    (0,) * len(ids), "stop", len(request.prompt_token_ids))
+
+        async def abort(self, trajectory_id: str) -> None:
+            pass
+
+    llm = Answers()
+    worker = EnvWorker(cfg, llm, model_path=tiny_model_path)
+
+    async def play():
+        return await asyncio.gather(*(worker.run(Task(f"t{k}", "gsm", "dataset", k, f"g{k}"), 0) for k in range(3)))
+
+    trajectories = asyncio.run(play())
+    rows = open_dataset_domain("gsm", cfg.domains["gsm"], worker.chats["gsm"], cfg.seed).rows
+    for k, traj in enumerate(trajectories):
+        row, _ = rows.draw(k)
+        assert traj.status is Status.COMPLETED and traj.metrics["data/epoch"] == 0 and traj.metrics["data/row"] == row.index
+        assert traj.reference["answer"] == str(row.index + 1) and traj.turns[0].action == f"\\boxed{{{row.index + 1}}}"
+        assert tok.decode(list(traj.turns[0].prompt_token_ids)) == (
+            "<|im_start|>system\nAnswer in \\boxed{}.<|im_end|>\n<|im_start|>user\n"
+            f"{ROWS[row.index]['question']}<|im_end|>\n<|im_start|>assistant\n")

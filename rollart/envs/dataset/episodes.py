@@ -10,7 +10,9 @@ reset/step, named `module.path:Class` in `data.episode`.
 
 Built-in:
 - `single_turn` — the prompt (or the row's chat, a `messages` column: the reset info's `prompt_messages`),
-  one answer, the episode ends. The reward plane scores the answer.
+  one answer, the episode ends. The reward plane scores the answer. An answer without `\\boxed{...}` is a
+  format error (the turn gets the domain's `format_penalty`), unless the domain's `options` say
+  `boxed: false` (free-text answers, e.g. for a `regex` reward).
 - `tool_lookup` — a multi-turn tool-use task from the row: the row's `tools` (a list of {name, description,
   results: {argument: result}}) are listed under the question; the model calls one by writing
   `\\boxed{name(argument)}` and sees `name(argument) = result`, until it answers with any other
@@ -49,8 +51,8 @@ def _first_observation(row: Mapping[str, Any], chat: list[dict[str, str]] | None
 class SingleTurnEpisode:
     """The row's prompt and one answer (see the module docstring)."""
 
-    def __init__(self, row: Mapping[str, Any]) -> None:
-        self.row = row
+    def __init__(self, row: Mapping[str, Any], boxed: bool = True) -> None:
+        self.row, self.boxed = row, boxed
         self._rng = random.Random(0)
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -59,6 +61,8 @@ class SingleTurnEpisode:
         return _first_observation(self.row, chat), ({PROMPT_MESSAGES_KEY: chat} if chat is not None else {})
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.boxed and extract_boxed(action) is None:
+            return "No \\boxed{} answer.", 0.0, True, False, {"format_error": "no \\boxed{answer} found"}
         return "Answer received.", 0.0, True, False, {}
 
     def expert_action(self) -> str:
@@ -67,7 +71,7 @@ class SingleTurnEpisode:
         return boxed(final_answer(self.row["answer"]))
 
     def random_action(self) -> str:
-        return boxed(str(self._rng.randint(0, 100)))
+        return boxed(str(self._rng.randint(0, 100))) if self.boxed else str(self._rng.randint(0, 100))
 
 
 _CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\((.*)\)\s*$", re.DOTALL)
