@@ -33,14 +33,11 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, TypeVar
 
 from rollart.config import RunConfig
-from rollart.config_loader import ConfigError
 from rollart.control import RolloutScheduler
-from rollart.preflight import check_config
+from rollart.preflight import check_config, check_run_dir
 from rollart.recorder import RunRecorder
 from rollart.resources import Runtime
-from rollart.run_dir import RunPaths
 from rollart.system import DRIVER_LANE, System, build_system, demonstration_batches
-from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
 from rollart.types import Evaluation, Span, TimedMetrics, Trajectory
 
 T = TypeVar("T")
@@ -88,23 +85,6 @@ def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Run a whole training job (blocking); returns the run summary (also in RUN_DIR/summary.json)."""
     return asyncio.run(_run_training_job(cfg))
-
-
-def check_run_dir(cfg: RunConfig) -> None:
-    """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir;
-    never resume from checkpoints that hold a pickle (loading one can run code)."""
-    paths = RunPaths.of(cfg.run_dir)
-    used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
-    if used and not cfg.resume:
-        raise ConfigError(
-            f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
-            "it, or give another run_dir"
-        )
-    if cfg.resume:
-        try:
-            check_no_pickles(paths.checkpoints)
-        except UnsafeCheckpointError as exc:
-            raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None
 
 
 async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:

@@ -58,7 +58,7 @@ class RunRecorder:
         self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record (summed)
         self._step_start = self.t0
         self._incidents = incidents  # the system's deaths, joins, rebuilds: appended to while the run goes on
-        self._ledger = open(self.paths.ledger, "a+b")
+        self._ledger = self.paths.open(self.paths.ledger, "a+b")  # never through a link
         # what a crash left past the checkpoint never happened (the weights it led to were lost)
         self._ledger.truncate(min(ledger_bytes, self._ledger.seek(0, os.SEEK_END)))
         self._marked = 0

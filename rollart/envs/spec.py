@@ -4,8 +4,9 @@ In: a spec string and keyword options (`domains.<name>.options`). Accepted forms
 - a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number);
 - `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
 - `gym:<id>`: a gymnasium env with a discrete action space, e.g. `gym:FrozenLake-v1`;
-- `module.path:Class`: the user's own class (or zero-argument-plus-options factory); the current
-  directory is importable, so `my_envs:MyEnv` finds `./my_envs.py`.
+- `module.path:Class`: the user's own env class — a class with the env protocol's `reset` and `step`
+  (protocol.py), never any other callable (`os:system` is refused); the current directory is importable,
+  so `my_envs:MyEnv` finds `./my_envs.py`.
 Out: `EnvFactory`, a zero-argument callable returning a new env. The spec is checked here (module and
 class imported, class found) so a typo fails at start-up with an error listing the accepted forms;
 envs themselves are built lazily, one per trajectory.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import inspect
 import os
 import sys
 from typing import Any, Callable, Mapping
@@ -80,8 +82,22 @@ def env_constructor(spec: str) -> Callable[..., Any]:
         if kind == "gym":
             return functools.partial(GymEnv, rest)
         if kind and all(p.isidentifier() for p in kind.split(".")):
-            return import_user_object(spec)
+            return _env_class(spec, import_user_object(spec))
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
+
+
+def _env_class(spec: str, target: Any) -> type:
+    """`target` if it is a class with the env protocol's methods; EnvSpecError otherwise (a function that
+    takes the domain's options as keyword arguments could be anything, e.g. `os:system`)."""
+    if not inspect.isclass(target):
+        raise EnvSpecError(f"env spec {spec!r} names a {type(target).__name__}, not a class: an env spec must name "
+                           "an env class with reset(seed) and step(action) methods")
+    missing = [name for name in ("reset", "step") if not callable(getattr(target, name, None))]
+    if missing:
+        raise EnvSpecError(f"env spec {spec!r}: class {target.__name__} has no {' or '.join(missing)}() method, so it "
+                           "is not an env (reset(seed) -> (obs, info); step(action) -> (obs, reward, terminated, "
+                           "truncated, info))")
+    return target
 
 
 def check_env_spec(spec: str) -> None:
