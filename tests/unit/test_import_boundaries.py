@@ -44,3 +44,11 @@ def test_a_lower_layer_importing_a_plane_is_caught(tmp_path):
     out = _lint_with(tmp_path, "resources/_violation.py", "from rollart.control import buffer\n")
     assert out.returncode != 0
     assert "rollart.resources._violation -> rollart.control" in out.stdout
+
+
+def test_the_sandbox_imports_only_config_and_types(tmp_path):
+    """The sandbox sits below both planes that use it: importing a plane, or rollart's loaders, is caught."""
+    out = _lint_with(tmp_path, "sandbox/_violation.py", "import rollart.reward\nimport rollart.config_loader\n")
+    assert out.returncode != 0
+    assert "rollart.sandbox._violation -> rollart.reward" in out.stdout
+    assert "rollart.sandbox._violation -> rollart.config_loader" in out.stdout
