@@ -687,7 +687,7 @@ class TrainConfig(Section):
     micro_batch_tokens: int = Field(
         4096, ge=16, le=1 << 30, description="padded tokens per micro-batch; gradients accumulate over micro-batches"
     )
-    grad_clip: float = Field(1.0, gt=0, le=1e6, description="clip the global gradient norm to this")
+    grad_clip: float = Field(1.0, gt=0, le=1e12, description="clip the global gradient norm to this")
     weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay")
     warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="steps of linear learning-rate warm-up")
     schedule: Literal["constant", "cosine", "linear"] = Field(
