@@ -355,12 +355,26 @@ class GatewayConfig(Section):
     max_messages: int = Field(512, ge=1, le=100_000, description="messages in one chat request")
     max_tools: int = Field(64, ge=1, le=10_000, description="tools in one chat request")
     max_concurrent_calls: int = Field(
-        4, ge=1, le=1024, description="calls of one trajectory in flight or queued at once (they run one at a time); "
-        "more get 429"
+        4, ge=1, le=1024, description="calls of one trajectory in flight, queued or still sending their body at "
+        "once (they run one at a time); more get 429 before their body is read"
     )
     max_open_trajectories: int = Field(
         4096, ge=1, le=MAX_BATCH, description="agent trajectories one env worker's gateway holds open at once"
     )
+    max_connections: int = Field(
+        4096, ge=1, le=MAX_BATCH, description="HTTP connections the gateway holds open at once; one more is "
+        "answered 503 and closed"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=HOUR_S, description="a request's line and headers must arrive within this of its first "
+        "byte (or of the connection); a slower one is answered 408 and closed"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=HOUR_S, description="a request's whole body must arrive within this of its headers; a "
+        "slower one is answered 408"
+    )
+    max_header_kb: int = Field(64, ge=1, le=1024, description="largest request line plus headers, in KiB; larger get 431")
+    max_headers: int = Field(128, ge=1, le=10_000, description="header fields in one request; more get 431")
     tool_parser: Literal["auto", "hermes", "none"] = Field(
         "auto", description="how tool calls are parsed out of model output: auto = the family the chat template "
         "writes (hermes for <tool_call> templates), none = never (requests with tools are refused)"

@@ -20,7 +20,9 @@ How a call's prompt ids are made (token-in/token-out, never a re-tokenisation of
 
 Limits (`SessionLimits`): at most `max_calls` calls (the domain's `max_turns`) and `max_total_tokens` in a
 segment's context; a call past either is a 400 (`max_turns_exceeded`, `context_length_exceeded`) and the
-trajectory is marked truncated.
+trajectory is marked truncated. `check_length` refuses a request whose text cannot fit before it is
+rendered or tokenised (`ChatTokens.min_tokens`: O(characters)), so a 4 MB message costs a length count,
+not seconds of tokenising.
 
 Not thread-safe by itself: the gateway runs one call of a session at a time (calls are serialised) on its
 own event loop; `turns` is only appended to.
@@ -29,7 +31,7 @@ own event loop; `turns` is only appended to.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from rollart.envs.agents.errors import GatewayError, bad_request, unsupported
 from rollart.envs.agents.messages import TemplateMessage, message_key, observation_text, tools_key
@@ -108,6 +110,21 @@ class AgentSession:
             return self._plan(rest, False, self.chat.tokenizer.decode(rest))
         return self._plan(list(prompt), True, self.chat.tokenizer.decode(list(prompt)))
 
+    def check_length(self, request: Any, param: str) -> None:
+        """Refuse (400 context_length_exceeded) a request whose strings hold more tokens than a context may,
+        counted without tokenising; a list of token ids is counted as it is."""
+        if isinstance(request, list) and request and all(isinstance(t, int) for t in request[:1]):
+            tokens = len(request)
+        else:
+            tokens = self.chat.min_tokens(_strings(request))
+        if tokens >= self.limits.max_total_tokens:
+            self.truncated = f"max_total_tokens ({self.limits.max_total_tokens}) reached"
+            raise GatewayError(
+                400, f"the request holds at least {tokens} tokens; this trajectory's context holds at most "
+                f"{self.limits.max_total_tokens - 1} before generating (domains.<name>.max_total_tokens)",
+                code="context_length_exceeded", param=param,
+            )
+
     def _render(self, messages: Sequence[TemplateMessage], generation_prompt: bool,
                 tools: Sequence[Mapping[str, Any]]) -> str:
         try:
@@ -182,3 +199,16 @@ class AgentSession:
     def oldest_version(self) -> int | None:
         versions = [v for t in list(self.turns) for v in t.versions]
         return min(versions) if versions else None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a request's JSON value (message contents, tool arguments, tool schemas …)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
