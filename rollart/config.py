@@ -46,9 +46,18 @@ TRUST_GUARD = {"trust": "weakens a safeguard"}
 
 
 def is_import_path(value: str) -> bool:
-    """`module.path:attr` (what imports code), not a built-in name nor a `gem:`/`gym:` id."""
+    """`module.path:attr` (what imports code), not a built-in name nor a `gem:`/`gym:`/`remote:` id."""
     module, sep, attr = value.strip().partition(":")
-    return bool(sep and attr) and module not in ("gem", "gym") and all(p.isidentifier() for p in module.split("."))
+    return bool(sep and attr) and module not in ("gem", "gym", "remote") and all(
+        p.isidentifier() for p in module.split("."))
+
+
+def reaches_beyond(value: str) -> str:
+    """What a value of an import field (an env, agent, demonstrations or reward spec) does beyond the run:
+    imports code (`module.path:attr`), sends data there (`remote:<url>`, an env server), or '' (a built-in)."""
+    if is_import_path(value):
+        return TRUST_IMPORT["trust"]
+    return TRUST_NETWORK["trust"] if value.strip().startswith("remote:") else ""
 
 
 # Upper bounds of counts, sizes and times: each far past what a real cluster uses (the paper's runs: 3,000+
@@ -326,7 +335,6 @@ class DomainConfig(Section):
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
-    val_size: int = Field(32, ge=1, le=MAX_BATCH, description="validation episodes (a fixed seed range)")
     profile: DomainProfileConfig | None = Field(
         None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
     )
@@ -382,6 +390,38 @@ class GatewayConfig(Section):
     model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
 
 
+class WarmPoolConfig(Section):
+    """Prepared environments each env worker keeps ready per domain (rollart/envs/warm_pool.py): a reset then
+    only seeds one, while the pool prepares the next in the background."""
+
+    size: int = Field(
+        0, ge=0, le=1024, description="prepared envs kept per domain on each env worker; 0 = no pool (every reset "
+        "builds and prepares its env)"
+    )
+    domains: list[str] = Field(
+        default_factory=list, max_length=MAX_ENTRIES, description="the env domains pooled; empty = all of them (agent domains have no env)"
+    )
+    prepare_timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on building and preparing one env")
+
+
+class EnvServerConfig(Section):
+    """`rollart env serve DOMAIN`: one domain's environments over HTTP for `remote` envs elsewhere
+    (rollart/envs/server.py). Every request is untrusted: these bound what one may cost."""
+
+    host: str = Field("127.0.0.1", description="address to listen on; anything but loopback needs "
+                      "allow_non_loopback (the protocol is plain HTTP: put TLS in front of it)")
+    port: int = Field(8710, ge=0, le=65535, description="TCP port (0 = an ephemeral one, printed at start)")
+    allow_non_loopback: bool = Field(False, description="allow a host other than 127.0.0.1/::1/localhost")
+    token_env: str = Field("ROLLART_ENV_TOKEN", description="env var holding the server token that opening a "
+                           "session needs (unset: a fresh random one is printed at start)")
+    max_body_kb: int = Field(1024, ge=1, le=1 << 20, description="largest request body (an action); larger ones get 413")
+    max_sessions: int = Field(256, ge=1, le=MAX_BATCH, description="open sessions (trajectories) at once; more get 429")
+    idle_timeout_s: float = Field(
+        600.0, gt=0, le=WEEK_S, description="a session with no call for this long is closed (its client died, say)"
+    )
+    threads: int = Field(16, ge=1, le=MAX_THREADS, description="threads running sync env calls")
+
+
 class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
@@ -399,6 +439,13 @@ class EnvsConfig(Section):
     retry_backoff_max_s: float = Field(5.0, ge=0, le=HOUR_S, description="cap on the reset retry delay")
     threads: int = Field(4, ge=1, le=MAX_THREADS, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
+    warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
+    server: EnvServerConfig = Field(default_factory=EnvServerConfig, description="`rollart env serve`")
+
+    def pooled(self, domain: str, domain_cfg: DomainConfig) -> bool:
+        """Whether `domain` gets a warm pool."""
+        return self.warm_pool.size > 0 and not domain_cfg.agent and (
+            not self.warm_pool.domains or domain in self.warm_pool.domains)
 
 
 # --- inference plane ---------------------------------------------------------------------------------
@@ -894,6 +941,10 @@ class RunConfig(Section):
             for p in ([rc.pool] if rc.pool else []) + list(rc.fallback or []):
                 if p not in self.pools:
                     problems.append(f"roles.{role}: pool '{p}' is not a declared pool (declared: {pools})")
+        for name in self.envs.warm_pool.domains:
+            if name not in self.domains or self.domains[name].agent:
+                env_domains = sorted(d for d, dc in self.domains.items() if not dc.agent)
+                problems.append(f"envs.warm_pool.domains: '{name}' is not an env domain (env domains: {env_domains})")
         if not self.domains:
             problems.append("domains: at least one task domain is needed")
         elif sum(d.weight for d in self.domains.values()) <= 0:

@@ -32,7 +32,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from rollart.config import RunConfig, is_import_path
+from rollart.config import TRUST_IMPORT, RunConfig, reaches_beyond
 
 ENTRY = "<name>"  # stands for the name of an entry in a named mapping (pools, roles, domains)
 REGENERATE = "make docs  (or: rollart config explain --markdown > docs/configuration.md)"
@@ -104,8 +104,9 @@ def _doc(loc: tuple[str, ...], field: FieldInfo, sub: type[BaseModel] | None, na
     default = None if field.is_required() else _yaml(field.get_default(call_default_factory=True))
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     if "trust" in extra:
-        description += (f" ({extra['trust']}: `rollart eval` does not take it from a run directory's config "
-                        "unless given again or with --trust-run-config)")
+        does = "a module.path:attr value imports code" if extra == TRUST_IMPORT else extra["trust"]
+        description += (f" ({does}: `rollart eval` does not take it from a run directory's config unless given "
+                        "again or with --trust-run-config)")
     return KeyDoc(key, _type_name(field.annotation), _allowed(field), default, description, False)
 
 
@@ -175,15 +176,17 @@ class TrustedValue:
 
 def trusted_values(cfg: BaseModel, prefix: str = "") -> list[TrustedValue]:
     """The values of `cfg` in fields marked `TRUST_*` (rollart.config) that do something: an import field
-    holding `module.path:attr`, any other marked field holding other than its default."""
+    holding `module.path:attr` (or a `remote:` env), any other marked field holding other than its default."""
     out: list[TrustedValue] = []
     for name, field in type(cfg).model_fields.items():
         key, value = f"{prefix}{name}", getattr(cfg, name)
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         if "trust" in extra:
-            does = str(extra["trust"])
-            code = does == "imports code"
-            if (is_import_path(value) if code else value != field.get_default(call_default_factory=True)):
+            if extra == TRUST_IMPORT:  # only some values of these reach beyond the run
+                does = reaches_beyond(value)
+            else:
+                does = str(extra["trust"]) if value != field.get_default(call_default_factory=True) else ""
+            if does:
                 out.append(TrustedValue(key, value, does))
         elif isinstance(value, BaseModel):
             out += trusted_values(value, f"{key}.")

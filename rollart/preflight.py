@@ -7,6 +7,14 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   `demonstrations`) — a `module.path:function` that imports and takes the right arguments (nothing runs);
 - `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
   for the `http` backend, whose service has its own);
+- the env class of every domain the warm start demonstrates — complete: `reset` and `step`, and under a
+  warm start (`train.warm_start.steps` > 0 on a run that has no checkpoint yet) `expert_action`, plus
+  `random_action` when `expert_prob` < 1; a missing method is named with both ways out (add it, or
+  `train.warm_start.steps=0`);
+- `model.path`, `model.adapter`, `reward.judge_model` — checkpoints that load (config, safetensors weights,
+  tokenizer; `models.loading.checkpoint_problem`), read without loading weights;
+- the optional integrations the config turns on are installed: wandb (`observability.wandb_project`),
+  mlflow (`observability.mlflow_uri`), vllm (`inference.engine=vllm`);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
 Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
@@ -22,20 +30,34 @@ one is named (file and field) here, not after Ray started; and its step no furth
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
-from rollart.config import RunConfig
+from rollart.config import DomainConfig, RunConfig
 from rollart.config_loader import ConfigError
-from rollart.envs import EnvSpecError, check_env_spec
+from rollart.control.scheduler import decode_state
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
-from rollart.control.scheduler import decode_state
+from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
+from rollart.models.loading import adapter_problem, checkpoint_problem
 from rollart.reward.registry import check_spec
 from rollart.run_dir import RunPaths
-from rollart.trainer.checkpoint import UnsafeCheckpointError, check_checkpoint_files, check_state_files, latest_checkpoint
+from rollart.trainer.checkpoint import (
+    UnsafeCheckpointError,
+    check_checkpoint_files,
+    check_state_files,
+    latest_checkpoint,
+)
 from rollart.trainer.state_files import StateFileError
 from rollart.types import RunState
+
+# what a config turns on → (the package it needs, the extra that installs it)
+INTEGRATIONS = {
+    "observability.wandb_project": ("wandb", "pip install 'rollart[wandb]'"),
+    "observability.mlflow_uri": ("mlflow", "pip install 'rollart[mlflow]'"),
+    "inference.engine=vllm": ("vllm", "make install-vllm (CPU) or pip install 'rollart[vllm]' (CUDA)"),
+}
 
 
 def run_dir_problem(run_dir: str) -> str:
@@ -50,14 +72,62 @@ def run_dir_problem(run_dir: str) -> str:
     return ""
 
 
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken package
+        return False
+
+
+def integration_problems(cfg: RunConfig) -> list[str]:
+    obs = cfg.observability
+    wanted = {"observability.wandb_project": bool(obs.wandb_project), "observability.mlflow_uri": bool(obs.mlflow_uri),
+              "inference.engine=vllm": cfg.inference.engine == "vllm"}
+    return [f"{key}: needs the {module} package, which is not installed here: {how} (or turn it off)"
+            for key, (module, how) in INTEGRATIONS.items() if wanted[key] and not installed(module)]
+
+
+def warm_start_runs(cfg: RunConfig) -> bool:
+    """Whether this run starts with the warm start: steps set, and no checkpoint to resume from."""
+    checkpoints = RunPaths.of(cfg.run_dir).checkpoints
+    resuming = cfg.resume and checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())
+    return cfg.train.warm_start.steps > 0 and not resuming
+
+
+def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, warm_start: bool) -> str:
+    """What the class of an env domain lacks: reset/step always, the warm start's methods under one."""
+    ws = cfg.train.warm_start
+    needs: tuple[str, ...] = ()
+    if warm_start and dom.weight > 0:  # weight 0: evaluated only, never demonstrated
+        needs = ("expert_action", "random_action") if ws.expert_prob < 1 else ("expert_action",)
+    missing = missing_env_methods(dom.env, needs)
+    if {"reset", "step"} & set(missing):
+        return (f"domains.{name}.env: {dom.env} has no {' or '.join(m + '()' for m in missing if m in ('reset', 'step'))} "
+                f"method; an env needs {ENV_METHODS}")
+    if missing:
+        methods = " and ".join(f"{m}()" for m in missing)
+        wrap = ", in a class of your own that wraps it," if dom.env.startswith(("gem:", "gym:")) else ""
+        what = {"expert_action": "the best action for the current state",
+                "random_action": f"any valid action (train.warm_start.expert_prob={ws.expert_prob} mixes them in)"}
+        return (f"domains.{name}.env: {dom.env} has no {methods} method, which the warm start "
+                f"(train.warm_start.steps={ws.steps}) needs to demonstrate this domain's action format. Either add{wrap} "
+                f"{' and '.join(f'{m}() -> str, returning {what[m]}' for m in missing)}, written as the model "
+                "should write it (e.g. \\boxed{Right}); or set train.warm_start.steps=0 to start RL from the model "
+                "as it is")
+    return ""
+
+
 def check_config(cfg: RunConfig) -> None:
     problems: list[str] = []
+    warm_start = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
         try:
             if dom.agent:
                 resolve_agent(dom.agent)
             else:
                 check_env_spec(dom.env)
+                if problem := env_class_problem(name, dom, cfg, warm_start):
+                    problems.append(problem)
         except (EnvSpecError, AgentSpecError) as exc:
             problems.append(f"domains.{name}.{'agent' if dom.agent else 'env'}: {exc}")
         if dom.demonstrations:
@@ -69,6 +139,13 @@ def check_config(cfg: RunConfig) -> None:
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
         except ValueError as exc:
             problems.append(str(exc))
+    if cfg.model.path and (problem := checkpoint_problem(cfg.model.path)):
+        problems.append(problem)
+    if cfg.model.adapter and (problem := adapter_problem(cfg.model.adapter)):
+        problems.append(problem)
+    if cfg.reward.judge_model and (problem := checkpoint_problem(cfg.reward.judge_model, "reward.judge_model")):
+        problems.append(problem)
+    problems += integration_problems(cfg)
     if problem := run_dir_problem(cfg.run_dir):
         problems.append(problem)
     if problems:

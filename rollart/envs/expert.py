@@ -41,7 +41,8 @@ def expert_action(env: Any) -> str:
     if not callable(fn):
         raise TypeError(
             f"{type(base).__name__} has no expert policy; built-in envs (frozenlake, sokoban, math, code, "
-            "guess_number) have one — add an expert_action() method to your env to get demonstrations"
+            "guess_number) have one — add an expert_action() method to your env to get demonstrations, or set "
+            "train.warm_start.steps=0"
         )
     return fn()
 

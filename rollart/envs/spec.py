@@ -2,6 +2,8 @@
 
 In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
 - a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number);
+- `remote:<url>`: the envs an env server (`rollart env serve DOMAIN`) serves at that URL, e.g.
+  `remote:http://127.0.0.1:8710` (options: `urls` for more servers, `token_env`, `timeout_s`);
 - `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
 - `gym:<id>`: a gymnasium env with a discrete action space, e.g. `gym:FrozenLake-v1`;
 - `module.path:Class`: the user's own env class — a class with the env protocol's `reset` and `step`
@@ -30,6 +32,7 @@ from rollart.envs.domains.sokoban import SokobanEnv
 from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
 from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
+from rollart.envs.remote import RemoteEnv
 
 BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
     "frozenlake": FrozenLakeEnv,
@@ -41,9 +44,11 @@ BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
 
 ACCEPTED_FORMS = (
     f"a built-in name ({', '.join(BUILTIN_ENVS)}), 'gem:<id>' (e.g. gem:game:Minesweeper-v0-easy), "
-    "'gym:<id>' (e.g. gym:FrozenLake-v1) or 'module.path:Class' (your own class; the current directory "
-    "is importable)"
+    "'gym:<id>' (e.g. gym:FrozenLake-v1), 'remote:<url>' (an env server: `rollart env serve`) or "
+    "'module.path:Class' (your own class; the current directory is importable)"
 )
+
+ENV_METHODS = "reset(seed) -> (obs, info) and step(action) -> (obs, reward, terminated, truncated, info)"
 
 
 class EnvSpecError(ValueError):
@@ -81,22 +86,20 @@ def env_constructor(spec: str) -> Callable[..., Any]:
             return functools.partial(GemEnv, rest)
         if kind == "gym":
             return functools.partial(GymEnv, rest)
+        if kind == "remote":
+            return functools.partial(RemoteEnv, rest)
         if kind and all(p.isidentifier() for p in kind.split(".")):
             return _env_class(spec, import_user_object(spec))
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
 
 
 def _env_class(spec: str, target: Any) -> type:
-    """`target` if it is a class with the env protocol's methods; EnvSpecError otherwise (a function that
-    takes the domain's options as keyword arguments could be anything, e.g. `os:system`)."""
+    """`target` if it is a class; EnvSpecError otherwise: a function that takes the domain's options as
+    keyword arguments could be anything (`os:system` ran a shell command). Its env methods are checked by
+    `missing_env_methods` (the pre-check)."""
     if not inspect.isclass(target):
         raise EnvSpecError(f"env spec {spec!r} names a {type(target).__name__}, not a class: an env spec must name "
-                           "an env class with reset(seed) and step(action) methods")
-    missing = [name for name in ("reset", "step") if not callable(getattr(target, name, None))]
-    if missing:
-        raise EnvSpecError(f"env spec {spec!r}: class {target.__name__} has no {' or '.join(missing)}() method, so it "
-                           "is not an env (reset(seed) -> (obs, info); step(action) -> (obs, reward, terminated, "
-                           "truncated, info))")
+                           f"an env class with {ENV_METHODS}")
     return target
 
 
@@ -120,6 +123,25 @@ def check_env_spec(spec: str) -> None:
             gymnasium.spec(env_id)
         except gymnasium.error.Error as exc:
             raise EnvSpecError(f"env spec {spec!r}: gymnasium has no env {env_id!r} ({exc})") from None
+
+
+def env_class(spec: str) -> type | None:
+    """The class an env spec builds (for a `gem:`, `gym:` or `remote:` id, its adapter); None if it is no class."""
+    ctor = env_constructor(spec)
+    target = ctor.func if isinstance(ctor, functools.partial) else ctor
+    return target if isinstance(target, type) else None
+
+
+def missing_env_methods(spec: str, needs: tuple[str, ...] = ()) -> list[str]:
+    """The methods of `reset`, `step` and `needs` that the class `spec` builds lacks (nothing is built;
+    an adapter's env is not known before it is built: nothing is reported)."""
+    cls = env_class(spec)
+    if cls is None:
+        return []
+    missing = [m for m in ("reset", "step", *needs) if not callable(getattr(cls, m, None))]
+    if "random_action" in missing and callable(getattr(cls, "sample_random_action", None)):
+        missing.remove("random_action")  # GEM's name for it
+    return missing
 
 
 def resolve_env(spec: str, options: Mapping[str, Any] | None = None) -> EnvFactory:

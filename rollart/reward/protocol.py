@@ -230,7 +230,7 @@ def normalise(value: Any, trajectory: Trajectory, fn_name: str) -> RewardOutput:
     if out.per_turn is not None and len(out.per_turn) != len(trajectory.turns):
         raise ValueError(
             f"reward function {fn_name} returned {len(out.per_turn)} per-turn scores for "
-            f"{len(trajectory.turns)} turns"
+            f"{len(trajectory.turns)} turn{'s' * (len(trajectory.turns) != 1)}"
         )
     return RewardOutput(float(out.reward), out.per_turn and tuple(float(x) for x in out.per_turn), out.details)
 

@@ -34,8 +34,9 @@ Guarantees:
   call in flight is aborted (its partial tokens are kept as a turn); after `finish` nothing more is
   recorded. Every wait is bounded.
 
-Why Starlette + uvicorn: a small, well-kept ASGI stack already installed with Ray Serve; FastAPI's
-validation layer would duplicate the pydantic models of requests.py.
+Why Starlette + uvicorn (on a thread of its own, `envs/http_serving.py`): a small, well-kept ASGI stack
+already installed with Ray Serve; FastAPI's validation layer would duplicate the pydantic models of
+requests.py.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ import hmac
 import json
 import logging
 import secrets
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -65,7 +65,6 @@ from starlette.routing import Route
 
 from rollart.config import GatewayConfig
 from rollart.envs.agents.errors import GatewayError, unsupported
-from rollart.envs.agents.http_guard import HeaderCountGuard, HttpLimits, protocol_class
 from rollart.envs.agents.messages import template_messages, template_tools
 from rollart.envs.agents.requests import ChatRequest, CompletionRequest, parse_request, sampling_for, wants_logprobs
 from rollart.envs.agents.responses import (
@@ -79,6 +78,8 @@ from rollart.envs.agents.responses import (
 from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
 from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_for
 from rollart.envs.chat import ChatTokens
+from rollart.envs.http_guard import HttpLimits
+from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnGate
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,9 @@ T = TypeVar("T")
 
 HOST = "127.0.0.1"
 ABORT_TIMEOUT_S = 10.0
-START_TIMEOUT_S = 30.0
 _REMEMBERED_CLOSED = 65536
 _LARGE_BODY = 1 << 20  # after a body this large, free memory goes back to the system
+_TRIM_AFTER_S = 0.5  # (once the rest of a refused body has been received and dropped)
 _TOKENIZER_THREADS = 4
 
 
@@ -132,12 +133,12 @@ class AgentGateway:
         # recently ended ids → ("finished" | "cancelled", their key): with the key a call is told it ended
         self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._tokenize = ThreadPoolExecutor(_TOKENIZER_THREADS, thread_name_prefix="gateway-tokenize")
+        self._trim: asyncio.TimerHandle | None = None
         chat.widest_token  # the length check's divisor, computed once here rather than at a first request
         self._lock = threading.Lock()
         self._max_body = int(self.cfg.max_body_mb * 2**20)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._http: ThreadedServer | None = None
         self.port = 0
         self.app = Starlette(
             routes=[
@@ -151,50 +152,16 @@ class AgentGateway:
     # --- lifecycle (any thread) ------------------------------------------------------------------------
     def start(self) -> AgentGateway:
         """Serve on 127.0.0.1 (an ephemeral port) from a thread of its own; returns once listening."""
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        # accepted connections inherit it: a response's header and body writes must not wait for the
-        # client's delayed ACK (Nagle's algorithm; ~40 ms per call on Linux loopback)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((HOST, 0))
-        self.port = sock.getsockname()[1]
         cfg = self.cfg
         limits = HttpLimits(cfg.max_connections, cfg.header_timeout_s, cfg.max_header_kb * 1024, cfg.max_headers)
-        config = uvicorn.Config(HeaderCountGuard(self.app, cfg.max_headers, _error_response), log_level="warning",
-                                access_log=False, lifespan="off", backlog=4096, timeout_keep_alive=60,
-                                http=protocol_class(limits), h11_max_incomplete_event_size=limits.max_header_bytes)
-        self._server = uvicorn.Server(config)
-        ready = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
-            self._loop.call_soon(ready.set)
-            try:
-                self._loop.run_until_complete(self._server.serve(sockets=[sock]))
-            finally:
-                self._loop.close()
-
-        self._thread = threading.Thread(target=serve, name=f"gateway-{self.port}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        ready.wait(START_TIMEOUT_S)
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"the agent gateway did not start listening on {HOST}:{self.port} "
-                                   f"within {START_TIMEOUT_S:g}s")
-            time.sleep(0.01)
+        self._http = ThreadedServer(self.app, HOST, 0, name="agent gateway", limits=limits).start()
+        self._loop, self.port = self._http.loop, self._http.port
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                log.warning("agent gateway on port %d did not stop within %gs", self.port, timeout_s)
-        self._server = self._thread = None
+        if self._http is not None:
+            self._http.stop(timeout_s)
+        self._http = None
         self._tokenize.shutdown(wait=False, cancel_futures=True)
 
     @property
@@ -338,30 +305,26 @@ class AgentGateway:
             raise GatewayError(410, f"trajectory {tid!r} is {entry.state}; it takes no more calls",
                                code=f"trajectory_{entry.state}")
 
-    async def _body(self, request: Request) -> Any:
-        """The request's JSON body: all of it within `body_timeout_s` (408) and `max_body_mb` (413)."""
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self._max_body):
-            raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
-                               code="payload_too_large", close=True)
-        chunks, size = [], 0
+    async def _body(self, request: Request, entry: _Entry, param: str) -> Any:
+        """The request's JSON body: all of it within `body_timeout_s` (408) and `max_body_mb` (413); one
+        larger than the trajectory's context could hold (`AgentSession.max_request_bytes`) is refused unread
+        as too long for the context (400)."""
+        session = entry.session
+        fits = session.max_request_bytes(self.cfg.max_messages + self.cfg.max_tools)
+        limit = min(self._max_body, fits)
         try:
-            async with asyncio.timeout(self.cfg.body_timeout_s):
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > self._max_body:
-                        raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB "
-                                           "(envs.gateway.max_body_mb)", code="payload_too_large", close=True)
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise GatewayError(408, f"the request body did not arrive within {self.cfg.body_timeout_s:g}s "
-                               "(envs.gateway.body_timeout_s)", code="request_timeout", close=True) from None
-        data = b"".join(chunks)
-        del chunks
-        if size > _LARGE_BODY:
+            body = await read_bounded(request, limit, self.cfg.body_timeout_s)
+        except BodyTooLarge:
+            if limit < self._max_body:
+                raise session.too_long(f"a request body over {fits} bytes cannot fit", param) from None
+            raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
+                               code="payload_too_large", close=True) from None
+        except BodyTooSlow as exc:
+            raise GatewayError(408, f"{exc} (envs.gateway.body_timeout_s)", code="request_timeout", close=True) from None
+        if len(body) > _LARGE_BODY:
             request.state.large_body = True
         try:
-            return json.loads(data)
+            return json.loads(body)
         except (ValueError, RecursionError) as exc:
             raise GatewayError(400, f"the request body is not valid JSON ({str(exc)[:120]})", code="invalid_json") from None
 
@@ -379,7 +342,7 @@ class AgentGateway:
                 self._after(request)
 
     async def _chat_call(self, entry: _Entry, request: Request) -> Response:
-        req = parse_request(ChatRequest, await self._body(request))
+        req = parse_request(ChatRequest, await self._body(request, entry, "messages"))
         assert isinstance(req, ChatRequest)
         messages = template_messages(req.messages, self.cfg.max_messages)
         tools = template_tools(req.tools, self.cfg.max_tools)
@@ -414,7 +377,7 @@ class AgentGateway:
                 self._after(request)
 
     async def _completion_call(self, entry: _Entry, request: Request) -> Response:
-        req = parse_request(CompletionRequest, await self._body(request))
+        req = parse_request(CompletionRequest, await self._body(request, entry, "prompt"))
         assert isinstance(req, CompletionRequest)
         entry.session.check_length(req.prompt, "prompt")
 
@@ -469,9 +432,14 @@ class AgentGateway:
                               result.finish_reason, len(plan.context))
 
     def _after(self, request: Request) -> None:
-        """Once a request with a large body is done, give the allocator's free memory back (off the loop)."""
-        if getattr(request.state, "large_body", False):
-            self._tokenize.submit(_release_free_memory)
+        """After a request with a large body (read, or refused and discarded as it arrives), give the
+        allocator's free memory back: once, shortly after the last such request (off the loop)."""
+        length = request.headers.get("content-length", "")
+        if getattr(request.state, "large_body", False) or (length.isdigit() and int(length) > _LARGE_BODY):
+            if self._trim is not None:
+                self._trim.cancel()
+            self._trim = asyncio.get_running_loop().call_later(
+                _TRIM_AFTER_S, lambda: self._tokenize.submit(_release_free_memory))
 
     async def _generate(self, entry: _Entry, request: GenerationRequest) -> tuple[GenerationResult, Span]:
         start = time.time()
@@ -504,10 +472,6 @@ class AgentGateway:
         error = GatewayError(500, f"internal error of the rollart gateway: {type(exc).__name__}: {exc}",
                              code="internal_error", kind="server_error")
         return await self._error(request, error)
-
-
-def _error_response(error: GatewayError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
