@@ -215,7 +215,7 @@ def test_corrupt_state_files_are_named_with_their_field(tmp_path):
         check_run_dir(resume(run))
     version, internal, gauss = random.Random(0).getstate()
     rng = [version, list(internal), gauss]
-    checkpoint(run, 4, scheduler={"next_seq": 3, "rng": rng, "replay": [], "ready": [{"x": 1}]})
+    checkpoint(run, 4, scheduler={"next_seq": 3, "rng": rng, "replay": [], "ordinals": {}, "ready": [{"x": 1}]})
     with pytest.raises(ConfigError, match=r"field 'scheduler.ready\[0\]' is not a scored group"):
         check_run_dir(resume(run))
 
