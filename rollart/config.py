@@ -340,8 +340,9 @@ class DatasetConfig(Section):
     train_split: str = Field("train", description="the split of train to read (hub ids, save_to_disk dicts)")
     validation_split: str = Field("test", description="the split of validation to read (hub ids, save_to_disk dicts)")
     columns: dict[str, str] = Field(
-        max_length=MAX_ENTRIES, description="role → column: prompt (or messages) is required; answer, tests, entry_point, system, tools "
-        "are read by rewards and episodes; any other role is metadata passed to the reward with the row"
+        max_length=MAX_ENTRIES, description="role → column: prompt (or messages) is required; answer, tests, "
+        "entry_point, system, tools are read by rewards and episodes; any other role is metadata passed to the reward "
+        "with the row"
     )
     prompt_format: str = Field(
         "{prompt}", description="the user message made from a row: Python format fields name roles, e.g. "
@@ -425,7 +426,9 @@ class DomainConfig(Section):
         2048, ge=16, le=MAX_TOKENS, description="bound on the episode's whole context (prompts, observations and "
         "responses) in tokens; past it the episode is TRUNCATED"
     )
-    format_penalty: float = Field(-0.1, ge=-1e6, le=1e6, description="reward of a malformed action; the episode goes on")
+    format_penalty: float = Field(
+        -0.1, ge=-1e6, le=1e6, description="reward of a malformed action; the episode goes on"
+    )
     end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
     inject: FaultInjectionConfig | None = Field(
@@ -495,13 +498,94 @@ class GatewayConfig(Section):
         30.0, gt=0, le=HOUR_S, description="a request's whole body must arrive within this of its headers; a "
         "slower one is answered 408"
     )
-    max_header_kb: int = Field(64, ge=1, le=1024, description="largest request line plus headers, in KiB; larger get 431")
+    max_header_kb: int = Field(
+        64, ge=1, le=1024, description="largest request line plus headers, in KiB; larger get 431"
+    )
     max_headers: int = Field(128, ge=1, le=10_000, description="header fields in one request; more get 431")
     tool_parser: Literal["auto", "hermes", "none"] = Field(
         "auto", description="how tool calls are parsed out of model output: auto = the family the chat template "
         "writes (hermes for <tool_call> templates), none = never (requests with tools are refused)"
     )
     model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
+
+
+class SandboxLimits(Section):
+    """What a sandbox may use (rollart/sandbox/). With cgroups (isolation level `full`) memory, CPU time and
+    processes hold for the program and all its children together; per process otherwise."""
+
+    cpu_time_s: float = Field(
+        2.0, gt=0, le=DAY_S, description="CPU-time limit of a sandboxed run (the whole process tree)"
+    )
+    memory_mb: int = Field(
+        256, ge=64, le=MAX_MB, description="memory of the whole process tree, and address space of each process "
+        "(Python itself needs ~40 MB); the tree may also hold `disk_mb` of files"
+    )
+    wall_timeout_s: float = Field(
+        5.0, gt=0, le=DAY_S, description="wall-clock limit of a sandboxed run (then it is killed)"
+    )
+    max_processes: int = Field(16, ge=1, le=65_536, description="processes and threads the program may have at once")
+    file_size_mb: int = Field(16, ge=1, le=MAX_MB, description="largest file the program may write")
+    disk_mb: int = Field(
+        64, ge=1, le=MAX_MB, description="all files of the program and its children together (a tmpfs of this size "
+        "holds its working dir and /tmp; a write past it fails)"
+    )
+    network: Literal["deny", "allow"] = Field(
+        "deny", description="whether the program may use the network", json_schema_extra=TRUST_GUARD
+    )
+    max_output_kb: int = Field(
+        1024, ge=1, le=1 << 20, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is "
+        "killed and the result says so"
+    )
+    min_isolation: Literal["full", "namespaces", "landlock", "rlimits"] = Field(
+        "full", description="the weakest isolation sandboxed programs may run with; below it they refuse to run. "
+        "full: namespaces + cgroup limits on memory, CPU time and processes of the whole process tree; "
+        "namespaces: own uid (never root), rlimits, Landlock, PID/mount/network namespaces and a private root "
+        "(no host /tmp or Unix sockets) whose files sit on a tmpfs of disk_mb; landlock: no namespaces (limits "
+        "per process, no disk cap); rlimits: resource limits only (files protected by permissions alone)",
+        json_schema_extra=TRUST_GUARD,
+    )
+
+
+class SandboxConfig(SandboxLimits):
+    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/process.py)."""
+
+    max_concurrent: int = Field(2, ge=1, le=MAX_THREADS, description="sandboxes run at once per process")
+    python: str = Field(
+        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
+        "else python3 from /usr/bin",
+        json_schema_extra=TRUST_CODE,
+    )
+
+
+class WorkspaceConfig(SandboxLimits):
+    """One trajectory's workspace sandbox (rollart/sandbox/workspace.py): its own directory tree and processes,
+    for environments whose tools run commands. Limits hold per command (CPU, wall) or for the whole workspace
+    (memory, processes, disk)."""
+
+    cpu_time_s: float = Field(30.0, gt=0, le=DAY_S, description="CPU time of one command and all its children")
+    memory_mb: int = Field(
+        1024, ge=64, le=MAX_MB, description="memory of the workspace's processes together (and address space of "
+        "each); its files may hold `disk_mb` more"
+    )
+    wall_timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="wall-clock limit of one command unless the caller "
+                                  "gives its own (then it is killed, with everything it started)")
+    max_processes: int = Field(64, ge=1, le=65_536, description="processes and threads of one command at once")
+    file_size_mb: int = Field(64, ge=1, le=MAX_MB, description="largest file a command or write_file may write")
+    disk_mb: int = Field(
+        256, ge=1, le=MAX_MB, description="all files of the workspace together (its tree and /tmp: a tmpfs of this "
+        "size; a write past it fails)"
+    )
+    max_output_kb: int = Field(
+        256, ge=1, le=1 << 20, description="bytes (KiB) each of a command's stdout/stderr may carry; past it the "
+        "command is killed and its output marked [truncated]"
+    )
+    backend: Literal["native", "docker", "podman"] = Field(
+        "native", description="native: rollart's own sandbox (namespaces, private root, cgroups); docker/podman: "
+        "one container per workspace through that CLI (where installed)"
+    )
+    image: str = Field(
+        "python:3.11-slim", description="container image of the docker/podman backend", json_schema_extra=TRUST_CODE
+    )
 
 
 class WarmPoolConfig(Section):
@@ -513,7 +597,8 @@ class WarmPoolConfig(Section):
         "builds and prepares its env)"
     )
     domains: list[str] = Field(
-        default_factory=list, max_length=MAX_ENTRIES, description="the env domains pooled; empty = all of them (agent domains have no env)"
+        default_factory=list, max_length=MAX_ENTRIES, description="the env domains pooled; empty = all of them (agent "
+        "domains have no env)"
     )
     prepare_timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on building and preparing one env")
 
@@ -528,7 +613,9 @@ class EnvServerConfig(Section):
     allow_non_loopback: bool = Field(False, description="allow a host other than 127.0.0.1/::1/localhost")
     token_env: str = Field("ROLLART_ENV_TOKEN", description="env var holding the server token that opening a "
                            "session needs (unset: a fresh random one is printed at start)")
-    max_body_kb: int = Field(1024, ge=1, le=1 << 20, description="largest request body (an action); larger ones get 413")
+    max_body_kb: int = Field(
+        1024, ge=1, le=1 << 20, description="largest request body (an action); larger ones get 413"
+    )
     max_sessions: int = Field(256, ge=1, le=MAX_BATCH, description="open sessions (trajectories) at once; more get 429")
     idle_timeout_s: float = Field(
         600.0, gt=0, le=WEEK_S, description="a session with no call for this long is closed (its client died, say)"
@@ -553,6 +640,8 @@ class EnvsConfig(Section):
     retry_backoff_max_s: float = Field(5.0, ge=0, le=HOUR_S, description="cap on the reset retry delay")
     threads: int = Field(4, ge=1, le=MAX_THREADS, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="each trajectory's workspace "
+                                       "sandbox (domains whose tools run commands)")
     warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
     server: EnvServerConfig = Field(default_factory=EnvServerConfig, description="`rollart env serve`")
 
@@ -677,38 +766,6 @@ class HttpRewardConfig(Section):
     token_env: str = Field(
         "ROLLART_REWARD_TOKEN", description="env var holding the bearer token",
         json_schema_extra=TRUST_NETWORK,
-    )
-
-
-class SandboxConfig(Section):
-    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/)."""
-
-    cpu_time_s: float = Field(2.0, gt=0, le=DAY_S, description="CPU-time limit of a sandboxed run")
-    memory_mb: int = Field(256, ge=64, le=MAX_MB, description="address-space limit (Python itself needs ~40 MB)")
-    wall_timeout_s: float = Field(
-        5.0, gt=0, le=DAY_S, description="wall-clock limit of a sandboxed run (then it is killed)"
-    )
-    max_processes: int = Field(16, ge=1, le=65_536, description="processes and threads the program may have at once")
-    file_size_mb: int = Field(16, ge=1, le=MAX_MB, description="largest file the program may write")
-    max_concurrent: int = Field(2, ge=1, le=MAX_THREADS, description="sandboxes run at once per process")
-    network: Literal["deny", "allow"] = Field(
-        "deny", description="whether the program may use the network",
-        json_schema_extra=TRUST_GUARD,
-    )
-    python: str = Field(
-        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
-        "else python3 from /usr/bin",
-        json_schema_extra=TRUST_CODE,
-    )
-    max_output_kb: int = Field(
-        1024, ge=1, le=1_048_576, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is "
-        "killed and the result says so"
-    )
-    min_isolation: Literal["full", "landlock", "rlimits"] = Field(
-        "full", description="the weakest isolation code rewards may run with; below it they refuse to run. "
-        "full: own uid (never root), rlimits, Landlock reads+writes, PID/mount and network namespaces; "
-        "landlock: no namespaces; rlimits: resource limits only (files protected by permissions alone)",
-        json_schema_extra=TRUST_GUARD,
     )
 
 
