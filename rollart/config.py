@@ -880,7 +880,7 @@ class RolloutConfig(Section):
         "it"
     )
     remap_min_episodes: int = Field(
-        16, ge=1, description="episodes a domain's profile is measured over before it is trusted: for a baseline "
+        16, ge=1, le=1_000_000, description="episodes a domain's profile is measured over before it is trusted: for a baseline "
         "(a domain without a declared profile) and again, after a drift is first seen, to confirm it"
     )
 
