@@ -13,7 +13,9 @@ run may leave to the twin and the planner are the declared episode profile's (`d
 
 from __future__ import annotations
 
-import ast
+import json
+import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,9 +38,36 @@ READ_AT = {
 FOR_THE_TWIN_AND_PLANNER = "domains.<name>.profile."
 
 
+# Each module's names, found in a fresh interpreter: CPython 3.11's `ast.parse` can fail with "AST constructor
+# recursion depth mismatch" on some files once an earlier test in the same process has hit its recursion
+# limit; a child process starts clean.
+_SCAN = """
+import ast, json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+def tail(e):
+    return e.attr if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else None
+out = {}
+for path in sorted(root.rglob("*.py")):
+    reads, functions, through = set(), set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+            reads.add(node.attr)
+            through.add((tail(node.value), node.attr))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            reads.add(node.value)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.add(node.name)
+    out[str(path.relative_to(root))] = [sorted(reads), sorted(functions), sorted(map(list, through), key=str)]
+print(json.dumps(out))
+"""
+
+
 @lru_cache(maxsize=None)
-def _tree(module: str) -> ast.AST:
-    return ast.parse((PACKAGE / module).read_text())
+def _scan() -> dict[str, list]:
+    done = subprocess.run([sys.executable, "-c", _SCAN, str(PACKAGE)], capture_output=True, text=True, timeout=120,
+                          check=True)
+    return json.loads(done.stdout)
 
 
 def production_modules() -> list[str]:
@@ -50,23 +79,16 @@ def production_modules() -> list[str]:
     return out
 
 
-def _tail(expr: ast.expr) -> str | None:
-    return expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else None
-
-
 def reads_and_functions(modules: list[str]) -> tuple[set[str], set[str], set[tuple[str | None, str]]]:
-    """Names accessed (attributes, identifier strings), names defined as functions, and (what an attribute
-    was read from, the attribute) pairs in `modules`."""
+    """Names accessed (attributes, identifier strings), names defined as functions (not the schema's own
+    validators), and (what an attribute was read from, the attribute) pairs in `modules`."""
     reads, functions, through = set(), set(), set()
     for module in modules:
-        for node in ast.walk(_tree(module)):
-            if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
-                reads.add(node.attr)
-                through.add((_tail(node.value), node.attr))
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
-                reads.add(node.value)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and module != "config.py":
-                functions.add(node.name)
+        module_reads, module_functions, module_through = _scan()[module]
+        reads.update(module_reads)
+        if module != "config.py":
+            functions.update(module_functions)
+        through.update((a, b) for a, b in module_through)
     return reads, functions, through
 
 
