@@ -266,6 +266,11 @@ class DomainConfig(Section):
     format_penalty: float = Field(-0.1, description="reward of a malformed action; the episode goes on")
     end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
+    env_servers: int = Field(
+        0, ge=0, le=1024, description="run this domain's envs in N env servers that rollart places on the "
+        "env_server role's pool (env unless roles.env_server says otherwise), replaced when one dies, and reach "
+        "them over HTTP as remote envs; 0 = inside the env workers"
+    )
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
@@ -283,6 +288,9 @@ class DomainConfig(Section):
         if bool(self.env) == bool(self.agent):
             raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
                              f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
+        if self.env_servers and (self.agent or self.env.startswith("remote:")):
+            raise ValueError("`env_servers` serves an env of this config (not an agent, not remote:<url>, which is "
+                             f"served already); got env={self.env!r}, agent={self.agent!r}")
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")

@@ -36,6 +36,7 @@ from rollart.envs.agents.runner import AgentRunner
 from rollart.envs.chat import ChatTokens
 from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
+from rollart.envs.remote import RemoteEnv
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.spec import resolve_env
@@ -82,6 +83,7 @@ class EnvWorker:
         gate: TurnGate | None = None,
         name: str = "env/env/0",
         model_path: str | Path | None = None,
+        env_servers: dict[str, Any] | None = None,
     ) -> None:
         self.cfg, self.name, self.gate = cfg, name, gate
         self.llm = as_llm_client(llm)
@@ -92,6 +94,8 @@ class EnvWorker:
         self._factories: dict[str, EnvFactory] = {
             d: resolve_env(c.env, c.options) for d, c in cfg.domains.items() if not c.agent
         }
+        for domain, directory in (env_servers or {}).items():  # rollart's own env servers (envs/fleet.py)
+            self._factories[domain] = functools.partial(RemoteEnv, directory=directory, domain=domain)
         self._agents = {d: resolve_agent(c.agent) for d, c in cfg.domains.items() if c.agent}
         self.gateway = (
             AgentGateway(self.llm, self.chat, cfg.envs.gateway, worker=name,
@@ -102,7 +106,8 @@ class EnvWorker:
         self.pools = {
             d: WarmPool(d, factory, pool_cfg.size, executor=self.executor, prepare_timeout_s=pool_cfg.prepare_timeout_s,
                         backoff_s=cfg.envs.retry_backoff_s, backoff_max_s=cfg.envs.retry_backoff_max_s)
-            for d, factory in self._factories.items() if cfg.envs.pooled(d, cfg.domains[d])
+            for d, factory in self._factories.items()
+            if cfg.envs.pooled(d, cfg.domains[d]) and d not in (env_servers or {})  # those servers pool themselves
         }
         self.reset_stats = ResetStats()
         self._managers: dict[str, EnvManager | AgentRunner] = {}
