@@ -390,9 +390,10 @@ class DomainConfig(Section):
         if bool(self.env) == bool(self.agent):
             raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
                              f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
-        if self.env_servers and (self.agent or self.env.startswith("remote:")):
-            raise ValueError("`env_servers` serves an env of this config (not an agent, not remote:<url>, which is "
-                             f"served already); got env={self.env!r}, agent={self.agent!r}")
+        if self.env_servers and (self.agent or self.env.startswith("remote:") or self.env.strip() == "dataset"):
+            raise ValueError("`env_servers` serves an env of this config (not an agent, not a dataset, whose rows "
+                             f"run in process, not remote:<url>, served already); got env={self.env!r}, "
+                             f"agent={self.agent!r}")
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")

@@ -36,14 +36,14 @@ class EnvServerActor:
         import ray
 
         from rollart.envs.server import EnvServer
-        from rollart.envs.spec import resolve_env
+        from rollart.envs.spec import domain_env_factory
 
         domain_cfg = cfg.domains[domain]
         server_cfg = cfg.envs.server.model_copy(update={"host": ray.util.get_node_ip_address(), "port": 0})
         pool = cfg.envs.warm_pool.size if cfg.envs.pooled(domain, domain_cfg) else 0
         self.name = name
-        self.server = EnvServer(domain, domain_cfg.env, resolve_env(domain_cfg.env, domain_cfg.options), server_cfg,
-                                cfg.envs, token=token, pool_size=pool).start()
+        self.server = EnvServer(domain, domain_cfg.env, domain_env_factory(domain, domain_cfg, None, cfg.seed),
+                                server_cfg, cfg.envs, token=token, pool_size=pool).start()
 
     def url(self) -> str:
         return self.server.url
