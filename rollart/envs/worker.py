@@ -43,6 +43,7 @@ from rollart.envs.spec import domain_env_factory, resolve_env
 from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
+from rollart.sandbox.workspace import reap_leftovers
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
@@ -93,6 +94,7 @@ class EnvWorker:
         self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
                       if not c.agent}
         self.executor = ThreadPoolExecutor(cfg.envs.threads, thread_name_prefix=name.replace("/", "-"))
+        reap_leftovers()  # workspace sandboxes a dead predecessor (a worker killed mid-trajectory) left
         # checked now, so a bad spec (or a dataset with no row left) fails at start-up rather than mid-run
         self._factories: dict[str, EnvFactory] = {
             d: domain_env_factory(d, c, self.chats[d], cfg.seed) for d, c in cfg.domains.items() if not c.agent
