@@ -432,6 +432,11 @@ class DomainConfig(Section):
     )
     end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
+    env_servers: int = Field(
+        0, ge=0, le=1024, description="run this domain's envs in N env servers that rollart places on the "
+        "env_server role's pool (env unless roles.env_server says otherwise), replaced when one dies, and reach "
+        "them over HTTP as remote envs; 0 = inside the env workers"
+    )
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
@@ -458,6 +463,10 @@ class DomainConfig(Section):
         if bool(self.env) == bool(self.agent):
             raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
                              f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
+        if self.env_servers and (self.agent or self.env.startswith("remote:") or self.env.strip() == "dataset"):
+            raise ValueError("`env_servers` serves an env of this config (not an agent, not a dataset, whose rows "
+                             f"run in process, not remote:<url>, served already); got env={self.env!r}, "
+                             f"agent={self.agent!r}")
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")
