@@ -6,7 +6,8 @@ it takes. Out: complete, scored GRPO groups in the buffer; counters of everythin
 
 What it does:
 - Samples a task domain per group (by `domains.<d>.weight`; `stratified` keeps the pending mix on target),
-  gives the group a seed, and starts `group_size + redundancy.extra_per_group` trajectories of it.
+  gives the group a seed — a dataset domain's groups take its rows in order, so their seed is the domain's
+  ordinal (0, 1, 2 …: the env maps it to a row of the epoch's shuffle) — and starts `group_size + redundancy.extra_per_group` trajectories of it.
 - Admission (staleness.py (2)): pending groups (running or ready) ≤ window × (groups per batch incl.
   `extra_groups`), so pending trajectories ≤ (α + 1) × (batch size + redundancy) and nothing is started
   that could only ever be stale.
@@ -30,8 +31,9 @@ and traceback as its cause. A worker's death is not such a failure: the trajecto
 replaced with the same seed.
 
 Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
-`rollart.codec`) and the sequence numbers of the groups still running; a resumed run puts the former back
-in the buffer as they were (they are trained once, never generated again) and re-admits the latter.
+`rollart.codec`), the sequence numbers and seeds of the groups still running and each dataset domain's next
+ordinal; a resumed run puts the former back in the buffer as they were (they are trained once, never
+generated again), re-admits the running ones with their seeds, and goes on with the next row of each dataset.
 
 Bookkeeping — one structure, `_groups`, and the ledger `fate`:
 - `_groups` holds each group from its admission until it is closed (complete, dropped, stale or stopped)
@@ -174,7 +176,8 @@ class RolloutScheduler:
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self.unsettled = self.unsettled_peak = 0  # trajectories started and not settled: now, and at most
-        self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
+        self._replay: list[tuple[str, int, int]] = []  # (domain, seq, seed) of groups to re-admit after a resume
+        self.ordinals: Counter[str] = Counter()  # per dataset domain: groups drawn so far (its next row)
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
         # ledger and counters
@@ -305,8 +308,8 @@ class RolloutScheduler:
         self._background.discard(task)
         self._task_done(task, f"a background task of the scheduler ({task.get_name()})")
 
-    def _next_group(self) -> tuple[str, int] | None:
-        """(domain, seq) of the next group to admit, or None when admission must wait: first the groups
+    def _next_group(self) -> tuple[str, int, int] | None:
+        """(domain, seq, seed) of the next group to admit, or None when admission must wait: first the groups
         a resumed run replays (under the total bound), then new ones of the domain `_select_domain` picks."""
         if self._replay:
             return self._replay.pop(0) if self._below_total_bound() else None
@@ -314,7 +317,14 @@ class RolloutScheduler:
         if domain is None:
             return None
         self.next_seq += 1
-        return domain, self.next_seq - 1
+        return domain, self.next_seq - 1, self._new_seed(domain, self.next_seq - 1)
+
+    def _new_seed(self, domain: str, seq: int) -> int:
+        """A new group's seed: a dataset domain's next ordinal (its rows in order), else one per sequence number."""
+        if self.domains[domain].data is not None:
+            self.ordinals[domain] += 1
+            return self.ordinals[domain] - 1
+        return self.seed * 1_000_003 + seq
 
     def _below_total_bound(self) -> bool:
         return self.pending_groups() < self.allowed_groups()
@@ -339,13 +349,13 @@ class RolloutScheduler:
         best = max(domains, key=lambda d: (room[d], -domains.index(d)))
         return best if room[best] > 0 else None
 
-    async def _launch_group(self, domain: str, seq: int) -> None:
+    async def _launch_group(self, domain: str, seq: int, seed: int) -> None:
         group = _Group(
             group_id=f"g{seq:06d}",
             seq=seq,
             domain=domain,
             env=self.domains[domain].env,
-            seed=self.seed * 1_000_003 + seq,
+            seed=seed,
             cohort=self._cohort,
         )
         self._hold(group)
@@ -589,22 +599,74 @@ class RolloutScheduler:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on where this one stands, as JSON data: the groups scored but not
         trained (`ready`: `ReadyGroup`s with their trajectories, see `rollart.codec`), the groups still
-        running (`replay`: (domain, seq), admitted again in order: exact for α = 0), the next sequence
-        number and the domain sampler's state."""
-        running = sorted([[g.domain, g.seq] for g in self._open_groups()], key=lambda x: x[1])
+        running (`replay`: (domain, seq, seed), admitted again in order: exact for α = 0), the next sequence
+        number, each dataset domain's next ordinal and the domain sampler's state."""
+        running = sorted([[g.domain, g.seq, g.seed] for g in self._open_groups()], key=lambda x: x[1])
         return {"next_seq": self.next_seq, "rng": _json_rng(self.rng.getstate()), "replay": running,
-                "ready": [to_json(g) for g in self.buffer.ready_groups]}
+                "ordinals": dict(self.ordinals), "ready": [to_json(g) for g in self.buffer.ready_groups]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.next_seq = int(state["next_seq"])
-        rng_state = state["rng"]
-        self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
-        self._replay = [(d, int(s)) for d, s in state["replay"]]
-        for data in state.get("ready", []):  # scored, not trained: back into the buffer as they were
-            group = from_json(ReadyGroup, data)
+        decoded = decode_state(state)
+        self.next_seq = decoded.next_seq
+        self.rng.setstate(decoded.rng)
+        self._replay = list(decoded.replay)
+        self.ordinals = Counter(decoded.ordinals)
+        for group in decoded.ready:  # scored, not trained: back into the buffer as they were
             for t in group.trajectories:
                 self.fate[t.trajectory_id] = Fate.READY  # (journaled by the run that scored them)
             self.buffer.put(group)
+
+
+@dataclass(frozen=True)
+class DecodedState:
+    """A `RolloutScheduler.state_dict()` read back: what `load_state_dict` applies."""
+
+    next_seq: int
+    rng: tuple
+    replay: tuple[tuple[str, int, int], ...]  # (domain, seq, seed)
+    ordinals: dict[str, int]  # each dataset domain's next row ordinal
+    ready: tuple[ReadyGroup, ...]
+
+
+def decode_state(state: Mapping[str, Any]) -> DecodedState:
+    """Read a scheduler state (from a checkpoint: data, not trusted) without applying it; ValueError naming
+    the field that does not read back — the driver's pre-check runs it before anything starts."""
+    def field_of(name: str) -> Any:
+        if name not in state:
+            raise ValueError(f"field 'scheduler.{name}' is missing")
+        return state[name]
+
+    try:
+        next_seq = field_of("next_seq")
+        if not isinstance(next_seq, int) or isinstance(next_seq, bool) or next_seq < 0:
+            raise ValueError(f"field 'scheduler.next_seq' must be an integer ≥ 0, got {next_seq!r:.80}")
+        raw = field_of("rng")
+        try:
+            rng = (raw[0], tuple(raw[1]), raw[2])
+            random.Random().setstate(rng)
+        except (TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise ValueError(f"field 'scheduler.rng' is not a random.Random state ({exc})") from None
+        raw_replay, raw_ordinals = field_of("replay"), field_of("ordinals")
+        try:
+            replay = tuple((str(d), int(seq), int(seed)) for d, seq, seed in raw_replay)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"field 'scheduler.replay' must be [[domain, seq, seed], …] ({exc})") from None
+        try:
+            ordinals = {str(d): int(n) for d, n in raw_ordinals.items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ValueError(f"field 'scheduler.ordinals' must map domains to row ordinals ({exc})") from None
+        ready = state.get("ready", [])
+        if not isinstance(ready, list):
+            raise ValueError(f"field 'scheduler.ready' must be a list, got {type(ready).__name__}")
+        groups = []
+        for i, data in enumerate(ready):
+            try:
+                groups.append(from_json(ReadyGroup, data))
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"field 'scheduler.ready[{i}]' is not a scored group ({exc})") from None
+    except TypeError as exc:  # `state` itself is no mapping
+        raise ValueError(f"field 'scheduler' must be an object ({exc})") from None
+    return DecodedState(next_seq, rng, replay, ordinals, tuple(groups))
 
 
 def _json_rng(state: tuple) -> list[Any]:

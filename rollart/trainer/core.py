@@ -414,7 +414,7 @@ class Trainer:
         """Restore weights, optimizer(s), scheduler, version and this rank's RNG from a checkpoint written with
         any number of ranks and either strategy; returns `extra_state`."""
         path = Path(directory)
-        ckpt.check_no_pickles(path)
+        ckpt.check_checkpoint_files(path)
         state = ckpt.load_trainer_state(path, self.device)
         lora = self.lora is not None
         if lora:  # a PEFT adapter directory: the base is model.path, unchanged

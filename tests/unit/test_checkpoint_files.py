@@ -17,7 +17,7 @@ import torch
 from rollart.algo import PolicyObjective
 from rollart.config import RunConfig
 from rollart.trainer import Trainer
-from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
+from rollart.trainer.checkpoint import UnsafeCheckpointError, check_checkpoint_files
 from rollart.trainer.state_files import load_state, save_state
 
 
@@ -63,7 +63,7 @@ def test_a_trainer_checkpoint_is_data_only_and_resumes_exactly(tiny_model_path, 
     assert {str(p.relative_to(tmp_path / "ckpt")) for p in files} >= {
         "trainer_state.json", "extra_state.json", "rng/rank0.json", "rng/rank0.safetensors", "model.safetensors",
         "config.json", "sft_optimizer/rank0.json", "sft_optimizer/rank0.safetensors"}
-    check_no_pickles(tmp_path / "ckpt")  # nothing in it would need unpickling
+    check_checkpoint_files(tmp_path / "ckpt")  # nothing in it would need unpickling
     assert not any(p.suffix in (".pt", ".bin", ".pkl") for p in files)
 
     second = trainer(tiny_model_path)
@@ -124,3 +124,17 @@ def test_a_checkpoint_of_another_model_shape_is_refused_naming_the_tensor_and_bo
     with pytest.raises(ValueError, match=r"ckpt: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape "
                                          r"\[384, 128\] there but \[256, 128\] in this model"):
         trainer(wider).load(tmp_path / "ckpt")
+
+
+def test_a_corrupt_optimizer_shard_is_named_before_anything_loads(tiny_model_path, tmp_path):
+    from rollart.trainer.checkpoint import check_state_files
+    from rollart.trainer.state_files import StateFileError
+
+    t = trainer(tiny_model_path)
+    t.sft_step([[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "\\boxed{4}"}]] * 2)
+    t.save(tmp_path / "ckpt", {"step": 1})
+    check_state_files(tmp_path / "ckpt")  # as written: sound
+    index = tmp_path / "ckpt" / "sft_optimizer" / "rank0.json"
+    index.write_text(index.read_text()[:40])  # cut short, as by a full disk
+    with pytest.raises(StateFileError, match=r"sft_optimizer/rank0\.json: not an optimizer shard index"):
+        check_state_files(tmp_path / "ckpt")
