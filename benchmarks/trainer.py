@@ -142,8 +142,7 @@ def _demo_samples() -> list[Any]:
     import random
 
     from rollart.config import RunConfig
-    from rollart.models import load_tokenizer, resolve_model_path
-    from rollart.trainer.sft_data import conversation_sample
+    from rollart.models import resolve_model_path
     from rollart.types import TrainSample
     from rollart.warm_start import demonstration_batches
 
@@ -151,11 +150,9 @@ def _demo_samples() -> list[Any]:
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
         "warm_start": cfg.train.warm_start.model_copy(update={"batch_size": cfg.rollout.batch_size})})})
     path = resolve_model_path(cfg.model, cfg.seed)
-    tokenizer = load_tokenizer(path)
     rng = random.Random(0)
     out = []
-    for i, conversation in enumerate(next(iter(demonstration_batches(cfg, path)))):
-        s = conversation_sample(tokenizer, conversation, f"demo{i}")
+    for i, s in enumerate(next(iter(demonstration_batches(cfg, path)))):  # laid out as rollouts are
         out.append(TrainSample(s.trajectory_id, f"g{i // 4}", "demo", s.token_ids, s.loss_mask,
                                tuple(-2.0 * m for m in s.loss_mask), tuple(0 if m else -1 for m in s.loss_mask),
                                rng.uniform(-1, 1), 0.0))
