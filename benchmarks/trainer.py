@@ -222,7 +222,8 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
     pad_on, pad_off = by_name["packing-on"]["padding"], by_name["packing-off"]["padding"]
     ratios = {
         "fsdp2_vs_ddp_max_abs_loss_diff": max(abs(a - b) for a, b in zip(equal["ddp"], equal["fsdp2"])),
-        "fsdp2_state_bytes_vs_ddp": by_name["fsdp2-fp32"]["state_mb_per_rank"] / by_name["ddp-fp32"]["state_mb_per_rank"],
+        "fsdp2_state_bytes_vs_ddp": (by_name["fsdp2-fp32"]["state_mb_per_rank"]
+                                     / by_name["ddp-fp32"]["state_mb_per_rank"]),
         "ac_activation_peak_reduction": (by_name["fsdp2-bf16"]["step_rss_rise_mb_per_rank"]
                                          / by_name["fsdp2-bf16-ac"]["step_rss_rise_mb_per_rank"]),
         "chunked_logprob_peak_reduction": logprob[0] / logprob[512],

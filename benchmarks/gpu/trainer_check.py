@@ -84,9 +84,11 @@ def publish(work: Path) -> dict[str, float]:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16).cuda().eval()
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([tokens]).cuda()).logits[0, len(prompt) - 1:-1].float()
-        return torch.log_softmax(logits, -1).gather(-1, torch.tensor(results[0].token_ids).cuda()[:, None]).squeeze(-1).cpu()
+        targets = torch.tensor(results[0].token_ids).cuda()[:, None]
+        return torch.log_softmax(logits, -1).gather(-1, targets).squeeze(-1).cpu()
 
-    return {"swap_s": swap_s, "mean_abs_logprob_diff_vs_trained": float((scored(work / "trained") - served).abs().mean()),
+    return {"swap_s": swap_s,
+            "mean_abs_logprob_diff_vs_trained": float((scored(work / "trained") - served).abs().mean()),
             "mean_abs_logprob_diff_vs_initial": float((scored(work / "model") - served).abs().mean())}
 
 

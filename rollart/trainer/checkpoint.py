@@ -308,7 +308,8 @@ def _check_shard_index(directory: Path) -> None:
             with safe_open(str(index.with_suffix(".safetensors")), framework="pt") as f:
                 held = set(f.keys())
         except Exception as exc:  # noqa: BLE001 — safetensors raises its own error types for a bad header
-            raise StateFileError(f"{index.with_suffix('.safetensors')}: not a readable safetensors file ({exc})") from None
+            raise StateFileError(f"{index.with_suffix('.safetensors')}: not a readable safetensors file "
+                                 f"({exc})") from None
         missing = sorted(k for k, _, _ in metas if k not in held)
         if missing:
             raise StateFileError(f"{index}: names tensors its safetensors file lacks, e.g. {missing[:3]}")
@@ -374,7 +375,8 @@ def load_optimizer_shards(directory: Path, named_params: Sequence[tuple[str, tor
             if not shape:
                 state[key] = reader.read(f"{name}/{key}", shape)
             else:
-                state[key] = strategy.like(param, reader.read(f"{name}/{key}", tuple(param.shape), strategy.rows(param)))
+                rows = reader.read(f"{name}/{key}", tuple(param.shape), strategy.rows(param))
+                state[key] = strategy.like(param, rows)
         if state:
             optimizer.state[param] = state
 

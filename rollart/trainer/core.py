@@ -274,7 +274,8 @@ class Trainer:
         return grad_norm
 
     @torch.no_grad()
-    def _proximal_logprobs(self, samples: Sequence[TrainSample], steps: Sequence[Sequence[int]]) -> dict[int, torch.Tensor]:
+    def _proximal_logprobs(self, samples: Sequence[TrainSample], steps: Sequence[Sequence[int]]
+                           ) -> dict[int, torch.Tensor]:
         """log π_prox [len − 1] for every sample this rank trains in `steps`, with the current weights (before
         the batch's first step), in eval mode (no dropout: the proximal policy is the network itself)."""
         train = self.cfg.train
@@ -298,8 +299,11 @@ class Trainer:
             logp, ent = module(mb.input_ids, mb.select, mb.select_targets, mb.attention_mask, mb.position_ids,
                                mb.cu_seqlens, entropy)
         b, width = mb.label_shape
-        place = lambda values: torch.zeros(b * width, dtype=torch.float32, device=values.device).index_copy(  # noqa: E731
-            0, mb.dest, values.float()).view(b, width)
+
+        def place(values: torch.Tensor) -> torch.Tensor:  # the K selected tokens into the [b, L-1] label layout
+            flat = torch.zeros(b * width, dtype=torch.float32, device=values.device)
+            return flat.index_copy(0, mb.dest, values.float()).view(b, width)
+
         return place(logp), (place(ent.detach()) if ent is not None else None)
 
     def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
@@ -437,6 +441,7 @@ class Trainer:
         if reference.is_file():
             self.ref_policy = self._frozen_copy()
             kind = "adapter" if lora else "base"
-            load_weights(self.ref_policy, self.strategy, {kind: TensorReader.of_files([reference])}, lora, kinds=(kind,))
+            load_weights(self.ref_policy, self.strategy, {kind: TensorReader.of_files([reference])}, lora,
+                         kinds=(kind,))
         ckpt.load_rng(path, self.rank)  # a rank the checkpoint did not have keeps its seeded RNG
         return ckpt.load_extra(path)
