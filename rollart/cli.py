@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:
         from rollart.resources.errors import ResourceError  # no Ray import: errors.py is plain Python
-        from rollart.reward.sandbox import SandboxUnavailable
+        from rollart.sandbox import SandboxUnavailable
 
         if not isinstance(exc, (ResourceError, SandboxUnavailable)):
             raise

@@ -427,7 +427,7 @@ class HttpRewardConfig(Section):
 
 
 class SandboxConfig(Section):
-    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/reward/sandbox.py)."""
+    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/)."""
 
     cpu_time_s: float = Field(2.0, gt=0, description="CPU-time limit of a sandboxed run")
     memory_mb: int = Field(256, ge=64, description="address-space limit (Python itself needs ~40 MB)")

@@ -7,7 +7,6 @@ Public API (the driver needs only `RewardRouter`):
   `scorings(key)`, `stop()` (service.py; `rollart serve-reward` runs one standalone).
 - `RewardOutput`, `to_payload`, `trajectory_from_payload`, `final_action` — the reward protocol and the
   JSON payload (protocol.py); built-in fns `env`, `format`, `math`, `code`, `judge` (registry.py).
-- `run_sandboxed`, `run_pair`, `check_isolation`, `SandboxUnavailable` — the code sandbox (sandbox.py).
 `service` (Ray Serve) is imported lazily: local scoring never loads Ray.
 """
 
@@ -17,12 +16,8 @@ from typing import Any
 
 from rollart.reward.protocol import RewardOutput, final_action, to_payload, trajectory_from_payload
 from rollart.reward.router import RewardRouter
-from rollart.reward.sandbox import SandboxUnavailable, check_isolation, run_pair, run_sandboxed
 
-__all__ = [
-    "RewardOutput", "RewardRouter", "RewardService", "SandboxUnavailable", "check_isolation", "final_action",
-    "run_pair", "run_sandboxed", "to_payload", "trajectory_from_payload",
-]
+__all__ = ["RewardOutput", "RewardRouter", "RewardService", "final_action", "to_payload", "trajectory_from_payload"]
 
 
 def __getattr__(name: str) -> Any:

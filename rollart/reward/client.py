@@ -42,7 +42,7 @@ import httpx
 from rollart.config import RewardConfig
 from rollart.reward.metrics import BusyClock, LatencyWindow
 from rollart.reward.protocol import RewardFn, RewardInputError, call_reward, to_payload
-from rollart.reward.sandbox import SandboxUnavailable
+from rollart.sandbox import SandboxUnavailable
 from rollart.types import RewardResult, Trajectory
 
 # 501: the service cannot run this reward at all (e.g. its code sandbox refuses) — retrying cannot help

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rollart.config import SandboxConfig
 from rollart.reward.protocol import RewardInputError, RewardOutput, boxed_contents, final_action
-from rollart.reward.sandbox import Program, check_isolation, run_pair
+from rollart.sandbox import Program, check_isolation, run_pair
 from rollart.types import Trajectory
 
 _HERE = Path(__file__).parent

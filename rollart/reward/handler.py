@@ -42,7 +42,7 @@ from rollart.reward.metrics import BusyClock
 from rollart.reward import tokens
 from rollart.reward.protocol import PayloadError, RewardInputError, call_reward, parse_payload
 from rollart.reward.registry import BUILTINS, RewardFns
-from rollart.reward.sandbox import SandboxUnavailable
+from rollart.sandbox import SandboxUnavailable
 
 log = logging.getLogger("rollart.reward")
 

@@ -40,7 +40,7 @@ from rollart.config import RunConfig
 from rollart.reward.client import BackendStats, HttpRewardClient, LocalRewardClient
 from rollart.reward.protocol import RewardFn
 from rollart.reward.registry import RewardFns, check_spec, import_reward
-from rollart.reward.sandbox import check_isolation
+from rollart.sandbox import check_isolation
 from rollart.types import RewardResult, Trajectory
 
 if TYPE_CHECKING:

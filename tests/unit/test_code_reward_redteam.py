@@ -16,7 +16,7 @@ import pytest
 import rollart
 from rollart.config import SandboxConfig
 from rollart.reward.code_reward import CodeReward
-from rollart.reward.sandbox import check_isolation
+from rollart.sandbox import check_isolation
 from rollart.types import Task, Trajectory, Turn
 
 CFG = SandboxConfig(cpu_time_s=1.0, wall_timeout_s=5.0, memory_mb=256, max_output_kb=64, max_concurrent=4)

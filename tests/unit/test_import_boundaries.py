@@ -65,3 +65,11 @@ def test_an_import_cycle_is_caught_even_through_a_lazy_import(tmp_path):
     assert out.returncode != 0
     assert "No import cycles among sibling modules BROKEN" in out.stdout
     assert ".engine_workloads -> .engine" in out.stdout
+
+
+def test_the_sandbox_imports_only_config_and_types(tmp_path):
+    """The sandbox sits below both planes that use it: importing a plane, or rollart's loaders, is caught."""
+    out = _lint_with(tmp_path, "rollart/sandbox/_violation.py", "import rollart.reward\nimport rollart.config_loader\n")
+    assert out.returncode != 0
+    assert "rollart.sandbox._violation -> rollart.reward" in out.stdout
+    assert "rollart.sandbox._violation -> rollart.config_loader" in out.stdout

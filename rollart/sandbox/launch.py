@@ -1,6 +1,6 @@
 """Sandbox launcher: runs INSIDE the sandbox's fresh process, locks it down, then execs the untrusted program.
 
-Run as `python -I sandbox_launch.py '<json spec>' PROGRAM ARGS...` (by `sandbox.py`, usually under
+Run as `python -I launch.py '<json spec>' PROGRAM ARGS...` (by `process.py`, usually under
 `unshare --net --mount --pid --fork --kill-child --mount-proc`). Standard library only, and never imported
 by rollart itself, so nothing of rollart is loaded into the sandboxed process.
 

@@ -18,8 +18,8 @@ import pytest
 
 import rollart
 from rollart.config import SandboxConfig
-from rollart.reward import sandbox
-from rollart.reward.sandbox import SandboxUnavailable, probe_isolation, run_sandboxed
+from rollart.sandbox import process as sandbox
+from rollart.sandbox.process import SandboxUnavailable, probe_isolation, run_sandboxed
 
 CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_processes=8)
 

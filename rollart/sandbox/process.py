@@ -8,11 +8,11 @@ talking over a pair of pipes (what the `code` reward uses to keep the candidate 
 
 Mechanisms (probed once per process, `probe_isolation`):
 - `process`, `rlimits`: always — own process and session; CPU time, address space, process count, file
-  size, open files (`sandbox_launch.py`); the wall timeout kills the whole process group.
+  size, open files (`launch.py`); the wall timeout kills the whole process group.
 - `uid` (rollart runs as root): the program runs as a dedicated unprivileged uid — never as root. If no
   Python is runnable by that uid, nothing runs: `SandboxUnavailable`, at every isolation level.
 - `landlock`: reads confined to the interpreter's files and the system libraries, reads and writes to the
-  working dir, nothing else (`sandbox_launch.py`); TCP denied when the network is (ABI ≥ 4).
+  working dir, nothing else (`launch.py`); TCP denied when the network is (ABI ≥ 4).
 - `netns` (a new network namespace: no interface but a downed loopback) and `pidns` (a new PID and mount
   namespace with its own /proc: the program sees only its own processes, and when its init dies the
   kernel kills everything left in it, fork bombs included): `unshare` as root, or with
@@ -50,9 +50,9 @@ from pathlib import Path
 
 from rollart.config import SandboxConfig
 
-log = logging.getLogger("rollart.reward")
+log = logging.getLogger("rollart.sandbox")
 
-LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
+LAUNCHER = Path(__file__).with_name("launch.py")
 LEVELS = ("rlimits", "landlock", "full")  # weakest first
 UID_BASE = 200_000  # dedicated uids for sandboxed runs (root only): UID_BASE + (pid, run) mix
 SYSTEM_LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")  # the dynamic loader and shared libraries
