@@ -85,6 +85,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "the paper's scale experiments on the cluster twin, and the twin's own speed and accuracy"),
     Benchmark("gateway", "benchmarks.gateway",
               "what the OpenAI-compatible agent gateway adds to a turn, and whether it holds many open ones"),
+    Benchmark("sandbox", "benchmarks.sandbox",
+              "what the sandbox costs per run at each isolation level, a cgroup and a workspace, side by side"),
 )
 
 

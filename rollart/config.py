@@ -226,12 +226,107 @@ class DomainRewardConfig(Section):
     """
 
     fn: str = Field(
-        "env", description="env (the environment's own return), a built-in (math, code, format, judge) or "
-        "module.path:callable"
+        "env", description="env (the environment's own return), a built-in (math, code, format, judge, exact, "
+        "regex) or module.path:callable — a function of the trajectory, or (dataset domains) of "
+        "`response` and `row`"
     )
     backend: Literal["local", "serverless", "http"] | None = Field(
         None, description="None = reward.backend"
     )
+    pattern: str = Field(
+        "", description="regex reward: a regular expression the response must contain a match of; `{answer}` in "
+        "it stands for the reference answer (escaped), e.g. 'answer is {answer}\\b'"
+    )
+
+    @model_validator(mode="after")
+    def _check_pattern(self) -> DomainRewardConfig:
+        if self.fn == "regex":
+            if not self.pattern:
+                raise ValueError("reward fn 'regex' needs reward.pattern (a regular expression; {answer} = the "
+                                 "reference answer)")
+            import regex
+
+            try:
+                regex.compile(self.pattern.replace("{answer}", "x"))
+            except regex.error as exc:
+                raise ValueError(f"reward.pattern {self.pattern!r} is not a valid regular expression: {exc}") from None
+        elif self.pattern:
+            raise ValueError(f"reward.pattern is read by the regex reward only (reward fn is {self.fn!r})")
+        return self
+
+
+# which roles a reward fn needs mapped
+REWARD_ROLES = {"math": ("answer",), "exact": ("answer",), "regex": ("answer",), "code": ("tests",)}
+
+
+class DatasetConfig(Section):
+    """The rows of a dataset domain (`env: dataset`), read with the `datasets` library (Arrow, memory-mapped).
+
+    Each GRPO group takes the next row of its domain: rows are shuffled with the run seed, once per epoch, and
+    no row repeats within an epoch (a resumed run continues at the next row). Rows whose mapped columns are
+    empty, or whose first prompt (rendered with the model's chat template) is longer than the budget, are
+    dropped and counted (`rollart data preview DOMAIN` shows them)."""
+
+    train: str = Field(
+        description="the training rows: a JSONL/JSON, Parquet, CSV or Arrow file, a datasets.save_to_disk "
+        "directory, or a hub dataset id (online, or cached by the datasets library)"
+    )
+    validation: str = Field(
+        "", description="the validation rows (same forms); empty = a fixed fraction of train is held out (holdout)"
+    )
+    format: Literal["auto", "json", "parquet", "csv", "arrow", "disk", "hub"] = Field(
+        "auto", description="how to read train and validation: auto = by the file's extension (.jsonl/.json, "
+        ".parquet, .csv, .arrow), a directory = save_to_disk, else a hub id"
+    )
+    subset: str = Field("", description="hub datasets: the configuration (subset) name, e.g. 'main' for GSM8K")
+    train_split: str = Field("train", description="the split of train to read (hub ids, save_to_disk dicts)")
+    validation_split: str = Field("test", description="the split of validation to read (hub ids, save_to_disk dicts)")
+    columns: dict[str, str] = Field(
+        description="role → column: prompt (or messages) is required; answer, tests, entry_point, system, tools "
+        "are read by rewards and episodes; any other role is metadata passed to the reward with the row"
+    )
+    prompt_format: str = Field(
+        "{prompt}", description="the user message made from a row: Python format fields name roles, e.g. "
+        "'{prompt}\\nPut the final answer in \\\\boxed{{}}.'"
+    )
+    holdout: float = Field(
+        0.05, gt=0, lt=1, description="without validation: this fraction of train (at least one row) is held out "
+        "for validation, chosen with holdout_seed (the same in every run)"
+    )
+    holdout_seed: int = Field(0, description="seeds which train rows are held out")
+    max_prompt_tokens: int | None = Field(
+        None, ge=1, description="drop rows whose first prompt is longer, in tokens; None = max_total_tokens − "
+        "max_new_tokens of the domain"
+    )
+    episode: str = Field(
+        "single_turn", description="what a row becomes: single_turn (the prompt, one answer), tool_lookup (a "
+        "multi-turn tool-use task whose tools and hidden answer come from the row) or module.path:Class (built "
+        "as Class(row, **options): an env with reset/step)"
+    )
+
+    @model_validator(mode="after")
+    def _check_columns(self) -> DatasetConfig:
+        import string
+
+        if ("prompt" in self.columns) == ("messages" in self.columns):
+            raise ValueError("data.columns: map exactly one of `prompt` (a text column) and `messages` (a chat "
+                             f"column); got roles {sorted(self.columns)}")
+        empty = sorted(role for role, column in self.columns.items() if not column)
+        if empty:
+            raise ValueError(f"data.columns: roles {empty} name no column")
+        if "messages" in self.columns:
+            if self.prompt_format != "{prompt}":
+                raise ValueError("data.prompt_format is for prompt columns; a messages column is the chat itself")
+            return self
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
+        except ValueError as exc:
+            raise ValueError(f"data.prompt_format {self.prompt_format!r}: {exc} (write {{{{ and }}}} for braces)") from None
+        unknown = sorted(f for f in fields if f not in self.columns)
+        if unknown:
+            raise ValueError(f"data.prompt_format: fields {unknown} are not mapped roles (data.columns has "
+                             f"{sorted(self.columns)}; write {{{{ and }}}} for literal braces)")
+        return self
 
 
 class DomainConfig(Section):
@@ -269,7 +364,13 @@ class DomainConfig(Section):
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
-    val_size: int = Field(32, ge=1, description="validation episodes (a fixed seed range)")
+    data: DatasetConfig | None = Field(None, description="the rows of a dataset domain (env: dataset)")
+    system_prompt: str = Field("", description="system message of every episode's prompt (empty = none)")
+    thinking: bool | None = Field(
+        None, description="the chat template's thinking switch (enable_thinking, e.g. Qwen3's: false = an empty "
+        "<think></think> in the generation prompt); None = the template's default; set only for templates "
+        "that have it"
+    )
     profile: DomainProfileConfig | None = Field(
         None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
     )
@@ -287,6 +388,17 @@ class DomainConfig(Section):
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")
+        if (self.env == "dataset") != (self.data is not None):
+            raise ValueError("`env: dataset` and `data` go together: a dataset domain reads its rows from `data` "
+                             f"(got env={self.env!r}, data {'set' if self.data else 'unset'})")
+        if self.data is not None:
+            if self.data.max_prompt_tokens is None and self.max_total_tokens <= self.max_new_tokens:
+                raise ValueError(f"max_total_tokens ({self.max_total_tokens}) leaves no room for a prompt beside "
+                                 f"max_new_tokens ({self.max_new_tokens}); raise it or set data.max_prompt_tokens")
+            missing = [r for r in REWARD_ROLES.get(self.reward.fn, ()) if r not in self.data.columns]
+            if missing:
+                raise ValueError(f"reward fn {self.reward.fn!r} reads the row's {missing[0]!r}: map it in "
+                                 f"data.columns (e.g. {missing[0]}: <column>)")
         return self
 
 
@@ -311,6 +423,97 @@ class GatewayConfig(Section):
     model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
 
 
+class SandboxLimits(Section):
+    """What a sandbox may use (rollart/sandbox/). With cgroups (isolation level `full`) memory, CPU time and
+    processes hold for the program and all its children together; per process otherwise."""
+
+    cpu_time_s: float = Field(2.0, gt=0, description="CPU-time limit of a sandboxed run (the whole process tree)")
+    memory_mb: int = Field(256, ge=64, description="memory of the whole process tree, and address space of each "
+                           "process (Python itself needs ~40 MB); the tree may also hold `disk_mb` of files")
+    wall_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit of a sandboxed run (then it is killed)")
+    max_processes: int = Field(16, ge=1, description="processes and threads the program may have at once")
+    file_size_mb: int = Field(16, ge=1, description="largest file the program may write")
+    disk_mb: int = Field(64, ge=1, description="all files of the program and its children together (a tmpfs of "
+                         "this size holds its working dir and /tmp; a write past it fails)")
+    network: Literal["deny", "allow"] = Field("deny", description="whether the program may use the network")
+    max_output_kb: int = Field(
+        1024, ge=1, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is killed and "
+        "the result says so"
+    )
+    min_isolation: Literal["full", "namespaces", "landlock", "rlimits"] = Field(
+        "full", description="the weakest isolation sandboxed programs may run with; below it they refuse to run. "
+        "full: namespaces + cgroup limits on memory, CPU time and processes of the whole process tree; "
+        "namespaces: own uid (never root), rlimits, Landlock, PID/mount/network namespaces and a private root "
+        "(no host /tmp or Unix sockets) whose files sit on a tmpfs of disk_mb; landlock: no namespaces (limits "
+        "per process, no disk cap); rlimits: resource limits only (files protected by permissions alone)"
+    )
+
+
+class SandboxConfig(SandboxLimits):
+    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/process.py)."""
+
+    max_concurrent: int = Field(2, ge=1, description="sandboxes run at once per process")
+    python: str = Field(
+        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
+        "else python3 from /usr/bin"
+    )
+
+
+class WorkspaceConfig(SandboxLimits):
+    """One trajectory's workspace sandbox (rollart/sandbox/workspace.py): its own directory tree and processes,
+    for environments whose tools run commands. Limits hold per command (CPU, wall) or for the whole workspace
+    (memory, processes, disk)."""
+
+    cpu_time_s: float = Field(30.0, gt=0, description="CPU time of one command and all its children")
+    memory_mb: int = Field(1024, ge=64, description="memory of the workspace's processes together (and address "
+                           "space of each); its files may hold `disk_mb` more")
+    wall_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of one command unless the caller "
+                                  "gives its own (then it is killed, with everything it started)")
+    max_processes: int = Field(64, ge=1, description="processes and threads of one command at once")
+    file_size_mb: int = Field(64, ge=1, description="largest file a command or write_file may write")
+    disk_mb: int = Field(256, ge=1, description="all files of the workspace together (its tree and /tmp: a tmpfs "
+                         "of this size; a write past it fails)")
+    max_output_kb: int = Field(256, ge=1, description="bytes (KiB) each of a command's stdout/stderr may carry; "
+                               "past it the command is killed and its output marked [truncated]")
+    backend: Literal["native", "docker", "podman"] = Field(
+        "native", description="native: rollart's own sandbox (namespaces, private root, cgroups); docker/podman: "
+        "one container per workspace through that CLI (where installed)"
+    )
+    image: str = Field("python:3.11-slim", description="container image of the docker/podman backend")
+
+
+class WarmPoolConfig(Section):
+    """Prepared environments each env worker keeps ready per domain (rollart/envs/warm_pool.py): a reset then
+    only seeds one, while the pool prepares the next in the background."""
+
+    size: int = Field(
+        0, ge=0, le=1024, description="prepared envs kept per domain on each env worker; 0 = no pool (every reset "
+        "builds and prepares its env)"
+    )
+    domains: list[str] = Field(
+        default_factory=list, description="the env domains pooled; empty = all of them (agent domains have no env)"
+    )
+    prepare_timeout_s: float = Field(60.0, gt=0, description="bound on building and preparing one env")
+
+
+class EnvServerConfig(Section):
+    """`rollart env serve DOMAIN`: one domain's environments over HTTP for `remote` envs elsewhere
+    (rollart/envs/server.py). Every request is untrusted: these bound what one may cost."""
+
+    host: str = Field("127.0.0.1", description="address to listen on; anything but loopback needs "
+                      "allow_non_loopback (the protocol is plain HTTP: put TLS in front of it)")
+    port: int = Field(8710, ge=0, le=65535, description="TCP port (0 = an ephemeral one, printed at start)")
+    allow_non_loopback: bool = Field(False, description="allow a host other than 127.0.0.1/::1/localhost")
+    token_env: str = Field("ROLLART_ENV_TOKEN", description="env var holding the server token that opening a "
+                           "session needs (unset: a fresh random one is printed at start)")
+    max_body_kb: int = Field(1024, ge=1, description="largest request body (an action); larger ones get 413")
+    max_sessions: int = Field(256, ge=1, description="open sessions (trajectories) at once; more get 429")
+    idle_timeout_s: float = Field(
+        600.0, gt=0, description="a session with no call for this long is closed (its client died, say)"
+    )
+    threads: int = Field(16, ge=1, description="threads running sync env calls")
+
+
 class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
@@ -322,6 +525,15 @@ class EnvsConfig(Section):
     retry_backoff_max_s: float = Field(5.0, ge=0, description="cap on the reset retry delay")
     threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="each trajectory's workspace "
+                                       "sandbox (domains whose tools run commands)")
+    warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
+    server: EnvServerConfig = Field(default_factory=EnvServerConfig, description="`rollart env serve`")
+
+    def pooled(self, domain: str, domain_cfg: DomainConfig) -> bool:
+        """Whether `domain` gets a warm pool."""
+        return self.warm_pool.size > 0 and not domain_cfg.agent and (
+            not self.warm_pool.domains or domain in self.warm_pool.domains)
 
 
 # --- inference plane ---------------------------------------------------------------------------------
@@ -424,31 +636,6 @@ class HttpRewardConfig(Section):
 
     url: str = Field("", description="full URL of an external reward endpoint (backend `http`)")
     token_env: str = Field("ROLLART_REWARD_TOKEN", description="env var holding the bearer token")
-
-
-class SandboxConfig(Section):
-    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/)."""
-
-    cpu_time_s: float = Field(2.0, gt=0, description="CPU-time limit of a sandboxed run")
-    memory_mb: int = Field(256, ge=64, description="address-space limit (Python itself needs ~40 MB)")
-    wall_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit of a sandboxed run (then it is killed)")
-    max_processes: int = Field(16, ge=1, description="processes and threads the program may have at once")
-    file_size_mb: int = Field(16, ge=1, description="largest file the program may write")
-    max_concurrent: int = Field(2, ge=1, description="sandboxes run at once per process")
-    network: Literal["deny", "allow"] = Field("deny", description="whether the program may use the network")
-    python: str = Field(
-        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
-        "else python3 from /usr/bin"
-    )
-    max_output_kb: int = Field(
-        1024, ge=1, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is killed and "
-        "the result says so"
-    )
-    min_isolation: Literal["full", "landlock", "rlimits"] = Field(
-        "full", description="the weakest isolation code rewards may run with; below it they refuse to run. "
-        "full: own uid (never root), rlimits, Landlock reads+writes, PID/mount and network namespaces; "
-        "landlock: no namespaces; rlimits: resource limits only (files protected by permissions alone)"
-    )
 
 
 class RewardConfig(Section):
@@ -763,6 +950,10 @@ class RunConfig(Section):
             for p in ([rc.pool] if rc.pool else []) + list(rc.fallback or []):
                 if p not in self.pools:
                     problems.append(f"roles.{role}: pool '{p}' is not a declared pool (declared: {pools})")
+        for name in self.envs.warm_pool.domains:
+            if name not in self.domains or self.domains[name].agent:
+                env_domains = sorted(d for d, dc in self.domains.items() if not dc.agent)
+                problems.append(f"envs.warm_pool.domains: '{name}' is not an env domain (env domains: {env_domains})")
         if not self.domains:
             problems.append("domains: at least one task domain is needed")
         elif sum(d.weight for d in self.domains.values()) <= 0:

@@ -7,23 +7,50 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   `demonstrations`) — a `module.path:function` that imports and takes the right arguments (nothing runs);
 - `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
   for the `http` backend, whose service has its own);
+- `domains.<d>.data` — for a dataset domain, that its train and validation rows can be read: the files exist
+  in a known format (or the hub id is cached or reachable), the mapped columns are there with a type a row can
+  carry, no split is empty, and `data.episode` names an episode (`sources=False` skips it: `rollart sim`
+  needs no rows);
+- the env class of every domain the warm start demonstrates — complete: `reset` and `step`, and under a
+  warm start (`train.warm_start.steps` > 0 on a run that has no checkpoint yet) `expert_action`, plus
+  `random_action` when `expert_prob` < 1; a missing method is named with both ways out (add it, or
+  `train.warm_start.steps=0`);
+- `model.path`, `model.adapter`, `reward.judge_model` — checkpoints that load (config, safetensors weights,
+  tokenizer; `models.loading.checkpoint_problem`), read without loading weights;
+- the optional integrations the config turns on are installed: wandb (`observability.wandb_project`),
+  mlflow (`observability.mlflow_uri`), vllm (`inference.engine=vllm`);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
 Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
 started.
+
+`check_run_dir(cfg)`, for a training job (`rollart.driver.train`): never train over a finished or
+interrupted run — continue it (`resume=true`) or pick another `run_dir` — and never resume from
+checkpoints that hold a pickle (loading one can run code).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
-from rollart.config import RunConfig
+from rollart.config import DomainConfig, RunConfig
 from rollart.config_loader import ConfigError
-from rollart.envs import EnvSpecError, check_env_spec
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
+from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
+from rollart.models.loading import adapter_problem, checkpoint_problem
 from rollart.reward.registry import check_spec
+from rollart.run_dir import RunPaths
+from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
+
+# what a config turns on → (the package it needs, the extra that installs it)
+INTEGRATIONS = {
+    "observability.wandb_project": ("wandb", "pip install 'rollart[wandb]'"),
+    "observability.mlflow_uri": ("mlflow", "pip install 'rollart[mlflow]'"),
+    "inference.engine=vllm": ("vllm", "make install-vllm (CPU) or pip install 'rollart[vllm]' (CUDA)"),
+}
 
 
 def run_dir_problem(run_dir: str) -> str:
@@ -38,14 +65,86 @@ def run_dir_problem(run_dir: str) -> str:
     return ""
 
 
-def check_config(cfg: RunConfig) -> None:
+def data_problems(name: str, dom: DomainConfig) -> list[str]:
+    """What stops a dataset domain's rows from being read (see the module docstring)."""
+    from rollart.envs.dataset import DataError, load_table
+    from rollart.envs.dataset.env import episode_constructor
+
+    data = dom.data
+    assert data is not None
     problems: list[str] = []
+    sources = [("train", data.train, data.train_split)] + (
+        [("validation", data.validation, data.validation_split)] if data.validation else [])
+    for key, location, split in sources:
+        try:
+            load_table(location, data.format, data.columns, split=split, subset=data.subset)
+        except DataError as exc:
+            problems.append(f"domains.{name}.data.{key}: {exc}")
+    try:
+        episode_constructor(data.episode)
+    except DataError as exc:
+        problems.append(f"domains.{name}.data.episode: {exc}")
+    return problems
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken package
+        return False
+
+
+def integration_problems(cfg: RunConfig) -> list[str]:
+    obs = cfg.observability
+    wanted = {"observability.wandb_project": bool(obs.wandb_project), "observability.mlflow_uri": bool(obs.mlflow_uri),
+              "inference.engine=vllm": cfg.inference.engine == "vllm"}
+    return [f"{key}: needs the {module} package, which is not installed here: {how} (or turn it off)"
+            for key, (module, how) in INTEGRATIONS.items() if wanted[key] and not installed(module)]
+
+
+def warm_start_runs(cfg: RunConfig) -> bool:
+    """Whether this run starts with the warm start: steps set, and no checkpoint to resume from."""
+    checkpoints = RunPaths.of(cfg.run_dir).checkpoints
+    resuming = cfg.resume and checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())
+    return cfg.train.warm_start.steps > 0 and not resuming
+
+
+def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, warm_start: bool) -> str:
+    """What the class of an env domain lacks: reset/step always, the warm start's methods under one."""
+    ws = cfg.train.warm_start
+    needs: tuple[str, ...] = ()
+    if warm_start and dom.weight > 0:  # weight 0: evaluated only, never demonstrated
+        needs = ("expert_action", "random_action") if ws.expert_prob < 1 else ("expert_action",)
+    missing = missing_env_methods(dom.env, needs)
+    if {"reset", "step"} & set(missing):
+        return (f"domains.{name}.env: {dom.env} has no {' or '.join(m + '()' for m in missing if m in ('reset', 'step'))} "
+                f"method; an env needs {ENV_METHODS}")
+    if missing:
+        methods = " and ".join(f"{m}()" for m in missing)
+        wrap = ", in a class of your own that wraps it," if dom.env.startswith(("gem:", "gym:")) else ""
+        what = {"expert_action": "the best action for the current state",
+                "random_action": f"any valid action (train.warm_start.expert_prob={ws.expert_prob} mixes them in)"}
+        return (f"domains.{name}.env: {dom.env} has no {methods} method, which the warm start "
+                f"(train.warm_start.steps={ws.steps}) needs to demonstrate this domain's action format. Either add{wrap} "
+                f"{' and '.join(f'{m}() -> str, returning {what[m]}' for m in missing)}, written as the model "
+                "should write it (e.g. \\boxed{Right}); or set train.warm_start.steps=0 to start RL from the model "
+                "as it is")
+    return ""
+
+
+def check_config(cfg: RunConfig, *, sources: bool = True) -> None:
+    problems: list[str] = []
+    warm_start = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
+        if dom.data is not None and sources:
+            problems += data_problems(name, dom)
         try:
             if dom.agent:
                 resolve_agent(dom.agent)
             else:
                 check_env_spec(dom.env)
+                if problem := env_class_problem(name, dom, cfg, warm_start):
+                    problems.append(problem)
         except (EnvSpecError, AgentSpecError) as exc:
             problems.append(f"domains.{name}.{'agent' if dom.agent else 'env'}: {exc}")
         if dom.demonstrations:
@@ -57,7 +156,31 @@ def check_config(cfg: RunConfig) -> None:
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
         except ValueError as exc:
             problems.append(str(exc))
+    if cfg.model.path and (problem := checkpoint_problem(cfg.model.path)):
+        problems.append(problem)
+    if cfg.model.adapter and (problem := adapter_problem(cfg.model.adapter)):
+        problems.append(problem)
+    if cfg.reward.judge_model and (problem := checkpoint_problem(cfg.reward.judge_model, "reward.judge_model")):
+        problems.append(problem)
+    problems += integration_problems(cfg)
     if problem := run_dir_problem(cfg.run_dir):
         problems.append(problem)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def check_run_dir(cfg: RunConfig) -> None:
+    """A training job's run directory: a run there is continued only with resume=true, and a resume never
+    loads a checkpoint that holds a pickle (ConfigError naming the run directory)."""
+    paths = RunPaths.of(cfg.run_dir)
+    used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
+    if used and not cfg.resume:
+        raise ConfigError(
+            f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
+            "it, or give another run_dir"
+        )
+    if cfg.resume:
+        try:
+            check_no_pickles(paths.checkpoints)
+        except UnsafeCheckpointError as exc:
+            raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None

@@ -146,6 +146,9 @@ class Turn:
 # A user agent's own metrics sit in `Trajectory.metrics` under this prefix (`agent/<name>`), apart from the
 # env plane's counters; the observability plane logs them per domain as `env/<domain>/agent/<name>`.
 AGENT_METRIC_PREFIX = "agent/"
+# An env's own numbers from its reset info (a dataset row's epoch and row) sit in `Trajectory.metrics` under
+# this prefix; the observability plane logs them per domain as `env/<domain>/data/<name>`.
+DATA_METRIC_PREFIX = "data/"
 
 
 @dataclass(frozen=True)
@@ -439,6 +442,15 @@ class TurnGate(Protocol):
     async def before_turn(self, trajectory_id: str, turn_index: int) -> None: ...
 
     async def leave(self, trajectory_id: str) -> None: ...
+
+
+@runtime_checkable
+class JournalSink(Protocol):
+    """Where the control plane writes each move of its ledger as it happens (a JSON object: time, id, group,
+    domain, fate, and reason, digest, batch where they apply); the run's ledger file implements it
+    (`rollart.observability.ledger.LedgerFile`)."""
+
+    def write(self, entry: Mapping[str, Any]) -> None: ...
 
 
 @runtime_checkable

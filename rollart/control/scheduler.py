@@ -6,7 +6,8 @@ it takes. Out: complete, scored GRPO groups in the buffer; counters of everythin
 
 What it does:
 - Samples a task domain per group (by `domains.<d>.weight`; `stratified` keeps the pending mix on target),
-  gives the group a seed, and starts `group_size + redundancy.extra_per_group` trajectories of it.
+  gives the group a seed — a dataset domain's groups take its rows in order, so their seed is the domain's
+  ordinal (0, 1, 2 …: the env maps it to a row of the epoch's shuffle) — and starts `group_size + redundancy.extra_per_group` trajectories of it.
 - Admission (staleness.py (2)): pending groups (running or ready) ≤ window × (groups per batch incl.
   `extra_groups`), so pending trajectories ≤ (α + 1) × (batch size + redundancy) and nothing is started
   that could only ever be stale.
@@ -19,8 +20,9 @@ What it does:
 
 Guarantee (the ledger): every trajectory started ends exactly once — trained, or ABORTED / FAILED / STALE
 with a reason; `check_ledger()` returns the violations (none, in every test). Every move of the ledger is
-also journaled (`drain_journal()`: started, ready, trained, aborted, failed, stale — with the group, the
-reason, and a digest of what was generated), for the run's ledger file.
+also written, as it happens, to the `JournalSink` the scheduler is given (the run's ledger file; started,
+ready, trained, aborted, failed, stale — with the group, the reason, and a digest of what was generated).
+Without a sink (the cluster twin, the rollout benchmark) no entry is built at all.
 
 Failure: a background task of the scheduler that raises (the admission loop, a cancel, a replacement, a
 trajectory's own task) — or a failure reported with `fail()` — stops rollout: the batch the driver waits
@@ -29,8 +31,9 @@ and traceback as its cause. A worker's death is not such a failure: the trajecto
 replaced with the same seed.
 
 Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
-`rollart.codec`) and the sequence numbers of the groups still running; a resumed run puts the former back
-in the buffer as they were (they are trained once, never generated again) and re-admits the latter.
+`rollart.codec`), the sequence numbers and seeds of the groups still running and each dataset domain's next
+ordinal; a resumed run puts the former back in the buffer as they were (they are trained once, never
+generated again), re-admits the running ones with their seeds, and goes on with the next row of each dataset.
 
 Bookkeeping — one structure, `_groups`, and the ledger `fate`:
 - `_groups` holds each group from its admission until it is closed (complete, dropped, stale or stopped)
@@ -57,13 +60,14 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
+from rollart.background import unless_fails
 from rollart.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
+from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
 
 log = logging.getLogger("rollart.control")
 
@@ -141,11 +145,10 @@ class RolloutScheduler:
         gate: TurnGate | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
-        journal: bool = True,
+        journal: JournalSink | None = None,
     ) -> None:
-        """`journal`: keep the journal of ledger moves for the run's ledger file (`drain_journal`). Whoever
-        writes no ledger file — the cluster twin, `bench rollout` — turns it off: no entry is built and
-        nothing accumulates; the ledger itself (`fate`, `check_ledger`) is kept either way."""
+        """`journal`: where each ledger move is written as it happens (see the module docstring); the ledger
+        itself (`fate`, `check_ledger`) is kept either way."""
         self.cfg = rollout
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
         self.weights = {d: c.weight for d, c in self.domains.items()}
@@ -173,10 +176,10 @@ class RolloutScheduler:
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self.unsettled = self.unsettled_peak = 0  # trajectories started and not settled: now, and at most
-        self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
+        self._replay: list[tuple[str, int, int]] = []  # (domain, seq, seed) of groups to re-admit after a resume
+        self.ordinals: Counter[str] = Counter()  # per dataset domain: groups drawn so far (its next row)
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
-        self._journal: list[dict[str, Any]] = []
         # ledger and counters
         self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
@@ -235,10 +238,16 @@ class RolloutScheduler:
 
     async def get_batch(self, train_version: int) -> list[Trajectory]:
         """Steps 1 of the loop: block until batch `train_version` is ready, take it, cancel what is stale."""
+        if self.failure is not None:
+            raise self.failure
         n = self.cfg.batch_size // self.cfg.group_size
-        groups = await self._unless_failed(self.buffer.get_batch(
-            n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
-        ))
+        failed = asyncio.ensure_future(self._failure_raised())
+        try:
+            groups = await unless_fails(self.buffer.get_batch(
+                n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
+            ), failed)
+        finally:
+            failed.cancel()
         for g in groups:
             for t in g.trajectories:
                 self._set_fate(t, Fate.TRAINED, expect=Fate.READY, batch=train_version)
@@ -252,21 +261,11 @@ class RolloutScheduler:
         self._wake.set()
         return [t for g in groups for t in g.trajectories]
 
-    async def _unless_failed(self, waiting: Any) -> Any:
-        """Await `waiting`, unless the scheduler fails first: then raise its failure at once."""
-        if self.failure is not None:
-            waiting.close()
-            raise self.failure
-        work = asyncio.ensure_future(waiting)
-        failed = asyncio.ensure_future(self._failed.wait())
-        try:
-            await asyncio.wait({work, failed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            failed.cancel()
-        if not work.done():
-            work.cancel()
-            raise self.failure
-        return work.result()
+    async def _failure_raised(self) -> NoReturn:
+        """Raises the scheduler's failure once there is one (what a wait for a batch must not outlive)."""
+        await self._failed.wait()
+        assert self.failure is not None
+        raise self.failure
 
     # --- admission -----------------------------------------------------------------------------------
     def pending_by_domain(self) -> Counter[str]:
@@ -309,8 +308,8 @@ class RolloutScheduler:
         self._background.discard(task)
         self._task_done(task, f"a background task of the scheduler ({task.get_name()})")
 
-    def _next_group(self) -> tuple[str, int] | None:
-        """(domain, seq) of the next group to admit, or None when admission must wait: first the groups
+    def _next_group(self) -> tuple[str, int, int] | None:
+        """(domain, seq, seed) of the next group to admit, or None when admission must wait: first the groups
         a resumed run replays (under the total bound), then new ones of the domain `_select_domain` picks."""
         if self._replay:
             return self._replay.pop(0) if self._below_total_bound() else None
@@ -318,7 +317,14 @@ class RolloutScheduler:
         if domain is None:
             return None
         self.next_seq += 1
-        return domain, self.next_seq - 1
+        return domain, self.next_seq - 1, self._new_seed(domain, self.next_seq - 1)
+
+    def _new_seed(self, domain: str, seq: int) -> int:
+        """A new group's seed: a dataset domain's next ordinal (its rows in order), else one per sequence number."""
+        if self.domains[domain].data is not None:
+            self.ordinals[domain] += 1
+            return self.ordinals[domain] - 1
+        return self.seed * 1_000_003 + seq
 
     def _below_total_bound(self) -> bool:
         return self.pending_groups() < self.allowed_groups()
@@ -343,13 +349,13 @@ class RolloutScheduler:
         best = max(domains, key=lambda d: (room[d], -domains.index(d)))
         return best if room[best] > 0 else None
 
-    async def _launch_group(self, domain: str, seq: int) -> None:
+    async def _launch_group(self, domain: str, seq: int, seed: int) -> None:
         group = _Group(
             group_id=f"g{seq:06d}",
             seq=seq,
             domain=domain,
             env=self.domains[domain].env,
-            seed=self.seed * 1_000_003 + seq,
+            seed=seed,
             cohort=self._cohort,
         )
         self._hold(group)
@@ -537,7 +543,7 @@ class RolloutScheduler:
                 f"{trajectory_id}: {current and current.value} → {fate.value} (expected from {expect and expect.value})"
             )
         self.fate[trajectory_id] = fate
-        if not self.journal:
+        if self.journal is None:
             return
         task = record.task if isinstance(record, Trajectory) else record
         entry: dict[str, Any] = {"time": self.clock(), "id": trajectory_id, "group": task.group_id,
@@ -548,13 +554,7 @@ class RolloutScheduler:
             entry["digest"] = trajectory_digest(record)  # type: ignore[arg-type]
         if batch is not None:
             entry["batch"] = batch
-        self._journal.append(entry)
-
-    def drain_journal(self) -> list[dict[str, Any]]:
-        """The ledger moves since the last call (JSON objects: time, id, group, domain, fate, and reason,
-        digest, batch where they apply), oldest first."""
-        entries, self._journal = self._journal, []
-        return entries
+        self.journal.write(entry)
 
     def check_ledger(self) -> list[str]:
         """Violations of 'every trajectory ends exactly once': a fate set twice, or out of order."""
@@ -599,17 +599,18 @@ class RolloutScheduler:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on where this one stands, as JSON data: the groups scored but not
         trained (`ready`: `ReadyGroup`s with their trajectories, see `rollart.codec`), the groups still
-        running (`replay`: (domain, seq), admitted again in order: exact for α = 0), the next sequence
-        number and the domain sampler's state."""
-        running = sorted([[g.domain, g.seq] for g in self._open_groups()], key=lambda x: x[1])
+        running (`replay`: (domain, seq, seed), admitted again in order: exact for α = 0), the next sequence
+        number, each dataset domain's next ordinal and the domain sampler's state."""
+        running = sorted([[g.domain, g.seq, g.seed] for g in self._open_groups()], key=lambda x: x[1])
         return {"next_seq": self.next_seq, "rng": _json_rng(self.rng.getstate()), "replay": running,
-                "ready": [to_json(g) for g in self.buffer.ready_groups]}
+                "ordinals": dict(self.ordinals), "ready": [to_json(g) for g in self.buffer.ready_groups]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.next_seq = int(state["next_seq"])
         rng_state = state["rng"]
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
-        self._replay = [(d, int(s)) for d, s in state["replay"]]
+        self._replay = [(d, int(seq), int(seed)) for d, seq, seed in state["replay"]]
+        self.ordinals = Counter({d: int(n) for d, n in state["ordinals"].items()})
         for data in state.get("ready", []):  # scored, not trained: back into the buffer as they were
             group = from_json(ReadyGroup, data)
             for t in group.trajectories:

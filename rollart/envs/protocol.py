@@ -3,12 +3,18 @@
 An environment is any object with
     reset(seed: int | None = None) -> (observation: str, info: dict)
     step(action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)
-and optionally close(). Each method may be a plain function or `async def`. Observations are text;
+and optionally close() and prepare(). Each method may be a plain function or `async def`. `prepare()` is
+the part of a reset that needs no seed (create a sandbox, start a process): the warm pool
+(`envs.warm_pool`) calls it ahead of time, and `reset` must work whether it was called or not. Observations are text;
 the action is the model's whole response text (the env parses it, as GEM's envs do).
 
 Conventions in `info` that the EnvManager reads (all optional):
 - reset info `"reference"` (a dict: reference answer, hidden tests …) → `Trajectory.reference`, for the
   reward plane;
+- reset info `"prompt_messages"` (a list of chat messages) → the first prompt is that chat under the chat
+  template (a dataset row's `messages`, or its own system prompt), instead of the observation as one user
+  message;
+- reset info `"metrics"` (name → number) → the trajectory's `data/<name>` metrics (a dataset row's epoch);
 - step info `"format_error"` (a message) → the action was malformed: the turn gets the domain's
   `format_penalty` instead of the env reward, and the episode goes on unless `end_on_format_error`.
 
@@ -28,6 +34,8 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 ResetResult = tuple[str, dict[str, Any]]
 
 REFERENCE_KEY = "reference"
+PROMPT_MESSAGES_KEY = "prompt_messages"
+METRICS_KEY = "metrics"
 FORMAT_ERROR_KEY = "format_error"
 
 
@@ -85,6 +93,11 @@ class AsyncEnv:
             )
         obs, reward, terminated, truncated, info = out
         return str(obs), float(reward), bool(terminated), bool(truncated), dict(info or {})
+
+    async def prepare(self) -> None:
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            await self._call(prepare)
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)

@@ -47,6 +47,41 @@ def resolve_model_path(cfg: ModelConfig, seed: int = 0, cache_dir: str | Path | 
     return path
 
 
+def checkpoint_problem(path: str, key: str = "model.path") -> str:
+    """Why `path` is not a checkpoint `load_model` and `load_tokenizer` can load ('' if it is one): a
+    directory with config.json naming a model type transformers knows, safetensors weights (a
+    pytorch_model.bin is a pickle: refused) and tokenizer files. Reads the config only, no weights."""
+    where = Path(path).expanduser()
+    need = "a local Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer files)"
+    if not where.is_dir():
+        return f"{key}={path!r}: no such directory; give {need}"
+    if not (where / "config.json").is_file():
+        return f"{key}={path!r}: no config.json there, so it is not a Hugging Face checkpoint; give {need}"
+    if not any(where.glob("*.safetensors")):
+        pickled = sorted(p.name for p in where.glob("*.bin"))
+        why = f" ({', '.join(pickled)} is a pickle, which rollart never loads: it can run code)" if pickled else ""
+        return f"{key}={path!r}: no *.safetensors weights there{why}; save the model with safe_serialization=True"
+    if not any((where / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return f"{key}={path!r}: no tokenizer files there (tokenizer.json or tokenizer_config.json); save the " \
+               "tokenizer beside the model (tokenizer.save_pretrained(dir))"
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(str(where), local_files_only=True)
+    except (ValueError, OSError, KeyError) as exc:
+        return f"{key}={path!r}: transformers cannot read its config.json ({exc})"
+    return ""
+
+
+def adapter_problem(path: str, key: str = "model.adapter") -> str:
+    """Why `path` is not a PEFT LoRA adapter directory ('' if it is one)."""
+    where = Path(path).expanduser()
+    missing = [n for n in ("adapter_config.json", "adapter_model.safetensors") if not (where / n).is_file()]
+    if missing:
+        return f"{key}={path!r}: not a PEFT adapter directory (no {' or '.join(missing)} there)"
+    return ""
+
+
 def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 

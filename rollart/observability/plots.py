@@ -4,7 +4,9 @@ In: merged metric records (`records.read_metrics`) and a loaded trace (`timeline
 bytes, or None when the input holds nothing to draw (the report then says what is missing).
 
 Guarantees: pure functions of their inputs (no global matplotlib state, safe in threads); colours of the
-phases are fixed (`PHASE_COLOURS`) so every chart of a report and every report agree.
+phases are fixed and distinct (`PHASE_COLOURS`) so every chart of a report and every report agree; axes
+hold every bar drawn (nothing is clipped at the y-limit) and legends sit outside the data they describe;
+noisy per-step curves (training reward, success) are drawn faint with a moving mean over them.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from rollart.observability.timeline import Mark, Trace, TraceSpan
 PHASE_COLOURS: dict[str, str] = {
     "env.reset": "#8c564b",
     "generate": "#1f77b4",
+    "generate.wait": "#9ecae1",  # queued for generation: a pale shade of generate's blue
     "env.step": "#ff7f0e",
     "agent.step": "#dbdb8d",
     "reward": "#2ca02c",
     "buffer.wait": "#c7c7c7",
     "train": "#d62728",
     "weights.exposed": "#9467bd",
-    "weights.publish": "#9467bd",
+    "weights.sync": "#9467bd",
+    "weights.publish": "#c5b0d5",
     "weights.pull": "#e377c2",
     "get_batch.wait": "#7f7f7f",
     "get_batch_wait": "#7f7f7f",
@@ -37,7 +41,7 @@ PHASE_COLOURS: dict[str, str] = {
     "other": "#bcbd22",
     "trajectory": "#f0f0f0",
 }
-_EXTRA = ("#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5")
+_EXTRA = ("#17becf", "#ffbb78", "#98df8a", "#ff9896", "#f7b6d2", "#dadaeb")  # none of the above
 MARK_COLOURS = {"worker died": "#d62728", "node lost": "#d62728", "trainer rebuilt": "#ff7f0e"}
 MARK_DEFAULT_COLOUR = "#2ca02c"  # replacements, joins: things getting better
 
@@ -52,53 +56,85 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def curves_png(records: list[Record], metrics: Sequence[tuple[str, str]], ylabel: str) -> bytes | None:
-    """Each (label, metric name) over steps (left) and over wall time (right); None if none has data."""
+def moving_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value's centred window of `window` values (shorter at the ends)."""
+    half = window // 2
+    return [sum(values[max(0, i - half): i + half + 1]) / len(values[max(0, i - half): i + half + 1])
+            for i in range(len(values))]
+
+
+def smoothing_window(points: int) -> int:
+    """Steps a noisy curve of `points` steps is averaged over: about a tenth of them, odd, 1 for short runs."""
+    return 1 if points < 8 else min(51, (points // 10) | 1)
+
+
+def curves_png(records: list[Record], metrics: Sequence[tuple[str, str]], ylabel: str,
+               smooth: bool = False) -> bytes | None:
+    """Each (label, metric name) over steps (left) and over wall time (right); None if none has data. With
+    `smooth`, each curve per step is drawn faint and its moving mean bold over it (`smoothing_window`)."""
     lines = [(label, name) for label, name in metrics if series(records, name)[1]]
     if not lines:
         return None
     fig = Figure(figsize=(11, 3.6))
+    window = 1
     for i, x in enumerate(("step", "wall_s")):
         ax = fig.add_subplot(1, 2, i + 1)
-        for label, name in lines:
+        for k, (label, name) in enumerate(lines):
             xs, ys = series(records, name, x)
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=label)
+            shade = f"C{k}"
+            window = smoothing_window(len(ys)) if smooth else 1
+            if window > 1:
+                ax.plot(xs, ys, color=shade, alpha=0.25, linewidth=0.8)
+                ax.plot(xs, moving_mean(ys, window), color=shade, linewidth=2.0, label=label)
+            else:
+                ax.plot(xs, ys, color=shade, marker="o" if len(xs) < 30 else None, ms=3, label=label)
         ax.set_xlabel("train step" if x == "step" else "wall time (s)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    fig.axes[0].legend(fontsize=8)
+    title = f"faint: each step; bold: mean over {window} steps" if window > 1 else None
+    fig.axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=title, title_fontsize=7)
     return to_png(fig)
 
 
-def domain_metric_png(records: list[Record], prefix: str, suffix: str, ylabel: str, mean: str = "") -> bytes | None:
+def domain_metric_png(records: list[Record], prefix: str, suffix: str, ylabel: str, mean: str = "",
+                      smooth: bool = False) -> bytes | None:
     """One curve per domain for keys `<prefix><domain><suffix>` (plus `mean` if given)."""
     metrics = [(d, f"{prefix}{d}{suffix}") for d in domains_with(records, prefix, suffix)]
     if mean:
         metrics.append(("mean", mean))
-    return curves_png(records, metrics, ylabel)
+    return curves_png(records, metrics, ylabel, smooth)
 
 
 def _stacked(
     ax, steps: list[float], parts: Mapping[str, list[float]], title: str, ylabel: str,
-    colour_keys: Mapping[str, str] | None = None,
+    colour_keys: Mapping[str, str] | None = None, lines: Mapping[str, list[float]] | None = None,
 ) -> None:
+    """`parts` stacked as bars per step (they add up to the bar's height); `lines` drawn over them."""
     bottom = [0.0] * len(steps)
     width = 0.8 if len(steps) < 2 else 0.8 * min(b - a for a, b in zip(steps, steps[1:]))
     for name, values in parts.items():
         ax.bar(steps, values, width, bottom=bottom, label=name, color=colour((colour_keys or {}).get(name, name)))
         bottom = [b + v for b, v in zip(bottom, values)]
+    top = max([*bottom, *(v for values in (lines or {}).values() for v in values), 0.0])
+    for name, values in (lines or {}).items():  # durations beside the step, not parts of it
+        ax.plot(steps, values, color=colour((colour_keys or {}).get(name, name)), marker="o",
+                ms=3 if len(steps) < 60 else 0, linewidth=1.2, label=name)
+    ax.set_ylim(0, 1.05 * top if top > 0 else 1.0)  # every bar and line whole
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("train step")
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     ax.grid(alpha=0.3, axis="y")
 
 
 def step_breakdown_png(records: list[Record]) -> bytes | None:
     """Left: what came before the RL steps (start-up, warm start, first evaluation: `time/startup`), on its own
-    scale, so a long warm-up does not flatten the steps. Middle: where the driver's step wall time went
-    (get_batch wait, weight sync exposed, train, other). Right: where a trajectory's time went, mean per
-    trajectory of the batch (time/<phase> ÷ trajectories). Rollout overlaps the driver's step: its phases are
+    scale, so a long warm-up does not flatten the steps. Middle: the driver's step wall time (`time/step`) as
+    the two parts that add up to it — waiting for the batch, and the rest of the step (a train step and its
+    weight sync landed in line, an evaluation, a checkpoint) — with the train step and the weight sync
+    (generation suspended) as lines beside them: in the default mode they overlap the wait, so stacking them
+    would add up to more than the step. Right: where a trajectory's time went, mean per trajectory of the
+    batch (time/<phase> ÷ trajectories). Rollout overlaps the driver's step: its phases are
     trajectory-seconds, not a share of the step, hence a panel of their own."""
     if any(r.get("time/step") is not None for r in records):  # not the run's final counters (no step ran)
         records = [r for r in records if r.get("time/step") is not None]
@@ -107,15 +143,8 @@ def step_breakdown_png(records: list[Record]) -> bytes | None:
     def col(name: str) -> list[float]:
         return [float(r.get(name) or 0.0) for r in records]
 
-    driver: dict[str, list[float]] = {
-        "get_batch wait": col("time/get_batch_wait"),
-        "weight sync (exposed)": col("time/weights.exposed"),
-        "train": col("time/train"),
-    }
-    if any(r.get("time/step") is not None for r in records):
-        total = col("time/step")
-        driver["other"] = [max(0.0, t - sum(p)) for t, *p in zip(total, *driver.values())]
-    has_driver = any(any(v) for v in driver.values())
+    driver, beside = driver_step_parts(records)
+    has_driver = any(any(v) for v in (*driver.values(), *beside.values()))
     n = col("rollout/trajectories")
     phases = {p: [t / k if k else 0.0 for t, k in zip(col(f"time/{p}"), n)] for p in PHASES}
     has_phases = any(any(v) for v in phases.values())
@@ -127,13 +156,27 @@ def step_breakdown_png(records: list[Record]) -> bytes | None:
     if before_rl:
         _before_rl(fig.add_subplot(grid[0, 0]), before_rl)
     if has_driver:
-        colour_keys = {"get_batch wait": "get_batch_wait", "weight sync (exposed)": "weights.exposed"}
+        colour_keys = {"waiting for the batch": "get_batch_wait", "rest of the step": "other",
+                       "train step": "train", "weight sync (generation suspended)": "weights.exposed"}
         _stacked(fig.add_subplot(grid[0, 1]), steps, driver, "driver step wall time (RL steps)", "seconds",
-                 colour_keys)
+                 colour_keys, beside)
     if has_phases:
         _stacked(fig.add_subplot(grid[0, 2]), steps, phases, "trajectory time by phase (mean per trajectory)",
                  "seconds")
     return to_png(fig)
+
+
+def driver_step_parts(records: list[Record]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per step record: the parts of `time/step` (they add up to it) and the durations beside them."""
+    def col(name: str) -> list[float]:
+        return [float(r.get(name) or 0.0) for r in records]
+
+    wait = col("time/get_batch_wait")
+    parts: dict[str, list[float]] = {"waiting for the batch": wait}
+    if any(r.get("time/step") is not None for r in records):
+        parts["rest of the step"] = [max(0.0, t - w) for t, w in zip(col("time/step"), wait)]
+    beside = {"train step": col("time/train"), "weight sync (generation suspended)": col("time/weights.exposed")}
+    return parts, {name: values for name, values in beside.items() if any(values)}
 
 
 def _before_rl(ax, records: list[Record]) -> None:
@@ -147,7 +190,7 @@ def _before_rl(ax, records: list[Record]) -> None:
     ax.set_xticklabels([f"before\nstep {int(r['step'])}" for r in records], fontsize=7)
     ax.set_title("before RL", fontsize=10)
     ax.set_ylabel("seconds")
-    ax.legend(fontsize=6, loc="upper right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     ax.grid(alpha=0.3, axis="y")
 
 
@@ -166,7 +209,7 @@ def utilisation_png(records: list[Record], overall: Mapping[str, float]) -> byte
         ax.set_xlabel("train step")
         ax.set_ylabel("utilisation (%)")
         ax.set_title("per step", fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, frameon=False)
         ax.grid(alpha=0.3)
     if overall:
         ax = fig.add_subplot(1, 2, 2)
@@ -209,7 +252,7 @@ def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, ma
            capped_at: float | None = None, run_end: float | None = None) -> bytes:
     """A Gantt chart of `rows`. With `capped_at` (the trace cap was reached then), the axis runs to the run's
     end and the part after the cap is shaded and labelled: trajectories there were not recorded."""
-    fig = Figure(figsize=(11, max(2.5, 0.6 + 0.22 * len(rows))))
+    fig = Figure(figsize=(11, max(2.5, 0.8 + 0.3 * len(rows))))
     ax = fig.add_subplot(1, 1, 1)
     names: dict[str, None] = {}
     for y, (_, spans) in enumerate(rows):
@@ -220,7 +263,7 @@ def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, ma
         for name, bars in by_name.items():
             ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=colour(name), alpha=alpha, linewidth=0)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([label for label, _ in rows], fontsize=6 if len(rows) > 24 else 8)
+    ax.set_yticklabels([label for label, _ in rows], fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since run start")
     ax.set_title(title, fontsize=10)

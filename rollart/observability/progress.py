@@ -7,8 +7,11 @@ what was logged for it, names as in `aggregate.py`). Out, by `observability.prog
 - `plain`: one line per step, `[rollart] step 3/40 | eta 1m23s | step 2.10s | stale 0.50 | reward …`;
 - `quiet`: nothing.
 
-Guarantees: ETA is the mean wall time of the steps seen by this object times the steps left (a resumed run
-measures from its first update); `status_line` is a pure function, the same text in every mode.
+Guarantees: ETA is the mean time of the RL steps seen by this object times the steps left — their
+`time/step`, which leaves out what came before the first RL step (start-up, the warm start, the first
+evaluation: a fixed cost, not a per-step one), or the wall time between updates when a step does not report
+it (a resumed run measures from its first update); `status_line` is a pure function, the same text in every
+mode.
 """
 
 from __future__ import annotations
@@ -61,18 +64,24 @@ class Progress:
         self.mode: ProgressMode = "plain" if mode == "rich" and not self._console.is_terminal else mode
         self._t0 = time.monotonic()
         self._first_step: int | None = None
+        self._step_times: list[float] = []  # time/step of the updates seen
         self._bar: RichProgress | None = None
         self._task = None
 
     def eta(self, step: int, total_steps: int) -> float | None:
         if self._first_step is None or step <= self._first_step:
             return None
-        per_step = (time.monotonic() - self._t0) / (step - self._first_step)
+        if len(self._step_times) == step - self._first_step:  # every step said how long it took
+            per_step = sum(self._step_times) / len(self._step_times)
+        else:
+            per_step = (time.monotonic() - self._t0) / (step - self._first_step)
         return per_step * max(0, total_steps - step)
 
     def update(self, step: int, total_steps: int, metrics: Mapping[str, float]) -> None:
         if self._first_step is None:
             self._first_step = step - 1  # the clock started one step before the first update
+        if "time/step" in metrics:
+            self._step_times.append(float(metrics["time/step"]))
         if self.mode == "quiet":
             return
         line = status_line(step, total_steps, metrics, self.eta(step, total_steps))

@@ -1,23 +1,30 @@
-"""What `rollart plan` writes for a chosen candidate: the run file, the `ray start` lines, a KubeRay manifest.
+"""What `rollart plan` writes for a chosen candidate: the run file, the `ray start` lines, a KubeRay manifest —
+all three from one planned run config, so the nodes' resources add up to exactly the run's pools.
 
-In: the run config, the hardware template and the `Candidate` the search chose (with `tp` and the node
-size). Out:
-- `run_yaml` — the planned run as a sparse run file (what differs from the defaults; defaults it does not
-  use set to null): one pool per GPU kind with a slot per inference engine and the other generation pools
-  as its fallback, the training pool, every domain on its planned pool, and `inference.replicas_per_pool` (one number for every pool in this version of rollart:
-  the smallest pool's engine count, so every engine slot of a larger pool is not filled — said in a
-  comment in the file);
-- `ray_start_lines` — one `ray start` per node: the head (training GPUs, the run's CPU and serverless
-  pools' slots), then the other training nodes and each
-  generation node with `--num-gpus` and its pool's custom resource (`pool_<name>`: engine slots);
-- `raycluster_manifest` — a KubeRay `RayCluster` (ray.io/v1) with a head group and one worker group per
-  pool, each pod asking for its node's GPUs and landing on that GPU kind (`nvidia.com/gpu.product`).
+In: the run config the plan was made for (`Plan.run`), the hardware template and the `Candidate` the search
+chose (with `tp` and the node size). Out:
+- `planned_config` — the run on the cluster: one GPU pool per generation pool of the candidate with a slot
+  per inference engine (the other generation pools its fallback), the training pool with a slot per GPU
+  (`train.workers` = its GPUs), the run's CPU and serverless pools as they were, every domain on its
+  planned pool; the model the hardware file names (`model.path` = its Hugging Face id) in its dtype, vLLM
+  with the plan's tensor parallelism (the built-in engine under `train.lora`, which vLLM cannot serve yet),
+  and `inference.replicas_per_pool` (one number for every pool in this version of rollart: the smallest
+  pool's engine count, so a larger pool's extra engine slots stay empty — said in the file);
+- `nodes` — the cluster's Ray nodes: the head (the first training GPUs, and every CPU and serverless pool's
+  slots), the other training nodes, then each generation pool's nodes; each with its GPUs and its
+  `pool_<name>` custom resources;
+- `run_yaml` — `planned_config` as a sparse run file (defaults it does not use set to null), its header the
+  plan, the notes on what was filled in or raised, and the replicas caveat;
+- `ray_start_lines` — one `ray start` per node;
+- `raycluster_manifest` — a KubeRay `RayCluster` (ray.io/v1): the head group and one worker group per pool
+  and node size, each pod asking for its node's GPUs on that GPU kind (`nvidia.com/gpu.product`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import yaml
 
@@ -30,63 +37,106 @@ GPU_PRODUCT = {  # the node label the NVIDIA GPU feature discovery puts on nodes
     "H800": "NVIDIA-H800", "H20": "NVIDIA-H20", "H100": "NVIDIA-H100-80GB-HBM3", "A100": "NVIDIA-A100-SXM4-80GB",
     "L40S": "NVIDIA-L40S",
 }
+DTYPE_OF_BYTES = {2: "bfloat16", 4: "float32"}
 
 
-def run_yaml(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, address: str = "HEAD_IP:6379") -> str:
+@dataclass(frozen=True)
+class Node:
+    """One Ray node of the planned cluster."""
+
+    role: str  # "head", or the pool whose GPUs it holds
+    gpu: str  # its GPU kind ("" for none)
+    gpus: int
+    resources: dict[str, float]  # Ray custom resources: pool_<name> → slots
+    comment: str
+
+
+def planned_config(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int,
+                   address: str = "HEAD_IP:6379") -> RunConfig:
+    """The run on the planned cluster (see the module docstring)."""
     planned, _ = apply(cfg, hardware, cand, tp)
-    engines = {name: gpus // tp for name, _, gpus in cand.pools}
     train = hardware.pools[hardware.train_pool]
-    pools = {**planned.pools, hardware.train_pool: PoolConfig(kind="gpu", device="cuda", capacity=train.count,
-                                                              description=f"{train.count} {train.gpu}")}
+    if train.count < 1:
+        raise ValueError(f"hardware pools.{hardware.train_pool}: the training pool has no GPUs")
+    engines = {name: gpus // tp for name, _, gpus in cand.pools}
+    pools = {name: pool for name, pool in planned.pools.items()
+             if pool.kind != "gpu" or name in engines or name == hardware.train_pool}
+    pools[hardware.train_pool] = PoolConfig(kind="gpu", device="cuda", capacity=train.count,
+                                            description=f"{train.count} {train.gpu}")
     for name, kind, gpus in cand.pools:
         pools[name] = pools[name].model_copy(update={"description": f"{gpus} {kind}, tp {tp}"})
-    planned = planned.model_copy(update={
-        "pools": pools,
-        "cluster": planned.cluster.model_copy(update={"address": address}),
-        "inference": planned.inference.model_copy(update={"replicas_per_pool": min(engines.values())}),
-        "train": planned.train.model_copy(update={"workers": train.count}),
+    shape = hardware.model
+    model = planned.model.model_copy(update={
+        "path": shape.hub_id or f"SET-ME: a checkpoint of the hardware file's {shape.params:.3g}-parameter model",
+        "dtype": DTYPE_OF_BYTES.get(int(shape.bytes_per_param), "bfloat16"),
     })
+    inference = planned.inference.model_copy(update={"replicas_per_pool": min(engines.values())})
+    if planned.train.lora is None:  # vLLM does not serve LoRA adapters yet (the config refuses it)
+        inference = inference.model_copy(update={
+            "engine": "vllm", "vllm": inference.vllm.model_copy(update={"tensor_parallel_size": tp, "kv_cache_mb": 0})})
+    data = planned.model_dump()
+    data.update(pools={n: p.model_dump() for n, p in pools.items()}, model=model.model_dump(),
+                inference=inference.model_dump(),
+                cluster={**data["cluster"], "address": address}, train={**data["train"], "workers": train.count})
+    return RunConfig.model_validate(data)
+
+
+def _node_sizes(gpus: int, node: int) -> list[int]:
+    return [min(node, gpus - start) for start in range(0, gpus, node)]
+
+
+def _slots(capacity: float) -> float:
+    return int(capacity) if float(capacity).is_integer() else capacity
+
+
+def nodes(planned: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, node: int) -> list[Node]:
+    """The planned cluster's Ray nodes, the head first (see the module docstring)."""
+    train_pool = hardware.train_pool
+    train = hardware.pools[train_pool]
+    shared = {f"pool_{name}": _slots(pool.capacity) for name, pool in sorted(planned.pools.items())
+              if pool.kind != "gpu"}
+    sizes = _node_sizes(train.count, node)
+    out = [Node("head", train.gpu, sizes[0], {f"pool_{train_pool}": sizes[0], **shared},
+                f"head: {sizes[0]} {train.gpu} of pool {train_pool}, the CPU and serverless pools' slots")]
+    out += [Node(train_pool, train.gpu, n, {f"pool_{train_pool}": n}, f"training node {i}")
+            for i, n in enumerate(sizes[1:], start=1)]
+    for name, kind, gpus in cand.pools:
+        out += [Node(name, kind, n, {f"pool_{name}": n // tp}, f"{kind} node {i} of pool {name}: {n // tp} engines")
+                for i, n in enumerate(_node_sizes(gpus, node))]
+    return out
+
+
+def run_yaml(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, notes: Sequence[str] = (),
+             address: str = "HEAD_IP:6379") -> str:
+    planned = planned_config(cfg, hardware, cand, tp, address)
+    engines = {name: gpus // tp for name, _, gpus in cand.pools}
     data = planned.model_dump(mode="json", exclude_defaults=True)
     # a run file merges into the defaults: defaults the plan does not use are dropped explicitly
     data["pools"] = {**{p: None for p in default_pools() if p not in planned.pools}, **data.get("pools", {})}
     data["domains"] = {**{d: None for d in default_domains() if d not in planned.domains}, **data.get("domains", {})}
-    header = (f"# rollart plan: {cand.describe()}\n"
-              f"# inference.replicas_per_pool is one number for all pools: the smallest pool's engines "
-              f"({min(engines.values())}); pools' engine slots: {engines}\n")
-    return header + yaml.safe_dump(data, sort_keys=False)
+    lines = [f"# rollart plan: {cand.describe()}"]
+    lines += [f"# {note}" for note in notes]
+    if len(set(engines.values())) > 1:
+        lines.append(f"# inference.replicas_per_pool is one number for all pools: the smallest pool's engines "
+                     f"({min(engines.values())}); the pools' engine slots: {engines}")
+    return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)
 
 
-def _nodes(gpus: int, node: int) -> int:
-    return -(-gpus // node)
-
-
-def cpu_slots(cfg: RunConfig) -> dict[str, int]:
-    """The run's CPU and serverless pools as Ray resources (`pool_<name>`: slots), hosted by the head."""
-    return {f"pool_{name}": int(pool.capacity) for name, pool in sorted(cfg.pools.items()) if pool.kind != "gpu"}
+def _resources(resources: dict[str, float]) -> str:
+    return json.dumps(resources)
 
 
 def ray_start_lines(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, node: int,
                     port: int = 6379) -> list[str]:
-    train = hardware.pools[hardware.train_pool]
-    head_resources = {f"pool_{hardware.train_pool}": min(train.count, node), **cpu_slots(cfg)}
-    lines = [f"ray start --head --port={port} --num-gpus={min(train.count, node)} "
-             f"--resources='{json.dumps(head_resources)}'   # head: training GPUs, the CPU and serverless pools"]
-    for i in range(1, _nodes(train.count, node)):
-        n = min(node, train.count - i * node)
-        lines.append(f"ray start --address=HEAD_IP:{port} --num-gpus={n} "
-                     f"--resources='{json.dumps({f'pool_{hardware.train_pool}': n})}'   # training node {i}")
-    for name, kind, gpus in cand.pools:
-        for i in range(_nodes(gpus, node)):
-            n = min(node, gpus - i * node)
-            lines.append(f"ray start --address=HEAD_IP:{port} --num-gpus={n} "
-                         f"--resources='{json.dumps({f'pool_{name}': n // tp})}'   # {kind} node {i} of pool {name}")
+    lines = []
+    for n in nodes(planned_config(cfg, hardware, cand, tp), hardware, cand, tp, node):
+        where = f"--head --port={port}" if n.role == "head" else f"--address=HEAD_IP:{port}"
+        lines.append(f"ray start {where} --num-gpus={n.gpus} --resources='{_resources(n.resources)}'   # {n.comment}")
     return lines
 
 
 def raycluster_manifest(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, node: int,
                         name: str = "rollart", image: str = f"rayproject/ray:{RAY_VERSION}-gpu") -> dict[str, Any]:
-    train = hardware.pools[hardware.train_pool]
-
     def pod(kind: str, gpus: int, role: str) -> dict[str, Any]:
         spec: dict[str, Any] = {"containers": [{
             "name": f"ray-{role}", "image": image,
@@ -97,17 +147,17 @@ def raycluster_manifest(cfg: RunConfig, hardware: SimHardware, cand: Candidate, 
             spec["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT[kind]}
         return {"spec": spec}
 
-    head_gpus = min(train.count, node)
-    head_resources = {f"pool_{hardware.train_pool}": head_gpus, **cpu_slots(cfg)}
-    groups = []
-    rest = _nodes(train.count, node) - 1
-    if rest > 0:
-        groups.append(_group(f"{hardware.train_pool}", rest, {f"pool_{hardware.train_pool}": node}, node,
-                             pod(train.gpu, node, "worker")))
-    for pool, kind, gpus in cand.pools:
-        per_node = min(node, gpus)
-        groups.append(_group(pool, _nodes(gpus, node), {f"pool_{pool}": per_node // tp}, per_node,
-                             pod(kind, per_node, "worker")))
+    head, *workers = nodes(planned_config(cfg, hardware, cand, tp), hardware, cand, tp, node)
+    groups: dict[tuple[str, int], list[Node]] = {}  # one worker group per pool and node size
+    for n in workers:
+        groups.setdefault((n.role, n.gpus), []).append(n)
+    sizes_of: dict[str, int] = {}
+    for role, _ in groups:
+        sizes_of[role] = sizes_of.get(role, 0) + 1
+    specs = []
+    for (role, gpus), members in groups.items():
+        group_name = role if sizes_of[role] == 1 else f"{role}-{gpus}gpu"
+        specs.append(_group(group_name, len(members), members[0].resources, gpus, pod(members[0].gpu, gpus, "worker")))
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
@@ -115,20 +165,21 @@ def raycluster_manifest(cfg: RunConfig, hardware: SimHardware, cand: Candidate, 
         "spec": {
             "rayVersion": RAY_VERSION,
             "headGroupSpec": {
-                "rayStartParams": {"num-gpus": str(head_gpus), "resources": json.dumps(json.dumps(head_resources))},
-                "template": pod(train.gpu, head_gpus, "head"),
+                "rayStartParams": {"num-gpus": str(head.gpus), "resources": json.dumps(_resources(head.resources))},
+                "template": pod(head.gpu, head.gpus, "head"),
             },
-            "workerGroupSpecs": groups,
+            "workerGroupSpecs": specs,
         },
     }
 
 
-def _group(name: str, replicas: int, resources: dict[str, int], gpus: int, template: dict[str, Any]) -> dict[str, Any]:
+def _group(name: str, replicas: int, resources: dict[str, float], gpus: int, template: dict[str, Any]
+           ) -> dict[str, Any]:
     return {
         "groupName": name.replace("_", "-"),
         "replicas": replicas,
         "minReplicas": replicas,
         "maxReplicas": replicas,
-        "rayStartParams": {"num-gpus": str(gpus), "resources": json.dumps(json.dumps(resources))},
+        "rayStartParams": {"num-gpus": str(gpus), "resources": json.dumps(_resources(resources))},
         "template": template,
     }

@@ -4,8 +4,11 @@ second per dollar, scored by the cluster twin.
 In: a run config (its domains, with their declared or measured `profile`s, and its rollout settings), a
 hardware template (`SimHardware`: model shape, the training pool, efficiencies, the weight link; its
 generation pools are ignored), the GPU kinds to consider, a budget in USD per hour for the generation
-GPUs and the node size (GPUs per node: pools grow in whole nodes). Out: `Plan` — the chosen `Candidate`,
-its twin report, the best homogeneous cluster's, and every candidate scored.
+GPUs and the node size (GPUs per node: pools grow in whole nodes). Out: `Plan` — the run planned for
+(`plan/cluster.py`: every domain's profile known, token budgets that hold its episodes) with notes on what
+was filled in, the chosen `Candidate`, its twin report, the best homogeneous cluster's, and every candidate
+scored. `costs` splits a candidate's price into the budgeted generation GPUs and what the hardware file adds
+(the training pool, reserved reward GPUs, CPU nodes).
 
 Candidates: for each split of the budget between the kinds (whole nodes, as much of the budget spent as
 the nodes allow; each kind alone included), every mapping of domains to the pools that have GPUs. The
@@ -26,6 +29,7 @@ from math import floor
 from typing import Any, Callable, Iterable, Sequence
 
 from rollart.config import RunConfig
+from rollart.plan.cluster import for_the_cluster
 from rollart.sim.estimate import Candidate, estimate
 from rollart.sim.hardware import GpuPoolSpec, SimHardware
 from rollart.sim.run import SimReport, simulate
@@ -41,6 +45,8 @@ class Scored:
 
 @dataclass
 class Plan:
+    run: RunConfig  # the run the candidates were scored on (plan/cluster.py)
+    notes: list[str]  # what `run` filled in or raised, one line each
     best: Scored
     best_homogeneous: Scored
     scored: list[Scored] = field(default_factory=list)
@@ -48,6 +54,21 @@ class Plan:
     @property
     def gain_over_homogeneous(self) -> float:
         return (self.best.score or 0.0) / (self.best_homogeneous.score or float("inf"))
+
+
+def costs(hardware: SimHardware, cand: Candidate) -> dict[str, float]:
+    """USD per hour of a candidate: `generation` (the GPUs the budget buys) and what the hardware file adds
+    — `training` (its training pool), `reward` (reserved reward GPUs), `env` (CPU nodes) — and `total`."""
+    cat = hardware.load_catalogue()
+    train = hardware.pools[hardware.train_pool]
+    out = {
+        "generation": sum(cat.gpu(kind).price_per_hour * gpus for _, kind, gpus in cand.pools),
+        "training": train.count * cat.gpu(train.gpu).price_per_hour,
+        "reward": hardware.reward.workers * cat.gpu(hardware.reward.gpu).price_per_hour
+        if hardware.reward.mode == "reserved" else 0.0,
+        "env": hardware.env_nodes * next(iter(cat.cpus.values())).price_per_hour,
+    }
+    return {**out, "total": sum(out.values())}
 
 
 def pool_name(kind: str) -> str:
@@ -93,6 +114,8 @@ def apply(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, steps
     gen = {name for name, _, _ in cand.pools}
     old_gen = {d.pool for d in cfg.domains.values()}
     pools = {n: p for n, p in data["pools"].items() if n not in old_gen or n == hardware.train_pool}
+    for p in pools.values():  # a kept pool falls back only to pools that are still there
+        p["fallback"] = [fb for fb in p["fallback"] if fb in pools or fb in gen]
     for name, _, gpus in cand.pools:
         pools[name] = {"kind": "gpu", "device": "cuda", "capacity": gpus // tp,
                        "fallback": sorted(gen - {name}), "description": ""}
@@ -117,9 +140,13 @@ def twin_score(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, 
 
 def plan(cfg: RunConfig, hardware: SimHardware, kinds: Sequence[str], budget: float, *, node: int = 8,
          tp: int = 1, steps: int = 4, top_k: int = 4, exhaustive: bool = False, progress: Any = None) -> Plan:
-    """Choose pool sizes and the domain → pool mapping (see the module docstring)."""
+    """Choose pool sizes and the domain → pool mapping (see the module docstring); a domain with no profile
+    and no default for its kind is refused (`MissingProfiles`, a ValueError)."""
     for k in kinds:
         hardware.load_catalogue().gpu(k, "plan --gpus")
+    if node % tp:
+        raise ValueError(f"--tp {tp} does not divide --node {node}: an inference engine's GPUs must share a node")
+    cfg, notes = for_the_cluster(cfg)
     domains = sorted(cfg.domains)
     cands = candidates(domains, kinds, hardware, budget, node, tp)
     if not cands:
@@ -139,7 +166,7 @@ def plan(cfg: RunConfig, hardware: SimHardware, kinds: Sequence[str], budget: fl
     ran = [s for s in scored if s.score is not None]
     best = max(ran, key=lambda s: s.score or 0.0)
     homogeneous = [s for s in ran if s.candidate.homogeneous]
-    return Plan(best, max(homogeneous, key=lambda s: s.score or 0.0) if homogeneous else best, scored)
+    return Plan(cfg, notes, best, max(homogeneous, key=lambda s: s.score or 0.0) if homogeneous else best, scored)
 
 
 def twin_remapper(steps: int = 3) -> Callable[[RunConfig, SimHardware, tuple[tuple[str, str, int], ...], int],

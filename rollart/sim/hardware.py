@@ -91,6 +91,7 @@ class ModelShape(_Strict):
     """What the cost models need of a transformer: parameters, layers, attention width, KV layout."""
 
     name: str = "custom"
+    hub_id: str = Field("", description="the model's Hugging Face id (what `rollart plan` writes as model.path)")
     params: float = Field(gt=0, description="parameter count")
     layers: int = Field(gt=0)
     hidden: int = Field(gt=0)
@@ -114,11 +115,12 @@ MODEL_SHAPES: dict[str, ModelShape] = {
     # rollart's built-in tiny model (rollart/config.py TinyModelConfig defaults), float32
     "tiny": ModelShape(name="tiny", params=0.53e6, layers=2, hidden=128, heads=4, kv_heads=2, head_dim=32,
                        bytes_per_param=4),
-    "qwen3-8b": ModelShape(name="qwen3-8b", params=8.2e9, layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128),
-    "qwen3-14b": ModelShape(name="qwen3-14b", params=14.8e9, layers=40, hidden=5120, heads=40, kv_heads=8,
-                            head_dim=128),
-    "qwen3-32b": ModelShape(name="qwen3-32b", params=32.8e9, layers=64, hidden=5120, heads=64, kv_heads=8,
-                            head_dim=128),
+    "qwen3-8b": ModelShape(name="qwen3-8b", hub_id="Qwen/Qwen3-8B", params=8.2e9, layers=36, hidden=4096, heads=32,
+                           kv_heads=8, head_dim=128),
+    "qwen3-14b": ModelShape(name="qwen3-14b", hub_id="Qwen/Qwen3-14B", params=14.8e9, layers=40, hidden=5120,
+                            heads=40, kv_heads=8, head_dim=128),
+    "qwen3-32b": ModelShape(name="qwen3-32b", hub_id="Qwen/Qwen3-32B", params=32.8e9, layers=64, hidden=5120,
+                            heads=64, kv_heads=8, head_dim=128),
 }
 
 

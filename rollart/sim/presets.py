@@ -4,8 +4,9 @@ In: nothing (each function takes the knob its experiment varies). Out: `(RunConf
 that `rollart.sim.run.simulate` runs; `rollart bench sim` runs them all and `rollart sim --preset NAME`
 one of them.
 
-The five task kinds of the paper (§7.1: SWE-bench, WebShop, FrozenLake, GEM-math, GEM-game) are declared
-as episode profiles (`TASKS`). The paper gives their character, not their token counts: FrozenLake is
+The five task kinds of the paper (§7.1: SWE-bench, WebShop, FrozenLake, GEM-math, GEM-game), and code with
+tests, are declared as episode profiles (`TASKS`; `rollart/sim/profiles.py` gives them to a run's domains
+that declare none). The paper gives their character, not their token counts: FrozenLake is
 prefill-heavy (the whole map every turn, short moves), GEM-math decode-heavy (one turn, long reasoning),
 SWE-bench long multi-turn with slow environments; production tasks average 1–48 turns, prompts up to
 12K and responses up to 46K tokens (§8). The counts below are our reading of that — declared, so any run
@@ -56,10 +57,16 @@ TASKS: dict[str, dict[str, Any]] = {
                     "reward": {"dist": "lognormal", "mean_s": 20.0, "std_s": 10.0}},
         "max_turns": 30, "max_new_tokens": 4096,
     },
+    "code": {  # a program written in one turn, scored by running its tests in a sandbox
+        "profile": {"turns": {"mean": 1}, "prompt_tokens": {"mean": 400},
+                    "response_tokens": {"dist": "lognormal", "mean": 1000, "std": 800},
+                    "reward": {"dist": "lognormal", "mean_s": 2.0, "std_s": 1.0}},
+        "max_turns": 1, "max_new_tokens": 8192,
+    },
 }
 
 # what a domain "is" for the hardware: where the paper maps it (prefill-heavy → H800, decode-heavy → H20)
-PAPER_MAPPING = {"frozenlake": "h800", "webshop": "h800", "swe": "h800", "math": "h20", "game": "h20"}
+PAPER_MAPPING = {"frozenlake": "h800", "webshop": "h800", "swe": "h800", "math": "h20", "game": "h20", "code": "h20"}
 
 SCALE_OVERRIDES = [
     "observability.progress=quiet", "inference.request_timeout_s=36000", "inference.admission_timeout_s=36000",

@@ -154,14 +154,14 @@ class TrainerGroup:
         if self.restarts >= limit:
             raise TrainerFailed(
                 f"trainer rank {death.worker} died ({death.cause}) and the group was already rebuilt "
-                f"{self.restarts} time(s) (train.restarts={limit}): stopping"
+                f"{self.restarts} time{'s' * (self.restarts != 1)} (train.restarts={limit}): stopping"
             ) from death
         self.restarts += 1
         target = self.version
         source = str(self._checkpoint) if self._checkpoint else "the initial weights"
-        log.warning("trainer rank %s died (%s): rebuilding the group from %s and replaying %d step(s) to "
-                    "version %d (restart %d of %d)", death.worker, death.cause, source, len(self._journal),
-                    target, self.restarts, limit)
+        replayed = f"{len(self._journal)} step{'s' * (len(self._journal) != 1)}"
+        log.warning("trainer rank %s died (%s): rebuilding the group from %s and replaying %s to version %d "
+                    "(restart %d of %d)", death.worker, death.cause, source, replayed, target, self.restarts, limit)
         self._death = None
         ckpt.remove_partial(self.cfg.run_dir)
         ready = self._start(publish_after=target)
@@ -173,7 +173,7 @@ class TrainerGroup:
         for member in self.cluster.members():
             event = MemberEvent("joined", self.cluster.role, member.slot, member.worker, member.placement.pool,
                                 actor=member.actor,
-                                cause=f"rebuilt from {source}, {len(self._journal)} step(s) replayed")
+                                cause=f"rebuilt from {source}, {replayed} replayed")
             for listener in self._listeners:
                 listener(event)
 

@@ -54,6 +54,10 @@ def user_module(tmp_path, monkeypatch):
 
 def test_builtin_names_resolve():
     for name, cls in BUILTIN_ENVS.items():
+        if name == "dataset":  # built from a domain's rows (domain_env_factory; tests/unit/test_envs_dataset.py)
+            with pytest.raises(EnvSpecError, match="built from a domain's `data`"):
+                resolve_env(name)
+            continue
         assert isinstance(resolve_env(name)(), cls)
     env = make_env("frozenlake", {"size": 5})
     assert isinstance(env, FrozenLakeEnv) and env.size == 5
@@ -161,3 +165,24 @@ def test_cli_play_with_actions_prints_the_episode(capsys, user_module):
     assert "format error: wrong" in out and "no more actions" in out
     assert main(["env", "play", "nonsense"]) == 2
     assert "Accepted" in capsys.readouterr().err
+
+
+def test_cli_list_prints_each_description_whole_with_its_options(capsys):
+    import inspect
+
+    from rollart.cli import main
+    from rollart.envs.spec import BUILTIN_ENVS
+
+    assert main(["env", "list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the lines are wrapped: compare the words
+    for name, ctor in BUILTIN_ENVS.items():
+        summary = " ".join(inspect.getdoc(ctor).split("\n\n")[0].split())
+        assert f"{name} {summary}" in out  # not cut at the docstring's first line
+    assert "options: size=4, frozen_prob=0.8, slippery=False" in out
+
+
+def test_cli_play_says_turn_in_the_singular(capsys):
+    from rollart.cli import main
+
+    assert main(["env", "play", "frozenlake", "--seed", "0", "--actions", "Left;Left", "--max-turns", "1"]) == 0
+    assert "stopped after 1 turn (--max-turns)" in capsys.readouterr().out

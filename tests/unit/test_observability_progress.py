@@ -26,14 +26,28 @@ def test_plain_mode_prints_one_line_per_step_with_eta(monkeypatch):
     clock = iter([0.0, 10.0, 30.0])  # construction, step 11, step 12 (a run resumed at step 10)
     monkeypatch.setattr("rollart.observability.progress.time.monotonic", lambda: next(clock))
     out = io.StringIO()
+    untimed = {k: v for k, v in METRICS.items() if k != "time/step"}
     p = Progress("plain", file=out)
-    p.update(11, 20, METRICS)
-    p.update(12, 20, METRICS)
+    p.update(11, 20, untimed)
+    p.update(12, 20, untimed)
     p.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("[rollart] step 11/20 | eta 1m30s | step 2.50s")  # 10 s/step × 9 left
+    assert lines[0].startswith("[rollart] step 11/20 | eta 1m30s")  # 10 s/step × 9 left
     assert lines[1].startswith("[rollart] step 12/20 | eta 2m00s")  # 15 s/step × 8 left
+
+
+def test_the_eta_leaves_out_what_came_before_the_first_step(monkeypatch):
+    # 60 s of start-up, warm start and first evaluation, then steps of 2.5 s: the ETA is 2.5 s × steps left
+    clock = iter([0.0, 62.5, 65.0])
+    monkeypatch.setattr("rollart.observability.progress.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    with Progress("plain", file=out) as p:
+        p.update(1, 11, {**METRICS, "time/startup": 60.0})
+        p.update(2, 11, {**METRICS, "time/step": 3.5})
+    first, second = out.getvalue().splitlines()
+    assert first.startswith("[rollart] step 1/11 | eta 25s | step 2.50s")  # not 62.5 s × 10 = 10m25s
+    assert second.startswith("[rollart] step 2/11 | eta 27s")  # 3.0 s/step × 9 left
 
 
 def test_quiet_mode_prints_nothing():

@@ -1,8 +1,12 @@
-"""The planner: it finds the exhaustive best mapping (within 5%) on 20 random small scenarios, and its
-outputs load — the run file as a valid config, the manifest as a schema-valid KubeRay RayCluster."""
+"""The planner: it finds the exhaustive best mapping (within 5%) on 20 random small scenarios; its outputs
+load — the run file as a valid config, the manifest as a schema-valid KubeRay RayCluster — and the nodes of
+`ray_start.sh` and the manifest add up to exactly the planned run's pools; a run without profiles gets its
+kinds' defaults and is told so (or is refused), and the planned run names the hardware's model and budgets."""
 
 import copy
+import json
 import random
+import re
 from pathlib import Path
 
 import jsonschema
@@ -10,7 +14,10 @@ import pytest
 import yaml
 
 from rollart.config_loader import load_config
-from rollart.plan import plan, ray_start_lines, raycluster_manifest, run_yaml
+from rollart.plan import candidates, plan, ray_start_lines, raycluster_manifest, run_yaml
+from rollart.plan.cluster import for_the_cluster
+from rollart.plan.outputs import planned_config
+from rollart.sim.profiles import MissingProfiles
 from rollart.sim import presets
 
 SCHEMA = Path(__file__).parents[1] / "fixtures" / "kuberay_raycluster_v1_schema.yaml"
@@ -102,3 +109,69 @@ def test_the_planned_run_file_keeps_the_runs_settings(tmp_path: Path) -> None:
     loaded = load_config(run_file)
     assert loaded.rollout == cfg.rollout and set(loaded.domains) == set(cfg.domains)
     assert loaded.domains["d0"].profile == cfg.domains["d0"].profile
+
+
+# --- the outputs add up to the run, and the run is one for the cluster -------------------------------------
+def _ray_start_totals(lines: list[str]) -> tuple[int, dict[str, float]]:
+    gpus, resources = 0, {}
+    for line in lines:
+        match = re.search(r"--num-gpus=(\d+) --resources='([^']*)'", line)
+        assert match, line
+        gpus += int(match.group(1))
+        for key, value in json.loads(match.group(2)).items():
+            resources[key] = resources.get(key, 0) + value
+    return gpus, resources
+
+
+def _manifest_totals(manifest: dict) -> tuple[int, dict[str, float]]:
+    head = manifest["spec"]["headGroupSpec"]["rayStartParams"]
+    gpus, resources = int(head["num-gpus"]), dict(json.loads(json.loads(head["resources"])))
+    for group in manifest["spec"]["workerGroupSpecs"]:
+        gpus += group["replicas"] * int(group["rayStartParams"]["num-gpus"])
+        for key, value in json.loads(json.loads(group["rayStartParams"]["resources"])).items():
+            resources[key] = resources.get(key, 0) + group["replicas"] * value
+    return gpus, resources
+
+
+def _check_sums(cfg, hw, cand, tp: int, node: int) -> None:  # noqa: ANN001
+    planned = planned_config(cfg, hw, cand, tp)
+    pools = {f"pool_{name}": pool.capacity for name, pool in planned.pools.items()}
+    gpus = sum(n for _, _, n in cand.pools) + hw.pools[hw.train_pool].count
+    for totals in (_ray_start_totals(ray_start_lines(cfg, hw, cand, tp, node)),
+                   _manifest_totals(raycluster_manifest(cfg, hw, cand, tp, node))):
+        assert totals == (gpus, pools), (cand.describe(), tp, node, totals, pools)
+    assert planned.train.workers == hw.pools[hw.train_pool].count
+    for name, _, n in cand.pools:  # a slot per engine, each engine's tp GPUs on one node
+        assert planned.pools[name].capacity == n // tp and planned.pools[name].device == "cuda"
+
+
+@pytest.mark.parametrize("tp,node,train", [(1, 8, 32), (2, 8, 12), (4, 4, 4), (2, 4, 10)])
+def test_node_resources_add_up_to_the_pools_of_the_planned_run(tp: int, node: int, train: int) -> None:
+    cfg, _ = for_the_cluster(load_config())  # the default run: CPU env and serverless reward pools beside
+    hw = presets.hardware({"gen_prefill": ("H800", 8, tp), "gen_decode": ("H20", 8, tp)}, train=("H800", train))
+    plans = candidates(sorted(cfg.domains), ["H800", "H20"], hw, 100.0, node, tp)
+    assert len(plans) > 4
+    for cand in plans[:3] + plans[-3:]:  # homogeneous and mixed clusters, every mapping kind
+        _check_sums(cfg, hw, cand, tp, node)
+
+
+def test_a_plan_without_profiles_says_so_and_uses_the_defaults_of_each_kind() -> None:
+    cfg, notes = for_the_cluster(load_config())
+    assert any(n.startswith("frozenlake: no profile declared: the default of a frozenlake domain") for n in notes)
+    assert any(n.startswith("math: no profile declared: the default of a math domain") for n in notes)
+    assert cfg.domains["math"].profile.response_tokens.mean == presets.TASKS["math"]["profile"]["response_tokens"]["mean"]
+    # the demo's 12-token answers would cut the profile's 4,000-token ones: the budgets grow, and it says so
+    assert cfg.domains["math"].max_new_tokens == 16384 and any("math: max_new_tokens 12 → 16384" in n for n in notes)
+    with pytest.raises(MissingProfiles, match=r"domains\.mine \(env my_envs:Env\).*declare domains\.<name>\.profile"):
+        for_the_cluster(load_config(None, ["domains.mine.env=my_envs:Env"]))
+
+
+def test_the_planned_run_names_the_model_of_the_hardware_file() -> None:
+    cfg, _ = for_the_cluster(load_config())
+    hw = presets.hardware({"h20": ("H20", 16, 2)}, train=("H800", 8))
+    cand = candidates(sorted(cfg.domains), ["H20"], hw, 24.0, 8, 2)[0]
+    planned = planned_config(cfg, hw, cand, tp=2)
+    assert (planned.model.path, planned.model.dtype) == ("Qwen/Qwen3-8B", "bfloat16")
+    assert planned.inference.engine == "vllm" and planned.inference.vllm.tensor_parallel_size == 2
+    assert planned.domains["math"].max_new_tokens == 16384  # the profile's budget, not the demo's 12
+    assert set(planned.pools) == {"train", "env", "reward", "h20"}

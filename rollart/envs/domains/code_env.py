@@ -124,7 +124,7 @@ def code_format_error(text: str) -> str | None:
 
 
 class CodeEnv:
-    """One generated function-writing task per episode, from `families` (⊆ FAMILIES)."""
+    """One generated function-writing task per episode, its family drawn from `families`."""
 
     def __init__(self, families: list[str] | tuple[str, ...] = tuple(FAMILIES)) -> None:
         unknown = [f for f in families if f not in FAMILIES]
