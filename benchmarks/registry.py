@@ -87,6 +87,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "what the OpenAI-compatible agent gateway adds to a turn, and whether it holds many open ones"),
     Benchmark("sandbox", "benchmarks.sandbox",
               "what the sandbox costs per run at each isolation level, a cgroup and a workspace, side by side"),
+    Benchmark("envs", "benchmarks.envs",
+              "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers"),
 )
 
 

@@ -28,6 +28,7 @@ from rollart.envs.dataset.rows import DatasetRows, PromptMeter, Row, build_rows,
 from rollart.envs.dataset.source import DataError, load_table
 from rollart.envs.protocol import METRICS_KEY, REFERENCE_KEY
 from rollart.envs.seeds import SPLIT_SIZE, VAL_OFFSET
+from rollart.envs.user_object import import_user_object
 
 
 def prompt_budget(domain_cfg: DomainConfig) -> int:
@@ -40,12 +41,14 @@ def episode_constructor(spec: str) -> Callable[..., Any]:
     """The class `data.episode` names: a built-in episode, or `module.path:Class`."""
     if spec in EPISODES:
         return EPISODES[spec]
-    from rollart.envs.spec import import_user_object
-
     if ":" not in spec:
         raise DataError(f"data.episode {spec!r}: a built-in ({', '.join(EPISODES)}) or 'module.path:Class'")
-    return import_user_object(spec, "data.episode", f"a built-in ({', '.join(EPISODES)}) or 'module.path:Class'",
-                              DataError)
+    target = import_user_object(spec, "data.episode", f"a built-in ({', '.join(EPISODES)}) or 'module.path:Class'",
+                                DataError)
+    if not isinstance(target, type):  # a function of the row and options could be anything (os:system)
+        raise DataError(f"data.episode {spec!r} names a {type(target).__name__}, not a class: it must name an env "
+                        "class, built as Class(row, **options)")
+    return target
 
 
 def required_roles(domain_cfg: DomainConfig) -> list[str]:
