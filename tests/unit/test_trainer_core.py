@@ -86,7 +86,7 @@ def test_one_mini_batch_gives_the_importance_weighted_policy_gradient(tiny_model
     hand from a plain forward pass: what the trainer did before decoupled PPO had mini-batches."""
     from rollart.trainer.packing import collate
 
-    # padded, like the forward by hand below (packed ≡ padded is its own test, test_trainer_equivalence.py)
+    # padded, like the forward by hand below (packed ≡ padded is its own test below)
     cfg = RunConfig(model={"path": str(tiny_model_path)},
                     train={"grad_clip": 1e9, "aggregation": "seq_mean", "packing": False})
     trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
