@@ -237,7 +237,8 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
         f"fsdp2 vs ddp losses over 3 steps: {equal['fsdp2']} vs {equal['ddp']}",
         f"log-probs of 4,096 tokens × {shape['vocab_size']} vocabulary: peak {logprob[0]:.0f} MB whole, "
         f"{logprob[512]:.0f} MB in chunks of 512",
-        f"padded fraction of the demo's batch: {pad_off:.1%} padded, {pad_on:.1%} packed",
+        f"padded fraction of the demo's batch: {pad_off:.1%} padded, {pad_on:.1%} packed"
+        + (" (packed has no padding: packing_padding_reduction is unbounded, reported as null)" if pad_on == 0 else ""),
         f"confirmation: {confirm}",
         f"wall {time.perf_counter() - started:.0f} s",
     ]
