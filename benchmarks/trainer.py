@@ -269,7 +269,7 @@ def _confirm_max(by_name: dict[str, dict[str, Any]], work: Path, quick: bool, no
     result = {"params": ranks[0]["params"], "predicted_max_params": predicted, "free_gib_at_start": free / 2**30,
               "peak_rss_gib_both_ranks": used / 1024, "step_s": max(r["step_s"] for r in ranks),
               "loss": ranks[0]["losses"][-1]}
-    if target < predicted:
+    if target < predicted and not quick:
         notes.append(f"the confirmation ran at {result['params'] / 1e9:.2f} B parameters, what the "
                      f"{free / 2**30:.1f} GiB free at that moment allow, below the {predicted / 1e9:.2f} B the "
                      "whole machine would")
