@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from rollart.config import RunConfig
 from rollart.config_loader import ConfigError, load_config
 from rollart.resources.logs import configure_logging
 from rollart.run_dir import RunPaths
@@ -25,10 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_eval)
 
 
-def _eval(args: argparse.Namespace) -> int:
+def checkpoint_config(target: Path, overrides: list[str]) -> tuple[Path, RunConfig]:
+    """The checkpoint a run directory or checkpoint directory names, and the run config that serves it
+    (`model.path`, or the run's base and `model.adapter` for a LoRA checkpoint; see the module docstring)."""
     from rollart.models.lora import ADAPTER_CONFIG
 
-    target = Path(args.target)
     run_config = RunPaths.of(target).config
     if run_config.is_file():  # a run directory
         from rollart.trainer.checkpoint import latest_checkpoint
@@ -51,7 +53,11 @@ def _eval(args: argparse.Namespace) -> int:
             model.append(f"model.path={base}")
     else:
         model = [f"model.path={checkpoint}"]
-    cfg = load_config(config_file, [*model, "resume=false", *args.overrides], resolved=True)
+    return checkpoint, load_config(config_file, [*model, "resume=false", *overrides], resolved=True)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    checkpoint, cfg = checkpoint_config(Path(args.target), args.overrides)
     configure_logging(cfg.observability.log_level)
     from rollart.driver import evaluate
 
