@@ -162,7 +162,8 @@ SHOWN_RANKS = ("worst", "median", "best", "only")
 def _samples(inp: _Inputs) -> str:
     """The worst, a median and the best trajectory of each domain, at the first, a middle and the last step."""
     if inp.samples is None:
-        return _missing(inp.problems["samples"] + " (the run wrote none: observability.samples_per_domain=0, or it predates samples)")
+        return _missing(inp.problems["samples"] + " (the run wrote none: observability.samples_per_domain=0, or it "
+                        "predates samples)")
     steps = sorted({s["step"] for s in inp.samples})
     if not steps:
         return _missing("samples.jsonl holds no samples yet")
