@@ -310,6 +310,20 @@ class GatewayConfig(Section):
     model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
 
 
+class WarmPoolConfig(Section):
+    """Prepared environments each env worker keeps ready per domain (rollart/envs/warm_pool.py): a reset then
+    only seeds one, while the pool prepares the next in the background."""
+
+    size: int = Field(
+        0, ge=0, le=1024, description="prepared envs kept per domain on each env worker; 0 = no pool (every reset "
+        "builds and prepares its env)"
+    )
+    domains: list[str] = Field(
+        default_factory=list, description="the env domains pooled; empty = all of them (agent domains have no env)"
+    )
+    prepare_timeout_s: float = Field(60.0, gt=0, description="bound on building and preparing one env")
+
+
 class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
@@ -321,6 +335,12 @@ class EnvsConfig(Section):
     retry_backoff_max_s: float = Field(5.0, ge=0, description="cap on the reset retry delay")
     threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
+    warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
+
+    def pooled(self, domain: str, domain_cfg: DomainConfig) -> bool:
+        """Whether `domain` gets a warm pool."""
+        return self.warm_pool.size > 0 and not domain_cfg.agent and (
+            not self.warm_pool.domains or domain in self.warm_pool.domains)
 
 
 # --- inference plane ---------------------------------------------------------------------------------
@@ -762,6 +782,10 @@ class RunConfig(Section):
             for p in ([rc.pool] if rc.pool else []) + list(rc.fallback or []):
                 if p not in self.pools:
                     problems.append(f"roles.{role}: pool '{p}' is not a declared pool (declared: {pools})")
+        for name in self.envs.warm_pool.domains:
+            if name not in self.domains or self.domains[name].agent:
+                env_domains = sorted(d for d, dc in self.domains.items() if not dc.agent)
+                problems.append(f"envs.warm_pool.domains: '{name}' is not an env domain (env domains: {env_domains})")
         if not self.domains:
             problems.append("domains: at least one task domain is needed")
         elif sum(d.weight for d in self.domains.values()) <= 0:

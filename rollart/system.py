@@ -138,9 +138,10 @@ class System:
 
     async def metrics(self) -> dict[str, float]:
         """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries, trainer
-        restarts."""
+        restarts, env resets per domain."""
         proxy = await _bounded(self.proxy.stats.remote(), 30, "LLMProxy.stats")
-        return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(),
+        resets = await _bounded(self.env_router.reset_metrics(), 60, "EnvRouter.reset_metrics")
+        return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(), **resets,
                 **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
                 **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {})}
 

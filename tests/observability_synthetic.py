@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rollart.config import RunConfig
 from rollart.config_loader import write_resolved
+from rollart.envs.reset_stats import ResetStats
 from rollart.observability import (
     DomainProfiler,
     MetricsLogger,
@@ -79,6 +80,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
     wasted = 0
     profiler = DomainProfiler()
     samples = SampleLog(paths.samples, 3, decode=lambda ids: " ".join(f"tok{i}" for i in ids), text=logger.text)
+    resets = ResetStats()  # what the env workers record and the EnvRouter turns into metrics
     for step in range(1, steps + 1):
         step_start = clock
         version = step - 1
@@ -101,11 +103,15 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
         for s in (wait, publish, train):
             timeline.add_span(s, step=step)
         clock = train.end
+        for t in trajs:
+            resets.record(t.task.domain, 0.02 + 0.01 * rng.random(), attempts=1 + (rng.random() < 0.1), ok=True,
+                          pool_hit=rng.random() < 0.8 if t.task.domain == "frozenlake" else None)
         tokens = sum(t.num_response_tokens for t in trajs)
         wasted += sum(t.num_response_tokens for t in dropped)
         metrics = {
             **batch_metrics(trajs, version),
             **profiler.metrics(),
+            **resets.metrics(),
             # RolloutScheduler.metrics(): counters since the run started
             "buffer/aborted": float(step), "buffer/stale": float(step), "buffer/failed": 0.0,
             "buffer/wasted_tokens": float(wasted),

@@ -34,6 +34,8 @@ from rollart.config import DomainConfig, EnvsConfig
 from rollart.envs.chat import ChatTokens
 from rollart.envs.injection import FaultInjectingEnv
 from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv, EnvFactory
+from rollart.envs.reset_stats import ResetStats
+from rollart.envs.warm_pool import WarmPool, build_prepared
 from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import (
     GenerationRequest,
@@ -85,11 +87,15 @@ class EnvManager:
         gate: TurnGate | None = None,
         worker: str = "env/env/0",
         generate_timeout_s: float = 300.0,
+        pool: WarmPool | None = None,
+        reset_stats: ResetStats | None = None,
     ) -> None:
         self.task, self.domain_cfg, self.envs = task, domain_cfg, envs
         self.llm, self.chat, self.sampling, self.gate = llm, chat, sampling, gate
         self.worker, self.generate_timeout_s = worker, generate_timeout_s
         self._make_env, self._executor = make_env, executor
+        self._pool, self._reset_stats = pool, reset_stats
+        self._pool_hit: bool | None = None  # whether the first reset try got a prepared env from the pool
         self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         # one RNG per episode for injected faults, shared by re-created envs so a retry draws anew
         inject_seed = domain_cfg.inject.seed if domain_cfg.inject else 0
@@ -188,13 +194,35 @@ class EnvManager:
         return self.trajectory
 
     # --- the episode ----------------------------------------------------------------------------------
-    def _build_env(self) -> AsyncEnv | FaultInjectingEnv:
-        env = AsyncEnv(self._make_env(), self._executor)
+    async def _acquire_env(self) -> AsyncEnv | FaultInjectingEnv:
+        """A prepared env: from the domain's warm pool when it has one, else built and prepared now."""
+        if self._pool is not None:
+            env, hit = await self._pool.acquire()
+            if self._pool_hit is None:
+                self._pool_hit = hit
+        else:
+            env = await build_prepared(self._make_env, self._executor, self.envs.reset_timeout_s)
         if self.domain_cfg.inject is not None:
             return FaultInjectingEnv(env, self.domain_cfg.inject, self._fault_rng)
         return env
 
     async def _reset(self) -> tuple[str, dict[str, Any]]:
+        """Reset (timed for the domain's reset statistics, retries included)."""
+        start = time.time()
+        try:
+            result = await self._reset_with_retries()
+        except _EpisodeEnds:
+            self._record_reset(start, ok=False)
+            raise
+        self._record_reset(start, ok=True)
+        return result
+
+    def _record_reset(self, start: float, ok: bool) -> None:
+        if self._reset_stats is not None:
+            self._reset_stats.record(self.task.domain, time.time() - start, int(self._metrics["reset_attempts"]),
+                                     ok, self._pool_hit)
+
+    async def _reset_with_retries(self) -> tuple[str, dict[str, Any]]:
         """Reset a fresh env, retrying with exponential backoff; FAILED when out of tries."""
         tries = self.envs.reset_retries + 1
         seed = episode_seed(self.task)
@@ -203,10 +231,7 @@ class EnvManager:
             self._metrics["reset_attempts"] = float(attempt + 1)
             start = time.time()
             try:
-                loop = asyncio.get_running_loop()
-                self._env = await asyncio.wait_for(
-                    loop.run_in_executor(self._executor, self._build_env), self.envs.reset_timeout_s
-                )
+                self._env = await asyncio.wait_for(self._acquire_env(), self.envs.reset_timeout_s)
                 obs, info = await asyncio.wait_for(self._env.reset(seed), self.envs.reset_timeout_s)
                 self.trajectory = replace(
                     self.trajectory, spans=self.trajectory.spans + (Span("env.reset", start, time.time(), self.worker),)

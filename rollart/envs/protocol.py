@@ -3,7 +3,9 @@
 An environment is any object with
     reset(seed: int | None = None) -> (observation: str, info: dict)
     step(action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)
-and optionally close(). Each method may be a plain function or `async def`. Observations are text;
+and optionally close() and prepare(). Each method may be a plain function or `async def`. `prepare()` is
+the part of a reset that needs no seed (create a sandbox, start a process): the warm pool
+(`envs.warm_pool`) calls it ahead of time, and `reset` must work whether it was called or not. Observations are text;
 the action is the model's whole response text (the env parses it, as GEM's envs do).
 
 Conventions in `info` that the EnvManager reads (all optional):
@@ -85,6 +87,11 @@ class AsyncEnv:
             )
         obs, reward, terminated, truncated, info = out
         return str(obs), float(reward), bool(terminated), bool(truncated), dict(info or {})
+
+    async def prepare(self) -> None:
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            await self._call(prepare)
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)

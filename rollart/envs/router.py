@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rollart.config import RunConfig
+from rollart.envs.reset_stats import ResetStats
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import death_cause, gather_alive, is_worker_death
 from rollart.types import SamplingParams, Status, Task, Trajectory, TurnGate
@@ -49,6 +50,7 @@ class EnvRouter:
         self.cluster = cluster  # a rollart.resources Cluster when made by `place`: the membership view
         self._where: dict[str, Any] = {}  # trajectory id → the handle running it
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
+        self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
 
     @classmethod
     def place(
@@ -73,6 +75,8 @@ class EnvRouter:
         )
         # a replacement may take a placement and a constructor to join
         wait = cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s + cfg.cluster.health_interval_s
+        for actor in cluster.actors:
+            actor.ready.remote()  # warm pools begin filling before the first trajectory arrives
         return cls(list(cluster.actors), cluster=cluster, wait_for_worker_s=wait)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -135,6 +139,18 @@ class EnvRouter:
         for part in await self._on_alive([h for _, h in self.members()], lambda w: w.progress.remote()):
             merged.update(part)
         return merged
+
+    async def reset_metrics(self) -> dict[str, float]:
+        """Per-domain reset metrics (`ResetStats.metrics`), after draining every alive worker's records (the
+        workers that do not answer within `call_timeout_s` are drained next time)."""
+        try:
+            drains = await self._on_alive([h for _, h in self.members()], lambda w: w.drain_reset_stats.remote())
+        except TimeoutError:
+            log.warning("reset metrics: env workers did not answer within %gs", self.call_timeout_s)
+            drains = []
+        for drained in drains:
+            self.reset_stats.add(drained)
+        return self.reset_stats.metrics()
 
     async def stats(self) -> list[dict[str, Any]]:
         return await self._on_alive([h for _, h in self.members()], lambda w: w.stats.remote())

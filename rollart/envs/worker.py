@@ -12,7 +12,8 @@ pool of `envs.threads` threads so a CPU-heavy env does not stall the others. A t
 `AgentGateway` on 127.0.0.1 (started with the worker when the config has an agent domain). The class is
 plain Python, placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see
 `EnvRouter.place`) and
-usable without Ray in tests.
+usable without Ray in tests. Domains with a warm pool (`envs.warm_pool`) reset from envs the worker
+prepared in the background; every reset is recorded in `reset_stats` (drained by the router's metrics).
 
 Guarantees: a trajectory id runs at most once per worker at a time; a cancel that arrives before its
 `run` (a race between two actor calls) is remembered, and that `run` returns at once with the cancel's
@@ -35,8 +36,10 @@ from rollart.envs.agents.runner import AgentRunner
 from rollart.envs.chat import ChatTokens
 from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
+from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.spec import resolve_env
+from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
@@ -95,6 +98,13 @@ class EnvWorker:
                          generate_timeout_s=self._generate_timeout_s()).start()
             if self._agents else None
         )
+        pool_cfg = cfg.envs.warm_pool
+        self.pools = {
+            d: WarmPool(d, factory, pool_cfg.size, executor=self.executor, prepare_timeout_s=pool_cfg.prepare_timeout_s,
+                        backoff_s=cfg.envs.retry_backoff_s, backoff_max_s=cfg.envs.retry_backoff_max_s)
+            for d, factory in self._factories.items() if cfg.envs.pooled(d, cfg.domains[d])
+        }
+        self.reset_stats = ResetStats()
         self._managers: dict[str, EnvManager | AgentRunner] = {}
         self._early_cancels: OrderedDict[str, tuple[Status, str]] = OrderedDict()
         self._counts = {"started": 0, "finished": 0}
@@ -127,10 +137,16 @@ class EnvWorker:
             assert self.gateway is not None
             return AgentRunner(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],
                                gateway=self.gateway, sampling=sampling, gate=self.gate, worker=self.name)
+        own_env = task.env == domain_cfg.env  # a task naming another env is not served from the domain's pool
+        pool = self.pools.get(task.domain) if own_env else None
+        if pool is not None:
+            pool.start()
         return EnvManager(
             task,
             start_version,
             make_env=factory,
+            pool=pool,
+            reset_stats=self.reset_stats,
             domain_cfg=domain_cfg,
             envs=self.cfg.envs,
             llm=self.llm,
@@ -174,14 +190,23 @@ class EnvWorker:
         return {trajectory_id: m.progress() for trajectory_id, m in self._managers.items()}
 
     async def stats(self) -> dict[str, Any]:
-        return {"worker": self.name, "in_flight": len(self._managers), **self._counts}
+        pools = {d: {"ready": p.ready, **p.counts} for d, p in self.pools.items()}
+        return {"worker": self.name, "in_flight": len(self._managers), **self._counts, "pools": pools}
+
+    async def drain_reset_stats(self) -> dict[str, Any]:
+        """The reset records since the last drain (`ResetStats.drain`), for the router's metrics."""
+        return self.reset_stats.drain()
 
     async def ready(self) -> str:
+        """The worker's name, once it can take trajectories; its warm pools begin filling now."""
+        for pool in self.pools.values():
+            pool.start()
         return self.name
 
     async def shutdown(self) -> None:
-        """Cancel every running trajectory (ABORTED), stop the gateway and the thread pool."""
+        """Cancel every running trajectory (ABORTED), close the warm pools, stop the gateway and the thread pool."""
         await asyncio.gather(*(m.cancel(Status.ABORTED, "env worker shutdown") for m in list(self._managers.values())))
+        await asyncio.gather(*(pool.close() for pool in self.pools.values()))
         if self.gateway is not None:
             await asyncio.to_thread(self.gateway.stop)
         await asyncio.get_running_loop().run_in_executor(None, functools.partial(self.executor.shutdown, wait=False))

@@ -5,7 +5,8 @@ missing. Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data U
 validation score and training reward per domain over steps and wall time, rollouts as text (the worst, a
 median and the best trajectory of each domain at the first, a middle and the last step with samples),
 step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness histogram and rollout
-losses, and the Gantt charts of trajectories and workers.
+losses, env resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt charts
+of trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
 data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
@@ -19,6 +20,7 @@ import base64
 import datetime
 import html
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -235,6 +237,32 @@ def _staleness(inp: _Inputs) -> str:
     return out
 
 
+def _resets(inp: _Inputs) -> str:
+    """Env resets per domain: the env workers' totals (last value) and the per-step latency percentiles."""
+    records = inp.records or []
+    if "metrics" in inp.problems:
+        return _missing(inp.problems["metrics"])
+    domains = domains_with(records, "env/", "/resets")
+    if not domains:
+        return _missing("no env/<domain>/resets metrics were logged")
+
+    def last(name: str) -> float:
+        values = series(records, name)[1]
+        return values[-1] if values else 0.0
+
+    rows: list[tuple[str, Any]] = []
+    for d in domains:
+        p50, p99 = series(records, f"env/{d}/reset_p50_s")[1], series(records, f"env/{d}/reset_p99_s")[1]
+        hits, misses = last(f"env/{d}/pool_hits"), last(f"env/{d}/pool_misses")
+        pool = f"{hits:g} of {hits + misses:g} from the warm pool" if hits + misses else "no warm pool"
+        latency = (f"p50 {statistics.median(p50) * 1e3:.1f} ms (median over steps), p99 up to {max(p99) * 1e3:.1f} ms"
+                   if p50 and p99 else "no latency logged")
+        rows.append((d, f"{last(f'env/{d}/resets'):g} resets, {last(f'env/{d}/reset_retries'):g} retries, "
+                        f"{last(f'env/{d}/resets_failed'):g} out of tries; {pool}; {latency}"))
+    png = plots.domain_metric_png(records, "env/", "/reset_p99_s", "reset p99 per step (s)")
+    return _table(rows) + (_img(png, "reset p99 per domain") if png else "")
+
+
 def _timeline(inp: _Inputs, gantt_rows: int) -> str:
     if inp.trace is None:
         return _missing(inp.problems.get("timeline", "timeline.json is missing"))
@@ -268,6 +296,7 @@ def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
         ("Step-time breakdown", _breakdown(inp)),
         ("Utilisation per pool", _utilisation(inp)),
         ("Staleness", _staleness(inp)),
+        ("Environment resets per domain", _resets(inp)),
         ("Trajectory timeline", _timeline(inp, gantt_rows)),
     ]
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

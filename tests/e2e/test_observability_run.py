@@ -32,6 +32,7 @@ def test_every_namespace_reaches_jsonl_and_tensorboard(run):
         "buffer/staleness_0", "buffer/aborted", "buffer/stale", "buffer/cancelled", "buffer/wasted_tokens",
         "pools/gen_prefill/utilisation", "pools/env/utilisation", "pools/fallbacks",
         "system/tokens_per_s", "system/rss_mb", "train/loss", "reward/mean", "rollout/trajectories",
+        "env/frozenlake/reset_p99_s", "env/math/resets", "env/frozenlake/pool_hits",
     }
     assert expected <= names
     for r in records:
@@ -70,7 +71,8 @@ def test_summary_holds_the_contract_keys(run):
 def test_report_has_every_section_and_no_missing_inputs(run):
     page = build_report(run.root).read_text()
     for title in ("Summary", "Validation score per domain", "Training reward per domain", "Rollouts",
-                  "Step-time breakdown", "Utilisation per pool", "Staleness", "Trajectory timeline"):
+                  "Step-time breakdown", "Utilisation per pool", "Staleness", "Environment resets per domain",
+                  "Trajectory timeline"):
         assert f"<h2>{title}</h2>" in page
     assert 'class="missing"' not in page
     # the rollouts: worst, median and best of each domain at the first, a middle and the last step
@@ -79,7 +81,9 @@ def test_report_has_every_section_and_no_missing_inputs(run):
     assert "<h3>Trajectories not trained (run totals)</h3><table><tr><th>aborted</th><td>4</td>" in page
     assert "<th>fallbacks taken (run total)</th><td>1</td>" in page and "<th>gen_decode</th><td>1 in, 0 out" in page
     assert "<th>gen_prefill</th><td>0 in, 1 out" in page
-    assert page.count('src="data:image/png;base64,') == 8
+    assert "<th>frozenlake</th><td>16 resets," in page and "from the warm pool" in page
+    assert "<th>math</th><td>16 resets," in page and "no warm pool" in page
+    assert page.count('src="data:image/png;base64,') == 9
     assert "http://" not in page and "https://" not in page  # self-contained
 
 

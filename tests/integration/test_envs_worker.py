@@ -68,7 +68,7 @@ def task(i: int, domain: str = "frozenlake", tag: str = "t") -> Task:
 def test_env_pool_runs_many_episodes_cancels_and_reports_progress(ray_local, resources, tiny_model_path):
     import ray
 
-    cfg = run_config(tiny_model_path)
+    cfg = run_config(tiny_model_path, "envs.warm_pool.size=2", "envs.warm_pool.domains=[frozenlake]")
     llm = ray.remote(FakeLLMActor).options(num_cpus=0).remote(str(tiny_model_path))
     router = EnvRouter.place(resources, cfg, llm, model_path=tiny_model_path)
     try:
@@ -83,9 +83,9 @@ def test_env_pool_runs_many_episodes_cancels_and_reports_progress(ray_local, res
                 await asyncio.sleep(0.05)
             copy = pickle.loads(pickle.dumps(router))  # a copy does not know where it runs: it broadcasts
             await copy.cancel("slow-frozenlake-0", Status.STALE, "older than alpha")
-            return done, progress, await asyncio.wait_for(slow, 30), await router.stats()
+            return done, progress, await asyncio.wait_for(slow, 30), await router.stats(), await router.reset_metrics()
 
-        done, progress, slow, stats = asyncio.run(scenario())
+        done, progress, slow, stats, resets = asyncio.run(scenario())
     finally:
         router.shutdown()
     assert [t.trajectory_id for t in done] == [f"t-frozenlake-{i}" for i in range(6)] + [f"t-math-{i}" for i in range(4)]
@@ -101,6 +101,12 @@ def test_env_pool_runs_many_episodes_cancels_and_reports_progress(ray_local, res
     assert slow.status is Status.STALE and slow.status_reason == "older than alpha"
     assert slow.turns[0].finish_reason == "abort"
     assert sum(s["finished"] for s in stats) == 11 and all(s["in_flight"] == 0 for s in stats)
+    # every reset reached the router's metrics; frozenlake's came from its warm pools (filled at placement)
+    assert resets["env/frozenlake/resets"] == 7 and resets["env/math/resets"] == 4
+    assert resets["env/frozenlake/pool_hits"] + resets["env/frozenlake/pool_misses"] == 7
+    assert resets["env/frozenlake/pool_hits"] >= 1 and resets["env/math/pool_hits"] == resets["env/math/pool_misses"] == 0
+    assert 0 < resets["env/frozenlake/reset_p50_s"] <= resets["env/frozenlake/reset_p99_s"]
+    assert all(s["pools"]["frozenlake"]["ready"] <= 2 for s in stats) and all("math" not in s["pools"] for s in stats)
 
 
 def test_env_pool_with_the_real_inference_plane(ray_local, resources, tiny_model_path):

@@ -1,0 +1,181 @@
+"""The warm pool (prepared envs per domain, refilled in the background, bounded) and per-domain reset
+statistics: hits and misses, the bound, refill after failures with backoff, nothing leaked on close
+(also an env still being built when the pool closes), and the EnvManager recording every reset."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from rollart.config import DomainConfig, EnvsConfig, FaultInjectionConfig, RunConfig
+from rollart.envs import ChatTokens, EnvManager
+from rollart.envs.reset_stats import ResetStats, quantile
+from rollart.envs.warm_pool import WarmPool
+from rollart.models import load_tokenizer
+from rollart.types import SamplingParams, Status, Task
+from envs_fakes import ScriptedLLM
+
+
+class Prepared:
+    """An env with a slow, seed-free prepare() and a fast reset; every instance is tracked."""
+
+    made: list["Prepared"] = []
+    prepare_s = 0.05
+    fail_prepares = 0  # the next prepares (of any instance) that fail
+    lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.prepared = self.closed = False
+        with Prepared.lock:
+            Prepared.made.append(self)
+
+    def prepare(self) -> None:
+        time.sleep(Prepared.prepare_s)
+        with Prepared.lock:
+            if Prepared.fail_prepares > 0:
+                Prepared.fail_prepares -= 1
+                raise OSError("sandbox could not be created")
+        self.prepared = True
+
+    def reset(self, seed=None):
+        if not self.prepared:
+            self.prepare()
+        return f"seed {seed}", {}
+
+    def step(self, action):
+        return "done", 1.0, True, False, {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    Prepared.made, Prepared.prepare_s, Prepared.fail_prepares = [], 0.05, 0
+
+
+async def until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def test_hits_after_the_fill_misses_when_empty_and_the_bound_holds():
+    async def scenario():
+        pool = WarmPool("d", Prepared, 3)
+        env, hit = await pool.acquire()  # empty: built and prepared now, the refill starts behind it
+        assert not hit and env.inner.prepared
+        await until(lambda: pool.ready == 3)
+        await asyncio.sleep(0.2)
+        assert len(Prepared.made) == 4  # 3 kept ready + the one handed out: never more
+        got = [await pool.acquire() for _ in range(3)]
+        assert all(hit for _, hit in got) and all(e.inner.prepared for e, _ in got)
+        await until(lambda: pool.ready == 3)
+        assert pool.counts == {"hits": 3, "misses": 1, "prepared": 6, "prepare_failures": 0}
+        await pool.close()
+        await pool.close()  # idempotent
+        ready = [p for p in Prepared.made if p not in {env.inner, *(e.inner for e, _ in got)}]
+        assert len(ready) == 3 and all(p.closed for p in ready)
+        with pytest.raises(RuntimeError, match="closed"):
+            await pool.acquire()
+
+    asyncio.run(scenario())
+
+
+def test_failing_prepares_are_counted_backed_off_and_the_pool_still_fills():
+    Prepared.fail_prepares = 3
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 2, backoff_s=0.01, backoff_max_s=0.02)
+        pool.start()
+        await until(lambda: pool.ready == 2)
+        assert pool.counts["prepare_failures"] == 3
+        await pool.close()
+
+    asyncio.run(scenario())
+    assert all(p.closed for p in Prepared.made if p.prepared)
+
+
+def test_close_while_an_env_is_being_built_closes_it_when_the_build_ends():
+    started = threading.Event()
+
+    def slow_factory():
+        started.set()
+        time.sleep(0.3)
+        return Prepared()
+
+    async def scenario():
+        pool = WarmPool("d", slow_factory, 1)
+        pool.start()
+        await asyncio.to_thread(started.wait, 5)
+        await pool.close()  # the constructor is still running in its thread
+        await until(lambda: Prepared.made and Prepared.made[0].closed)
+
+    asyncio.run(scenario())
+
+
+def test_reset_stats_percentiles_totals_and_drain():
+    worker = ResetStats()
+    for i in range(100):
+        worker.record("swe", seconds=0.01 * (i + 1), attempts=2 if i < 5 else 1, ok=i != 0, pool_hit=i % 4 != 0)
+    worker.record("math", 0.5, 1, True, None)
+    router = ResetStats()
+    router.add(worker.drain())
+    assert worker.drain() == {}
+    metrics = router.metrics()
+    assert metrics["env/swe/reset_p50_s"] == pytest.approx(0.505)
+    assert metrics["env/swe/reset_p99_s"] == pytest.approx(0.9901)
+    assert (metrics["env/swe/resets"], metrics["env/swe/reset_retries"], metrics["env/swe/resets_failed"]) == (100, 5, 1)
+    assert (metrics["env/swe/pool_hits"], metrics["env/swe/pool_misses"]) == (75, 25)
+    assert metrics["env/math/reset_p99_s"] == 0.5 and metrics["env/math/pool_hits"] == 0
+    again = router.metrics()  # no resets since: no percentiles, the totals stay
+    assert "env/swe/reset_p50_s" not in again and again["env/swe/resets"] == 100
+    assert quantile([3.0], 99) == 3.0
+
+
+@pytest.fixture(scope="module")
+def chat(tiny_model_path):
+    return ChatTokens(load_tokenizer(tiny_model_path))
+
+
+def manager(chat, task_id, *, pool=None, stats=None, inject=None, envs=None):
+    task = Task(trajectory_id=task_id, domain="d", env="custom", seed=3, group_id="g")
+    return EnvManager(
+        task, 0, make_env=Prepared, domain_cfg=DomainConfig(env="custom", max_turns=1, inject=inject),
+        envs=envs or EnvsConfig(retry_backoff_s=0.0), llm=ScriptedLLM(chat.tokenizer, ["ok"]), chat=chat,
+        sampling=SamplingParams(max_new_tokens=8, stop_token_ids=chat.stop_token_ids), pool=pool, reset_stats=stats,
+    )
+
+
+def test_the_manager_resets_from_the_pool_and_records_every_reset(chat):
+    async def scenario():
+        stats = ResetStats()
+        pool = WarmPool("d", Prepared, 2)
+        first = await manager(chat, "t0", pool=pool, stats=stats).run()
+        await until(lambda: pool.ready == 2)
+        second = await manager(chat, "t1", pool=pool, stats=stats).run()
+        unpooled = await manager(chat, "t2", stats=stats).run()
+        failing = await manager(chat, "t3", stats=stats, inject=FaultInjectionConfig(reset_fail_prob=1.0),
+                                envs=EnvsConfig(reset_retries=2, retry_backoff_s=0.0)).run()
+        await pool.close()
+        return stats.metrics(), first, second, unpooled, failing
+
+    metrics, first, second, unpooled, failing = asyncio.run(scenario())
+    assert first.status is second.status is unpooled.status is Status.COMPLETED
+    assert failing.status is Status.FAILED
+    assert (metrics["env/d/pool_misses"], metrics["env/d/pool_hits"]) == (1, 1)
+    assert (metrics["env/d/resets"], metrics["env/d/resets_failed"], metrics["env/d/reset_retries"]) == (4, 1, 2)
+    assert metrics["env/d/reset_p99_s"] >= Prepared.prepare_s  # a miss and the unpooled resets prepare inline
+    assert all(p.closed for p in Prepared.made)  # each env the episodes used, and the pool's spares
+
+
+def test_warm_pool_config_names_env_domains_only():
+    assert not RunConfig().envs.pooled("math", RunConfig().domains["math"])  # off by default
+    cfg = RunConfig(envs={"warm_pool": {"size": 2, "domains": ["math"]}})
+    assert cfg.envs.pooled("math", cfg.domains["math"]) and not cfg.envs.pooled("frozenlake", cfg.domains["frozenlake"])
+    with pytest.raises(ValueError, match=r"envs.warm_pool.domains: 'nope' is not an env domain .*frozenlake"):
+        RunConfig(envs={"warm_pool": {"size": 1, "domains": ["nope"]}})
