@@ -100,6 +100,10 @@ class ClusterConfig(Section):
     object_store_mb: int = Field(
         512, ge=64, description="object store of embedded Ray (holds weight buckets and batches), in MiB"
     )
+    dashboard: bool = Field(
+        False, description="embedded Ray: start Ray's dashboard (actors, logs, resources) on 127.0.0.1; its URL is "
+        "printed at start, as a joined cluster's is. Off by default: it costs ~150 MB and a CPU share"
+    )
     namespace: str = Field(
         "rollart", description="Ray namespace of the run's named actors; `rollart pools` in the same namespace "
         "sees a running job's holders and fallbacks"

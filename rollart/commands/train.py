@@ -1,6 +1,8 @@
 """`rollart train [RUN.yaml] [overrides]`: run a training job; `resume=true` continues the run in run_dir.
 
-A run that stops on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
+It says at start where the run goes, how to read its samples and the TensorBoard command that shows it
+live (Ray's dashboard URL follows once Ray is up, when there is one: `cluster.dashboard`). A run that stops
+on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
 exact command that continues it from its last checkpoint: the same run file and overrides, with
 `run_dir=<its run dir> resume=true`. An expected failure (the trainer group past `train.restarts`, a
 resource-plane error) is told in one message; anything else with its traceback.
@@ -35,6 +37,12 @@ def _train(args: argparse.Namespace) -> int:
     from rollart.resources.errors import ResourceError
     from rollart.trainer import TrainerFailed
 
+    from rollart.run_dir import RunPaths
+
+    paths = RunPaths.of(cfg.run_dir)
+    print(f"rollart: training into {paths.root} — `rollart samples {paths.root}` shows what the model writes"
+          + (f"; watch it live: tensorboard --logdir {paths.tensorboard}" if cfg.observability.tensorboard else ""),
+          flush=True)
     try:
         summary = train(cfg)
     except ConfigError:
