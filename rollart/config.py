@@ -328,6 +328,24 @@ class WarmPoolConfig(Section):
     prepare_timeout_s: float = Field(60.0, gt=0, description="bound on building and preparing one env")
 
 
+class EnvServerConfig(Section):
+    """`rollart env serve DOMAIN`: one domain's environments over HTTP for `remote` envs elsewhere
+    (rollart/envs/server.py). Every request is untrusted: these bound what one may cost."""
+
+    host: str = Field("127.0.0.1", description="address to listen on; anything but loopback needs "
+                      "allow_non_loopback (the protocol is plain HTTP: put TLS in front of it)")
+    port: int = Field(8710, ge=0, le=65535, description="TCP port (0 = an ephemeral one, printed at start)")
+    allow_non_loopback: bool = Field(False, description="allow a host other than 127.0.0.1/::1/localhost")
+    token_env: str = Field("ROLLART_ENV_TOKEN", description="env var holding the server token that opening a "
+                           "session needs (unset: a fresh random one is printed at start)")
+    max_body_kb: int = Field(1024, ge=1, description="largest request body (an action); larger ones get 413")
+    max_sessions: int = Field(256, ge=1, description="open sessions (trajectories) at once; more get 429")
+    idle_timeout_s: float = Field(
+        600.0, gt=0, description="a session with no call for this long is closed (its client died, say)"
+    )
+    threads: int = Field(16, ge=1, description="threads running sync env calls")
+
+
 class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
@@ -340,6 +358,7 @@ class EnvsConfig(Section):
     threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
     warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
+    server: EnvServerConfig = Field(default_factory=EnvServerConfig, description="`rollart env serve`")
 
     def pooled(self, domain: str, domain_cfg: DomainConfig) -> bool:
         """Whether `domain` gets a warm pool."""

@@ -19,6 +19,10 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
 Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
 started.
+
+`check_run_dir(cfg)`, for a training job (`rollart.driver.train`): never train over a finished or
+interrupted run — continue it (`resume=true`) or pick another `run_dir` — and never resume from
+checkpoints that hold a pickle (loading one can run code).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing
 from rollart.models.loading import adapter_problem, checkpoint_problem
 from rollart.reward.registry import check_spec
 from rollart.run_dir import RunPaths
+from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
 
 # what a config turns on → (the package it needs, the extra that installs it)
 INTEGRATIONS = {
@@ -134,3 +139,20 @@ def check_config(cfg: RunConfig) -> None:
         problems.append(problem)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def check_run_dir(cfg: RunConfig) -> None:
+    """A training job's run directory: a run there is continued only with resume=true, and a resume never
+    loads a checkpoint that holds a pickle (ConfigError naming the run directory)."""
+    paths = RunPaths.of(cfg.run_dir)
+    used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
+    if used and not cfg.resume:
+        raise ConfigError(
+            f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
+            "it, or give another run_dir"
+        )
+    if cfg.resume:
+        try:
+            check_no_pickles(paths.checkpoints)
+        except UnsafeCheckpointError as exc:
+            raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None

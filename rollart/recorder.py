@@ -5,18 +5,18 @@ and plane metrics; evaluation scores; warm-start progress. Out (the run director
 `rollart.run_dir.RunPaths`): config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured), timeline.json (Chrome trace),
 summary.json, report/index.html; and live progress on the terminal (rich, plain or quiet).
 
+It is the real run's `rollart.loop.LoopRecorder` (`rl_starts`, `phase`, `train_step_done`, `step`,
+`evaluation`); the driver adds the warm start's progress, the final counters and the summary. The ledger
+file (every trajectory's moves) is not the recorder's: the rollout scheduler writes it as it goes
+(`rollart.observability.ledger.LedgerFile`, owned by the system).
+
 Guarantees: the timeline and the summary are rewritten at every evaluation, so a run that dies keeps what
-it did; `close()` is idempotent and flushes every sink. The ledger file (every trajectory's moves) is
-appended as the run goes; `ledger_size()` makes it durable and says how far a checkpoint covers it, and a
-resumed run first cuts it back there (`ledger_bytes`), so the file always tells the history of the
-weights the run holds: each trajectory started ends once, each scored group is trained once.
+it did; `close()` is idempotent and flushes every sink.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -41,7 +41,10 @@ log = logging.getLogger("rollart")
 
 class RunRecorder:
     def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = (),
-                 started_at: float | None = None, incidents: Sequence[Mark] = (), ledger_bytes: int = 0) -> None:
+                 started_at: float | None = None, incidents: Sequence[Mark] = (),
+                 eval_first: Mapping[str, float] | None = None) -> None:
+        """`eval_first`: the first evaluation's scores of the run a resume continues (the summary's
+        baseline); a fresh run's is its own first evaluation."""
         self.cfg = cfg
         self.t0 = started_at or time.time()  # wall_s counts from the start of the run (start-up included)
         self.paths = RunPaths.of(cfg.run_dir)
@@ -53,14 +56,11 @@ class RunRecorder:
         self.workers = list(workers)
         self.profiler = DomainProfiler()  # profile/<domain>/*: what episodes look like lately, per domain
         self.evals: dict[int, dict[str, float]] = {}
-        self.eval_first: dict[str, float] | None = None  # before a resume: from the checkpoint
+        self.eval_first = dict(eval_first) if eval_first is not None else None
         self.steps_done = 0
         self._pending: dict[str, float] = {}  # phase metrics waiting for the next step record (summed)
         self._step_start = self.t0
         self._incidents = incidents  # the system's deaths, joins, rebuilds: appended to while the run goes on
-        self._ledger = open(self.paths.ledger, "a+b")
-        # what a crash left past the checkpoint never happened (the weights it led to were lost)
-        self._ledger.truncate(min(ledger_bytes, self._ledger.seek(0, os.SEEK_END)))
         self._marked = 0
         self._closed = False
 
@@ -138,7 +138,7 @@ class RunRecorder:
         self.flush()
 
     def summary(self) -> dict[str, Any]:
-        """The summary of the run so far (`eval_first` survives a resume: the driver sets it)."""
+        """The summary of the run so far (`eval_first` survives a resume)."""
         first = dict(self.eval_first or (self.evals[min(self.evals)] if self.evals else {}))
         last = self.evals[max(self.evals)] if self.evals else {}
 
@@ -151,18 +151,6 @@ class RunRecorder:
             "eval_gain": (mean(last) - mean(first)) if first and last else None,
             "steps": self.steps_done, "wall_s": time.time() - self.t0,
         }
-
-    def ledger(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Append the scheduler's ledger moves (`RolloutScheduler.drain_journal`) to the ledger file."""
-        if entries:
-            self._ledger.write(b"".join(json.dumps(e).encode() + b"\n" for e in entries))
-            self._ledger.flush()
-
-    def ledger_size(self) -> int:
-        """Make the ledger file durable; its size (what a checkpoint taken now covers)."""
-        self._ledger.flush()
-        os.fsync(self._ledger.fileno())
-        return self._ledger.tell()
 
     def _mark_incidents(self) -> None:
         """Put the incidents not on the timeline yet on it (lines across the Gantt charts)."""
@@ -184,4 +172,3 @@ class RunRecorder:
             self._closed = True
             self.logger.close()
             self.progress.close()
-            self._ledger.close()

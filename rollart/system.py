@@ -1,11 +1,13 @@
-"""Builds every plane's objects from a `RunConfig` and wires them together — the driver's hands.
+"""Builds every plane's objects from a `RunConfig` and wires them together — the RL loop's hands.
 
-In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: a `System` holding the weight
-store, the trainer group, one inference cluster per generation pool behind the LLM proxy, the env router
-(over the env workers), the reward router, the control plane and the `RunState` a resumed run continues from; plus the few
-operations the driver's loop is made of: `sync_weights` (steps 2–5), `train_step` (step 6, in a thread so
-rollout goes on), `evaluate`, `warm_start`, `save_checkpoint`. The phases the driver times return
-`TimedMetrics` (metrics and their timeline span).
+In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: `build_system(...)` → a
+`System` holding the weight store, the trainer group, one inference cluster per generation pool behind the
+LLM proxy, the env router (over the env workers), the reward router, the run's ledger file and the
+`RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
+(`rollart.loop.RLLoop`) calls for the six steps — `start_rollout`, steps 2–5 (`suspend`, `update_weights`,
+`resume`, `recompute_kv`, then `now_serving`), `train_step` (step 6, in a thread so rollout goes on),
+`evaluate` (`rollart.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
+`rollart.warm_start`'s.
 
 Only this module (with `driver.py`) imports more than one plane; planes meet here through the protocols of
 `rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
@@ -15,7 +17,7 @@ Failures: the resource plane keeps the clusters whole (a dead worker is replaced
 this module passes what it learns on — an inference worker that died leaves the LLM proxy's routing, one
 that joined is added to it (the proxy has it pull the served weights first) — and keeps every death, join
 and trainer rebuild as an `incident` (a timeline mark the recorder draws on the Gantt charts). What cannot
-be recovered stops rollout at once, naming it (the driver's next batch raises): no env worker left and none
+be recovered stops rollout at once, naming it (the loop's next batch raises): no env worker left and none
 can be placed, or a domain with no inference worker on any pool of its chain and none can be placed.
 """
 
@@ -23,43 +25,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, TypeVar
+from typing import Any, Awaitable, TypeVar
 
 from rollart.algo import PolicyObjective, build_train_batch
 from rollart.config import RunConfig
-from rollart.control import (
-    RolloutScheduler,
-    SampleBuffer,
-    StalenessPolicy,
-    TurnBarrier,
-    TurnGateClient,
-)
-from rollart.envs.agents.demonstrations import demonstrate_agent
-from rollart.envs.chat import ChatTokens
-from rollart.envs.expert import demonstrate
+from rollart.control import RolloutScheduler, TurnBarrier, TurnGateClient
+from rollart.control.rollout import start_rollout
 from rollart.envs.router import EnvRouter
+from rollart.evaluation import evaluate
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
-from rollart.models import load_tokenizer, resolve_model_path
+from rollart.loop import TRAINER_LANE
+from rollart.models import resolve_model_path
+from rollart.observability.ledger import LedgerFile
 from rollart.observability.timeline import Mark
 from rollart.resources import Cluster, Resources, Runtime
 from rollart.resources.cluster import MemberEvent
 from rollart.reward.router import RewardRouter, new_run_id
+from rollart.run_dir import RunPaths
 from rollart.trainer import TrainerGroup, latest_checkpoint
-from rollart.types import Evaluation, RunState, Span, Task, TimedMetrics, Trajectory
+from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
 
 log = logging.getLogger("rollart")
 T = TypeVar("T")
-
-# timeline lanes of the driver's own phases
-DRIVER_LANE = "control/driver/0"
-TRAINER_LANE = "trainer/train/0"
 
 
 async def _bounded(awaitable: Awaitable[T], timeout_s: float, what: str) -> T:
@@ -81,12 +74,15 @@ class System:
     env_router: EnvRouter
     reward: RewardRouter
     gate: TurnGateClient | None
-    resumed: RunState = field(default_factory=RunState)  # from the checkpoint resumed (fresh run: step 0)
+    # where this start goes on from (a fresh run: step 0), under this start's run id and attempt
+    resumed: RunState = field(default_factory=RunState)
+    journal: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
     scheduler: RolloutScheduler | None = None
     served_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
     _stack: ExitStack = field(default_factory=ExitStack)
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's, where the scheduler lives
+    _recomputed: float = 0.0  # KV tokens the engines recomputed at swaps, up to the last sync
     _unrecoverable: tuple[BaseException, str] | None = None  # found before rollout started
 
     # --- keeping the planes in step with the resource plane ---------------------------------------------
@@ -145,124 +141,67 @@ class System:
                 **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
                 **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {})}
 
-    def start_rollout(self, steps_left: int) -> RolloutScheduler:
-        """Create and start the control plane: batches from the trainer's current version on."""
-        cfg = self.cfg
-        policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
-        weights = {domain: domain_cfg.weight for domain, domain_cfg in cfg.domains.items() if domain_cfg.weight > 0}
-        buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights)
-        self.scheduler = RolloutScheduler(
-            cfg.rollout, cfg.domains, self.env_router, self.reward, buffer, policy, total_batches=steps_left,
-            first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
-            trajectory_timeout_s=max(domain_cfg.max_turns for domain_cfg in cfg.domains.values())
-            * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
+    # --- what the RL loop calls (rollart.loop.LoopSystem) -------------------------------------------
+    def start_rollout(self, batches: int) -> RolloutScheduler:
+        """Create and start the control plane: batches from the trainer's current version on, the groups a
+        resumed run had scored or running taken up again, every ledger move into the run's ledger file."""
+        self.scheduler = start_rollout(
+            self.cfg, self.env_router, self.reward, batches=batches, first_version=self.trainer.version,
+            served_version=self.served_version, gate=self.gate, resume_from=self.resumed.scheduler,
+            journal=self.journal,
         )
-        self.scheduler.set_inference_version(self.served_version)
-        if self.resumed.scheduler is not None:
-            self.scheduler.load_state_dict(self.resumed.scheduler)
         self._loop = asyncio.get_running_loop()
-        self.scheduler.start()
         if self._unrecoverable is not None:
             self.scheduler.fail(*self._unrecoverable)
         return self.scheduler
 
-    # --- steps 2–5: suspend, update, resume (in-flight requests are re-prefilled by the engines) ------
-    async def sync_weights(self, version: int) -> TimedMetrics:
-        """Serve `version` on every engine (nothing to do, and no span, when it is served already)."""
-        if version <= self.served_version:
-            return TimedMetrics({})
-        timeout = self.cfg.inference.request_timeout_s
-        start = time.perf_counter()
-        await _bounded(self.proxy.suspend.remote(), timeout, "LLMProxy.suspend")
-        try:
-            timings = await _bounded(self.proxy.update_weights_to.remote(version), timeout,
-                                     f"update of the inference workers to version {version}")
-        finally:
-            await _bounded(self.proxy.resume.remote(), timeout, "LLMProxy.resume")
-        exposed = time.perf_counter() - start
-        end = time.time()
+    # steps 2–5: suspend, update, resume, recompute (each engine re-prefills at its own swap)
+    async def suspend(self) -> None:
+        await _bounded(self.proxy.suspend.remote(), self.cfg.inference.request_timeout_s, "LLMProxy.suspend")
+
+    async def update_weights(self, version: int) -> dict[str, float]:
+        timings = await _bounded(self.proxy.update_weights_to.remote(version), self.cfg.inference.request_timeout_s,
+                                 f"update of the inference workers to version {version}")
+        return {"time/weights.pull": max((t.get("pull_s", 0.0) for t in timings.values()), default=0.0)}
+
+    async def resume(self) -> None:
+        await _bounded(self.proxy.resume.remote(), self.cfg.inference.request_timeout_s, "LLMProxy.resume")
+
+    async def recompute_kv(self) -> dict[str, float]:
+        """What the engines recomputed at their swaps since the last sync (an engine counts it when the
+        re-prefill runs, its first step after the swap)."""
+        stats = await _bounded(self.proxy.stats.remote(workers=True), 30, "LLMProxy.stats")
+        total = sum(float(w.get("recompute_tokens", 0.0)) for w in stats.get("workers", {}).values())
+        recomputed, self._recomputed = total - self._recomputed, total
+        return {"weights/recompute_tokens": max(recomputed, 0.0)}  # (a replaced worker starts from 0)
+
+    async def now_serving(self, version: int) -> None:
         self.served_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
-        pulls = [t.get("pull_s", 0.0) for t in timings.values()]
-        return TimedMetrics({"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0)},
-                            Span("weights.sync", end - exposed, end, DRIVER_LANE))
 
     # --- step 6: one train step, while rollout goes on ------------------------------------------------
-    async def train_step(self, trajectories: list[Trajectory], version: int) -> TimedMetrics:
+    async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         """One optimizer step of the trainer on these trajectories, at policy `version` (it publishes
         version + 1); in a thread, so the event loop (and with it the rollout) goes on."""
-        batch = build_train_batch(trajectories, version, self.cfg.train)
+        train_batch = build_train_batch(batch, version, self.cfg.train)
         start = time.time()
-        metrics = await asyncio.to_thread(self.trainer.train_step, batch)
+        metrics = await asyncio.to_thread(self.trainer.train_step, train_batch)
         return TimedMetrics(metrics, Span("train", start, time.time(), TRAINER_LANE))
 
-    def run_state(self, step: int, scheduler_state: Any, eval_first: Any, ledger_bytes: int) -> RunState:
-        """The `RunState` to checkpoint at `step`: the driver's progress and this run's identity."""
-        return RunState(step, scheduler_state, eval_first, self.reward.run_id, self.reward.attempt, ledger_bytes)
-
     async def save_checkpoint(self, state: RunState) -> None:
-        """The trainer's checkpoint with `state` in it; in a thread, so rollout callbacks keep running."""
-        await asyncio.to_thread(self.trainer.save_checkpoint, state.to_checkpoint())
+        """The trainer's checkpoint with `state` and the rollout's cut in it — its scored groups not trained
+        yet and how much of the ledger file it covers, taken with no await in between; in a thread, so
+        rollout callbacks keep running while it is written."""
+        assert self.scheduler is not None and self.journal is not None
+        cut = replace(state, scheduler=self.scheduler.state_dict(), ledger_bytes=self.journal.size())
+        await asyncio.to_thread(self.trainer.save_checkpoint, cut.to_checkpoint())
 
-    # --- supervised warm start on expert demonstrations ----------------------------------------------
-    def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
-        """`train.warm_start.steps` supervised steps on demonstrations, the trained domains in turn."""
-        steps = self.cfg.train.warm_start.steps
-        for step, samples in enumerate(demonstration_batches(self.cfg, self.model_path)):
-            on_step(step, steps, self.trainer.sft_step(samples))
-
-    # --- validation -----------------------------------------------------------------------------------
     async def evaluate(self, tag: str) -> Evaluation:
-        """Scores per domain on its validation split, at the served weights.
-
-        An episode's score is its reward clipped to [0, 1]: format penalties shape training but are not a
-        negative score. An episode that fails for an infrastructure reason (it ended FAILED or ABORTED, its
-        env worker died, its reward could not be computed) runs again, with the same seed, up to
-        `eval.retries` times; one that still fails is counted as failed and left out of the mean. Greedy
-        unless `eval.temperature` > 0."""
-        n, retries = self.cfg.eval.episodes_per_domain, self.cfg.eval.retries
-        scorer = self.reward.for_run(new_run_id())  # an evaluation is a run of its own (reward keys)
-        tasks = [
-            Task(f"eval/{tag}/{domain}/{i}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}",
-                 split="val")
-            for domain, domain_cfg in sorted(self.cfg.domains.items())
-            for i in range(n)
-        ]
-
-        async def one(task: Task) -> tuple[str, float | None]:
-            why = ""
-            for attempt in range(retries + 1):
-                # a fresh id per try: the proxy remembers aborted ids, a worker refuses a running one
-                run = task if attempt == 0 else replace(task, trajectory_id=f"{task.trajectory_id}~{attempt}")
-                try:
-                    traj = await self.env_router.run(run, self.served_version)
-                except Exception as exc:  # noqa: BLE001 — its env worker died: run it again
-                    why = f"{type(exc).__name__}: {exc}"
-                    continue
-                if traj.status is None or not traj.status.trainable:
-                    why = f"{traj.status.value if traj.status else 'unfinished'}: {traj.status_reason}"
-                    continue
-                result = await scorer.score(traj)
-                if result.ok:
-                    return task.domain, min(max(result.reward, 0.0), 1.0)
-                why = f"reward: {result.error}"
-            log.warning("evaluation episode %s failed %d time(s), not scored (last: %s)", task.trajectory_id,
-                        retries + 1, why)
-            return task.domain, None
-
-        max_turns = max(domain_cfg.max_turns for domain_cfg in self.cfg.domains.values())
-        timeout = self.cfg.inference.request_timeout_s * max_turns * (retries + 1)
-        results = await _bounded(asyncio.gather(*(one(t) for t in tasks)), timeout, "evaluation")
-        scores: dict[str, list[float]] = {domain: [] for domain in sorted(self.cfg.domains)}
-        failed = dict.fromkeys(scores, 0)
-        for domain, score in results:
-            if score is None:
-                failed[domain] += 1
-            else:
-                scores[domain].append(score)
-        return Evaluation({d: sum(v) / len(v) for d, v in scores.items() if v},
-                          {d: len(v) for d, v in scores.items()}, failed)
+        """Scores per domain on its validation split, at the served weights (`rollart.evaluation`); an
+        evaluation is a run of its own for the reward's idempotency keys."""
+        return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.served_version,
+                              tag)
 
     async def close(self) -> None:
         if self.scheduler:
@@ -271,29 +210,6 @@ class System:
             except Exception as exc:  # keep closing the rest
                 log.warning("stopping the scheduler: %s", exc)
         self._stack.close()
-
-
-def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[list[Any]]:
-    """The warm start's batches: `train.warm_start.steps` batches of `batch_size` expert demonstrations, the
-    trained domains in turn (agent domains only when they name `demonstrations`: laid out by the gateway's
-    own session code, so with the tokenizer at `model_path`), seeded by `cfg.seed` (the same
-    demonstrations in every process)."""
-    ws = cfg.train.warm_start
-    domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
-    if not domains or not ws.steps:
-        return
-    chat = ChatTokens(load_tokenizer(model_path)) if any(cfg.domains[d].agent for d in domains) else None
-    picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
-    rng = random.Random(cfg.seed)
-
-    def sample(domain: str) -> Any:
-        domain_cfg, seed = cfg.domains[domain], rng.randrange(10**9)
-        if domain_cfg.agent:
-            return demonstrate_agent(domain, domain_cfg, chat, seed, ws.expert_prob, cfg.envs.gateway.model_name)  # type: ignore[arg-type]
-        return list(demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob).messages)
-
-    for _ in range(ws.steps):
-        yield [sample(d) for d in picks]
 
 
 def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True) -> System:
@@ -313,6 +229,13 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             trainer = TrainerGroup(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
                                    checkpoint=checkpoint)
             stack.callback(trainer.close)
+        resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
+        run_id, attempt = resumed.restart_identity(new_run_id())  # a resume keeps the run id
+        resumed = replace(resumed, run_id=run_id, attempt=attempt)
+        journal = None
+        if with_trainer:  # a resumed run first cuts the ledger file back to what its checkpoint covered
+            journal = LedgerFile(RunPaths.of(cfg.run_dir).ledger, resumed.ledger_bytes)
+            stack.callback(journal.close)  # (after everything that could still write to it has stopped)
         inference = {}
         # every domain's pool, weight 0 included: such a domain is still evaluated
         for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
@@ -333,14 +256,12 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             gate = TurnGateClient(res.spawn(TurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
         env_router = EnvRouter.place(res, cfg, proxy, gate=gate, model_path=model_path)
         stack.callback(env_router.shutdown)
-        resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
-        run_id, attempt = resumed.restart_identity(new_run_id())  # a resume keeps the run id
-        log.info("run id %s, attempt %d", run_id, attempt)
-        reward = RewardRouter(cfg, run_id=run_id, attempt=attempt).start()
+        log.info("run id %s, attempt %d", resumed.run_id, resumed.attempt)
+        reward = RewardRouter(cfg, run_id=resumed.run_id, attempt=resumed.attempt).start()
         # an embedded Ray ends with the run, and Serve with it: only the app is deleted (see RewardService.stop)
         stack.callback(reward.stop, shutdown_serve=runtime.mode != "embedded")
         system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
-                        _stack=stack)
+                        journal, _stack=stack)
         system.watch_membership()
         return system
     except BaseException:

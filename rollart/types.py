@@ -442,6 +442,15 @@ class TurnGate(Protocol):
 
 
 @runtime_checkable
+class JournalSink(Protocol):
+    """Where the control plane writes each move of its ledger as it happens (a JSON object: time, id, group,
+    domain, fate, and reason, digest, batch where they apply); the run's ledger file implements it
+    (`rollart.observability.ledger.LedgerFile`)."""
+
+    def write(self, entry: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
 class WeightPublisher(Protocol):
     """The trainer's side of the weight store: publish one policy version — the named tensors of the full
     weights, or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish again a

@@ -20,7 +20,7 @@ import tempfile
 from rollart.bench.common import BenchResult
 from rollart.config import RunConfig
 from rollart.config_loader import load_config
-from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy
+from rollart.control.rollout import start_rollout
 from rollart.resources import Runtime
 from rollart.system import System, build_system
 
@@ -53,15 +53,11 @@ async def rollout_seconds(system: System, domain: str, barrier: bool, batches: i
     """Seconds to fill each of `batches` batches of `domain` (α = 0: one cohort at a time). `system` is the
     real one or the twin's `SimSystem` (which has the same `cfg`, `env_router`, `reward` and `gate`)."""
     cfg = system.cfg
-    policy = StalenessPolicy(alpha=0)
-    buffer = SampleBuffer(policy)
-    sched = RolloutScheduler(
-        cfg.rollout, {domain: cfg.domains[domain]}, system.env_router, system.reward, buffer, policy,
-        total_batches=batches, gate=system.gate if barrier else None, trajectory_timeout_s=600, journal=False,
-    )
+    one_domain = cfg.model_copy(update={"domains": {domain: cfg.domains[domain]}})
     clock = asyncio.get_running_loop().time  # monotonic on a real loop, virtual in the twin (rollart.sim)
+    sched = start_rollout(one_domain, system.env_router, system.reward, batches=batches,
+                          gate=system.gate if barrier else None, clock=clock)
     times = []
-    sched.start()
     try:
         for k in range(batches):
             start = clock()

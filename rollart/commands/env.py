@@ -1,4 +1,9 @@
-"""`rollart env play SPEC` and `rollart env list`: try an environment by hand before training on it.
+"""`rollart env play SPEC`, `rollart env list` and `rollart env serve DOMAIN`.
+
+`serve` runs an env server for one domain of a run config (`envs.server`: 127.0.0.1:8710 unless told
+otherwise; the protocol is in rollart/envs/server.py) until Ctrl-C or SIGTERM, so `remote:<url>` envs on
+other machines can use it. A domain pooled by `envs.warm_pool` is served from prepared envs. The server
+token comes from `$envs.server.token_env` (default ROLLART_ENV_TOKEN); unset, a fresh one is printed.
 
 `play` runs one episode of any env spec (built-in, `gem:<id>`, `gym:<id>`, `module.path:Class`, with the
 current directory importable) and prints each observation, action, reward and the end status. Actions
@@ -44,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     play.set_defaults(func=_play)
     listing = inner.add_parser("list", help="list built-in envs and the accepted spec forms")
     listing.set_defaults(func=_list)
+    serve = inner.add_parser("serve", help="serve one domain's envs over HTTP for remote: envs elsewhere")
+    serve.add_argument("domain", help="a domain of the run config (domains.<name>)")
+    from rollart.commands.common import add_run_args
+
+    add_run_args(serve)
+    serve.add_argument("--host", help="address to listen on (default envs.server.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default envs.server.port; 0 = an ephemeral one)")
+    serve.set_defaults(func=_serve)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -226,4 +239,50 @@ async def _model_episode(args: argparse.Namespace) -> int:
     reason = f" ({traj.status_reason})" if traj.status_reason else ""
     print(f"\n== end: {traj.status.value if traj.status else 'running'}{reason}; return {traj.env_return:g} after "
           f"{len(traj.turns)} turn{'s' * (len(traj.turns) != 1)}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+    import secrets
+    import signal
+    import threading
+
+    from rollart.commands.common import config_from_args
+    from rollart.config import is_loopback_host
+    from rollart.config_loader import ConfigError
+
+    cfg = config_from_args(args)
+    server_cfg = cfg.envs.server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port))
+                                                    if v is not None})
+    domain_cfg = cfg.domains.get(args.domain)
+    if domain_cfg is None or domain_cfg.agent:
+        env_domains = sorted(d for d, dc in cfg.domains.items() if not dc.agent)
+        raise ConfigError(f"rollart env serve: {args.domain!r} is not an env domain of this config "
+                          f"(env domains: {env_domains})")
+    if not is_loopback_host(server_cfg.host) and not server_cfg.allow_non_loopback:
+        raise ConfigError(f"envs.server.host: {server_cfg.host!r} is not loopback; the protocol is plain HTTP, so "
+                          "set envs.server.allow_non_loopback=true (with TLS or a private network in front of it)")
+    from rollart.envs.server import EnvServer
+    from rollart.envs.spec import resolve_env
+
+    token = os.environ.get(server_cfg.token_env) or secrets.token_urlsafe(24)
+    pool = cfg.envs.warm_pool.size if cfg.envs.pooled(args.domain, domain_cfg) else 0
+    server = EnvServer(args.domain, domain_cfg.env, resolve_env(domain_cfg.env, domain_cfg.options), server_cfg,
+                       cfg.envs, token=token, pool_size=pool).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"env server: domain {args.domain} ({domain_cfg.env}) at {server.url}"
+          f"{f', {pool} prepared envs kept' if pool else ''}", flush=True)
+    if os.environ.get(server_cfg.token_env):
+        print(f"auth: Bearer token from ${server_cfg.token_env}", flush=True)
+    else:
+        print(f"auth: ${server_cfg.token_env} is unset; generated token: {token}", flush=True)
+    print(f"use: domains.<name>.env=remote:{server.url} with ${server_cfg.token_env} set; Ctrl-C to stop", flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    print("stopping the env server (closing its sessions)", flush=True)
+    server.stop()
     return 0

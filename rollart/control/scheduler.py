@@ -19,8 +19,9 @@ What it does:
 
 Guarantee (the ledger): every trajectory started ends exactly once — trained, or ABORTED / FAILED / STALE
 with a reason; `check_ledger()` returns the violations (none, in every test). Every move of the ledger is
-also journaled (`drain_journal()`: started, ready, trained, aborted, failed, stale — with the group, the
-reason, and a digest of what was generated), for the run's ledger file.
+also written, as it happens, to the `JournalSink` the scheduler is given (the run's ledger file; started,
+ready, trained, aborted, failed, stale — with the group, the reason, and a digest of what was generated).
+Without a sink (the cluster twin, the rollout benchmark) no entry is built at all.
 
 Failure: a background task of the scheduler that raises (the admission loop, a cancel, a replacement, a
 trajectory's own task) — or a failure reported with `fail()` — stops rollout: the batch the driver waits
@@ -57,13 +58,14 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
+from rollart.background import unless_fails
 from rollart.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
+from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
 
 log = logging.getLogger("rollart.control")
 
@@ -141,11 +143,10 @@ class RolloutScheduler:
         gate: TurnGate | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
-        journal: bool = True,
+        journal: JournalSink | None = None,
     ) -> None:
-        """`journal`: keep the journal of ledger moves for the run's ledger file (`drain_journal`). Whoever
-        writes no ledger file — the cluster twin, `bench rollout` — turns it off: no entry is built and
-        nothing accumulates; the ledger itself (`fate`, `check_ledger`) is kept either way."""
+        """`journal`: where each ledger move is written as it happens (see the module docstring); the ledger
+        itself (`fate`, `check_ledger`) is kept either way."""
         self.cfg = rollout
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
         self.weights = {d: c.weight for d, c in self.domains.items()}
@@ -176,7 +177,6 @@ class RolloutScheduler:
         self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
-        self._journal: list[dict[str, Any]] = []
         # ledger and counters
         self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
@@ -235,10 +235,16 @@ class RolloutScheduler:
 
     async def get_batch(self, train_version: int) -> list[Trajectory]:
         """Steps 1 of the loop: block until batch `train_version` is ready, take it, cancel what is stale."""
+        if self.failure is not None:
+            raise self.failure
         n = self.cfg.batch_size // self.cfg.group_size
-        groups = await self._unless_failed(self.buffer.get_batch(
-            n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
-        ))
+        failed = asyncio.ensure_future(self._failure_raised())
+        try:
+            groups = await unless_fails(self.buffer.get_batch(
+                n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
+            ), failed)
+        finally:
+            failed.cancel()
         for g in groups:
             for t in g.trajectories:
                 self._set_fate(t, Fate.TRAINED, expect=Fate.READY, batch=train_version)
@@ -252,21 +258,11 @@ class RolloutScheduler:
         self._wake.set()
         return [t for g in groups for t in g.trajectories]
 
-    async def _unless_failed(self, waiting: Any) -> Any:
-        """Await `waiting`, unless the scheduler fails first: then raise its failure at once."""
-        if self.failure is not None:
-            waiting.close()
-            raise self.failure
-        work = asyncio.ensure_future(waiting)
-        failed = asyncio.ensure_future(self._failed.wait())
-        try:
-            await asyncio.wait({work, failed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            failed.cancel()
-        if not work.done():
-            work.cancel()
-            raise self.failure
-        return work.result()
+    async def _failure_raised(self) -> NoReturn:
+        """Raises the scheduler's failure once there is one (what a wait for a batch must not outlive)."""
+        await self._failed.wait()
+        assert self.failure is not None
+        raise self.failure
 
     # --- admission -----------------------------------------------------------------------------------
     def pending_by_domain(self) -> Counter[str]:
@@ -537,7 +533,7 @@ class RolloutScheduler:
                 f"{trajectory_id}: {current and current.value} → {fate.value} (expected from {expect and expect.value})"
             )
         self.fate[trajectory_id] = fate
-        if not self.journal:
+        if self.journal is None:
             return
         task = record.task if isinstance(record, Trajectory) else record
         entry: dict[str, Any] = {"time": self.clock(), "id": trajectory_id, "group": task.group_id,
@@ -548,13 +544,7 @@ class RolloutScheduler:
             entry["digest"] = trajectory_digest(record)  # type: ignore[arg-type]
         if batch is not None:
             entry["batch"] = batch
-        self._journal.append(entry)
-
-    def drain_journal(self) -> list[dict[str, Any]]:
-        """The ledger moves since the last call (JSON objects: time, id, group, domain, fate, and reason,
-        digest, batch where they apply), oldest first."""
-        entries, self._journal = self._journal, []
-        return entries
+        self.journal.write(entry)
 
     def check_ledger(self) -> list[str]:
         """Violations of 'every trajectory ends exactly once': a fate set twice, or out of order."""

@@ -5,7 +5,7 @@ In: a `Task`, the policy version it starts under, an env factory, the domain and
 turn's `SamplingParams`, and optionally a `TurnGate` (rollout.barrier=turn).
 
 Loop: reset (with timeout; a failed or timed-out reset is retried on a fresh env with bounded exponential
-backoff) → per turn (`_turn`): [gate.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
+backoff: the episode policy, `rollart.envs.episode`, which the cluster twin's env runner follows too) → per turn (`_turn`): [gate.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
 decoded response goes to env.step (with timeout) → until the env terminates or truncates, or `max_turns`
 or `max_total_tokens` is reached.
 
@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from rollart.config import DomainConfig, EnvsConfig
 from rollart.envs.chat import ChatTokens
+from rollart.envs.episode import EpisodeEnds, after_step, error_text, reset_with_retries
 from rollart.envs.injection import FaultInjectingEnv
 from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv, EnvFactory
 from rollart.envs.reset_stats import ResetStats
@@ -55,18 +56,6 @@ log = logging.getLogger(__name__)
 ABORT_TIMEOUT_S = 10.0  # for LLMClient.abort and the gate's leave
 ABORT_GRACE_S = 2.0  # how long an aborted generation may take to come back with its partial tokens
 CLOSE_TIMEOUT_S = 10.0
-
-
-class _EpisodeEnds(Exception):
-    """Raised inside an episode when it ends: with this status and reason (caught once, in `_episode`)."""
-
-    def __init__(self, status: Status, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
-def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class EnvManager:
@@ -211,7 +200,7 @@ class EnvManager:
         start = time.time()
         try:
             result = await self._reset_with_retries()
-        except _EpisodeEnds:
+        except EpisodeEnds:
             self._record_reset(start, ok=False)
             raise
         self._record_reset(start, ok=True)
@@ -223,37 +212,33 @@ class EnvManager:
                                      ok, self._pool_hit)
 
     async def _reset_with_retries(self) -> tuple[str, dict[str, Any]]:
-        """Reset a fresh env, retrying with exponential backoff; FAILED when out of tries."""
-        tries = self.envs.reset_retries + 1
-        seed = episode_seed(self.task)
-        errors: list[str] = []
-        for attempt in range(tries):
-            self._metrics["reset_attempts"] = float(attempt + 1)
-            start = time.time()
-            try:
-                self._env = await asyncio.wait_for(self._acquire_env(), self.envs.reset_timeout_s)
-                obs, info = await asyncio.wait_for(self._env.reset(seed), self.envs.reset_timeout_s)
-                self.trajectory = replace(
-                    self.trajectory, spans=self.trajectory.spans + (Span("env.reset", start, time.time(), self.worker),)
-                )
-                self._metrics["env_time_s"] += time.time() - start
-                return obs, info
-            except TimeoutError:
-                errors.append(f"timed out after {self.envs.reset_timeout_s:g}s")
-            except Exception as exc:
-                errors.append(error_text(exc))
+        """Reset a prepared env, retried by the episode policy; FAILED when out of tries."""
+        def retrying(error: str, delay: float) -> None:
+            log.info("env.reset of %s failed (%s); retry in %.2fs", self.trajectory_id, error, delay)
+
+        return await reset_with_retries(self.envs, self._try_reset, on_retry=retrying)
+
+    async def _try_reset(self, attempt: int) -> tuple[str, dict[str, Any]]:
+        """One reset on a prepared env (closed again if the reset fails), within `envs.reset_timeout_s`."""
+        self._metrics["reset_attempts"] = float(attempt + 1)
+        start = time.time()
+        try:
+            self._env = await asyncio.wait_for(self._acquire_env(), self.envs.reset_timeout_s)
+            obs, info = await asyncio.wait_for(self._env.reset(episode_seed(self.task)), self.envs.reset_timeout_s)
+        except Exception:
             self._metrics["env_time_s"] += time.time() - start
             env, self._env = self._env, None
             if env is not None:
                 await self._close_quietly(env)
-            if attempt + 1 < tries:
-                delay = min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s)
-                log.info("env.reset of %s failed (%s); retry in %.2fs", self.trajectory_id, errors[-1], delay)
-                await asyncio.sleep(delay)
-        raise _EpisodeEnds(Status.FAILED, f"env.reset failed {tries} time(s): " + "; ".join(errors))
+            raise
+        self.trajectory = replace(
+            self.trajectory, spans=self.trajectory.spans + (Span("env.reset", start, time.time(), self.worker),)
+        )
+        self._metrics["env_time_s"] += time.time() - start
+        return obs, info
 
     async def _episode(self) -> Trajectory:
-        """Reset, then turns until the episode ends; every way it ends is an `_EpisodeEnds` from below."""
+        """Reset, then turns until the episode ends; every way it ends is an `EpisodeEnds` from below."""
         try:
             observation, info = await self._reset()
             reference = info.get(REFERENCE_KEY)
@@ -261,13 +246,14 @@ class EnvManager:
                 self.trajectory = replace(self.trajectory, reference=dict(reference))
             for turn_index in range(self.domain_cfg.max_turns):
                 observation = await self._turn(turn_index, observation)
-        except _EpisodeEnds as end:
+        except EpisodeEnds as end:
             return self._finish(end.status, end.reason)
-        return self._finish(Status.TRUNCATED, f"max_turns ({self.domain_cfg.max_turns}) reached")
+        end = EpisodeEnds.max_turns(self.domain_cfg.max_turns)
+        return self._finish(end.status, end.reason)
 
     async def _turn(self, turn_index: int, observation: str) -> str:
         """One turn: [gate] → prompt ids → generate → env.step. Returns the next observation, or raises
-        `_EpisodeEnds`. Once generation has returned, the turn is on the trajectory however it ends."""
+        `EpisodeEnds`. Once generation has returned, the turn is on the trajectory however it ends."""
         if self.gate is not None:
             await self.gate.before_turn(self.trajectory_id, turn_index)
         if turn_index == 0:
@@ -277,7 +263,7 @@ class EnvManager:
         context = self.trajectory.token_ids() + prompt
         budget = self.domain_cfg.max_total_tokens - len(context)
         if budget <= 0:
-            raise _EpisodeEnds(Status.TRUNCATED, f"max_total_tokens ({self.domain_cfg.max_total_tokens}) reached")
+            raise EpisodeEnds.max_total_tokens(self.domain_cfg.max_total_tokens)
         result, generate_span = await self._generate(turn_index, context, budget)
         response = tuple(result.token_ids)
         action = self.chat.response_text(response)
@@ -292,17 +278,16 @@ class EnvManager:
             spans=(generate_span, *result.spans),
         )
         if result.finish_reason == "abort" or self._cancel is not None:
-            status, reason = self._cancel or (Status.ABORTED, "generation aborted by the inference plane")
-            self._end_with(turn, status, reason)
+            self._end_with(turn, EpisodeEnds.aborted(self._cancel))
         start = time.time()
         try:
             observation, reward, terminated, truncated, info = await asyncio.wait_for(
                 self._env.step(action), self.envs.step_timeout_s  # type: ignore[union-attr]
             )
         except TimeoutError:
-            self._end_with(turn, Status.FAILED, f"env.step timed out after {self.envs.step_timeout_s:g}s")
+            self._end_with(turn, EpisodeEnds.step_timed_out(self.envs.step_timeout_s))
         except Exception as exc:
-            self._end_with(turn, Status.FAILED, f"env.step failed: {error_text(exc)}")
+            self._end_with(turn, EpisodeEnds.step_failed(exc))
         finally:
             self._metrics["env_time_s"] += time.time() - start
         format_error = info.get(FORMAT_ERROR_KEY)
@@ -313,18 +298,15 @@ class EnvManager:
         self.trajectory = self.trajectory.with_turn(
             replace(turn, reward=reward, format_ok=not format_error, spans=turn.spans + (step_span,))
         )
-        if terminated:
-            raise _EpisodeEnds(Status.COMPLETED, "env terminated")
-        if format_error and self.domain_cfg.end_on_format_error:
-            raise _EpisodeEnds(Status.COMPLETED, f"malformed action: {format_error}")
-        if truncated:
-            raise _EpisodeEnds(Status.TRUNCATED, "env truncated")
+        end = after_step(terminated, truncated, format_error, self.domain_cfg.end_on_format_error)
+        if end is not None:
+            raise end
         return observation
 
-    def _end_with(self, turn: Turn, status: Status, reason: str) -> NoReturn:
+    def _end_with(self, turn: Turn, end: EpisodeEnds) -> NoReturn:
         """The episode ends on this turn, before its env step (or without one): keep it, then end."""
         self.trajectory = self.trajectory.with_turn(turn)
-        raise _EpisodeEnds(status, reason)
+        raise end
 
     async def _generate(self, turn_index: int, context: list[int], budget: int) -> tuple[GenerationResult, Span]:
         """Generate the turn's response (at most `budget` tokens); FAILED when generation fails."""
@@ -347,9 +329,9 @@ class EnvManager:
         try:
             result = await asyncio.wait_for(self.llm.generate(request), self.generate_timeout_s)
         except TimeoutError:
-            raise _EpisodeEnds(Status.FAILED, f"generation timed out after {self.generate_timeout_s:g}s") from None
+            raise EpisodeEnds.generation_timed_out(self.generate_timeout_s) from None
         except Exception as exc:
-            raise _EpisodeEnds(Status.FAILED, f"generation failed: {error_text(exc)}") from None
+            raise EpisodeEnds.generation_failed(exc) from None
         finally:
             self._phase = "env"
         end = time.time()

@@ -2,6 +2,8 @@
 
 In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
 - a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number);
+- `remote:<url>`: the envs an env server (`rollart env serve DOMAIN`) serves at that URL, e.g.
+  `remote:http://127.0.0.1:8710` (options: `urls` for more servers, `token_env`, `timeout_s`);
 - `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
 - `gym:<id>`: a gymnasium env with a discrete action space, e.g. `gym:FrozenLake-v1`;
 - `module.path:Class`: the user's own class (or zero-argument-plus-options factory); the current
@@ -28,6 +30,7 @@ from rollart.envs.domains.sokoban import SokobanEnv
 from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
 from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
+from rollart.envs.remote import RemoteEnv
 
 BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
     "frozenlake": FrozenLakeEnv,
@@ -39,8 +42,8 @@ BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
 
 ACCEPTED_FORMS = (
     f"a built-in name ({', '.join(BUILTIN_ENVS)}), 'gem:<id>' (e.g. gem:game:Minesweeper-v0-easy), "
-    "'gym:<id>' (e.g. gym:FrozenLake-v1) or 'module.path:Class' (your own class; the current directory "
-    "is importable)"
+    "'gym:<id>' (e.g. gym:FrozenLake-v1), 'remote:<url>' (an env server: `rollart env serve`) or "
+    "'module.path:Class' (your own class; the current directory is importable)"
 )
 
 
@@ -79,6 +82,8 @@ def env_constructor(spec: str) -> Callable[..., Any]:
             return functools.partial(GemEnv, rest)
         if kind == "gym":
             return functools.partial(GymEnv, rest)
+        if kind == "remote":
+            return functools.partial(RemoteEnv, rest)
         if kind and all(p.isidentifier() for p in kind.split(".")):
             return import_user_object(spec)
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")

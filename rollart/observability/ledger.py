@@ -1,6 +1,12 @@
-"""Reading a run's ledger file (RUN_DIR/ledger.jsonl): did every trajectory end exactly once?
+"""A run's ledger file (RUN_DIR/ledger.jsonl): written as the run goes, and read back — did every trajectory
+end exactly once?
 
-In: the ledger file a run wrote (one JSON object per move: {"time", "id", "group", "domain", "fate",
+Writing: `LedgerFile(path, keep_bytes)` is the `JournalSink` the rollout scheduler writes each move to (one
+JSON line, flushed at once); `size()` makes the file durable and says how far a checkpoint taken now covers
+it, and a resumed run first cuts the file back to what its checkpoint covered (`keep_bytes`), so the file
+always tells the history of the weights the run holds: what happened after the checkpoint never did.
+
+Reading: the ledger file a run wrote (one JSON object per move: {"time", "id", "group", "domain", "fate",
 "reason", "digest", "batch"}; see `rollart.run_dir`). Out: `audit_ledger(path)` → a `LedgerAudit`: how many
 trajectories started, how many ended how, which were lost (started, never ended) or moved twice (ended
 twice, trained twice), and the trained trajectories with the batch and the digest of what was trained.
@@ -14,15 +20,40 @@ duplicate. Any other move breaks "every trajectory ends exactly once" and is lis
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 _ALLOWED = {
     None: {"running"},
     "running": {"running", "ready", "aborted", "failed", "stale"},
     "ready": {"trained", "stale"},
 }
+
+
+class LedgerFile:
+    """The run's ledger file, open for appending (implements `rollart.types.JournalSink`)."""
+
+    def __init__(self, path: str | Path, keep_bytes: int = 0) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a+b")
+        # what a crash left past the checkpoint never happened (the weights it led to were lost)
+        self._file.truncate(min(keep_bytes, self._file.seek(0, os.SEEK_END)))
+
+    def write(self, entry: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(entry).encode() + b"\n")
+        self._file.flush()
+
+    def size(self) -> int:
+        """Make the file durable; its size (what a checkpoint taken now covers)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return self._file.tell()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 @dataclass(frozen=True)

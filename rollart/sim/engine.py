@@ -94,7 +94,8 @@ class SimEngine:
         self._timer: asyncio.TimerHandle | None = None
         self._plan: tuple[float, float] | None = None  # (when, tick) of the next request's end
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set at the first call
-        self.counts = {"requests": 0, "prompt_tokens": 0, "prefill_tokens": 0, "generated": 0, "aborted": 0}
+        self.counts = {"requests": 0, "prompt_tokens": 0, "prefill_tokens": 0, "generated": 0, "aborted": 0,
+                       "recompute_tokens": 0}
         self.busy_s = 0.0
         self.started_at: float | None = None
 
@@ -156,6 +157,7 @@ class SimEngine:
         kv = self._ctx_sum + len(decoding) * self.tick - self._start_sum
         if kv > 0:  # step 5: in-flight requests' KV recomputed under the new weights
             self._stall(self.cost.prefill_s(int(kv)))
+            self.counts["recompute_tokens"] += int(kv)
         self._pump()
         return {"pull_s": pull_s, "exposed_s": wait + swap}
 

@@ -3,15 +3,16 @@
 In: the run config's domains (their `profile`, limits and `inject`), the `LLMClient` to generate with (the
 production `LLMProxy`, in process) and optionally the production turn barrier. Out: `run(task,
 start_version)` → the finished `Trajectory` (not scored), `cancel(trajectory_id, status, reason)`,
-`progress()` — what `EnvPool` offers the `RolloutScheduler`.
+`progress()` — what the real `EnvRouter` offers the `RolloutScheduler`.
 
 An episode is drawn from its domain's profile with a generator seeded by the task (workload.py), then
-played as the EnvManager plays one: reset (its time; an injected failure is retried with the same bounded
-exponential backoff, `envs.reset_retries`), then per turn [the turn barrier] → a `GenerationRequest` with
-the whole context through the LLM client (so the proxy routes it: by domain to its pool, sticky per
-trajectory) → the env step's time → the next turn, until the episode ends. Statuses follow the EnvManager:
-COMPLETED, TRUNCATED (limits), FAILED (an injected step failure, reset failures past the retries, a
-generation error), ABORTED/STALE when cancelled (generation aborted, partial turns kept).
+played under the EnvManager's own episode policy (`rollart.envs.episode`): reset (its time; an injected
+failure is retried after the same bounded exponential backoff, `envs.reset_retries`), then per turn [the
+turn barrier] → a `GenerationRequest` with the whole context through the LLM client (so the proxy routes
+it: by domain to its pool, sticky per trajectory) → the env step's time → the next turn, until the episode
+ends. Statuses and reasons are the policy's: COMPLETED, TRUNCATED (limits), FAILED (an injected step
+failure, reset failures past the retries, a generation error), ABORTED/STALE when cancelled (generation
+aborted, partial turns kept).
 
 Tokens are `Runs` (O(1) memory); each turn's spans are the env step and the generate wait, on the virtual
 clock. The runner keeps, per domain, the profile it observed (turns, prompt and generated tokens per turn,
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rollart.config import DomainConfig, DomainProfileConfig, EnvsConfig
+from rollart.envs.episode import EpisodeEnds, after_step, reset_with_retries
+from rollart.envs.injection import InjectedFault
 from rollart.sim.tokens import Runs
 from rollart.sim.workload import draw_episode
 from rollart.types import GenerationRequest, LLMClient, SamplingParams, Span, Status, Task, Trajectory, Turn, TurnGate
@@ -109,19 +112,21 @@ class SimEnvRunner:
             domain = shift[1]
         rng = random.Random(f"{self.seed}:{task.trajectory_id}:{task.seed}")
         episode = draw_episode(domain, rng)
-        traj = Trajectory(task.trajectory_id, task, start_version)
         clock = asyncio.get_running_loop().time
         t0 = clock()
         failed = self._reset_fails(domain, rng)
-        for attempt in range(self.envs.reset_retries + 1):
+
+        async def try_reset(attempt: int) -> None:
             await self._sleep(live, episode.reset_s)
             if live.cancelled:
-                return traj.finished(*live.cancelled)
-            if not failed[attempt]:
-                break
-            if attempt == self.envs.reset_retries:
-                return traj.finished(Status.FAILED, f"env.reset failed {attempt + 1} time(s): injected")
-            await self._sleep(live, min(self.envs.retry_backoff_s * 2**attempt, self.envs.retry_backoff_max_s))
+                raise EpisodeEnds(*live.cancelled)
+            if failed[attempt]:
+                raise InjectedFault("injected env.reset failure")
+
+        try:
+            await reset_with_retries(self.envs, try_reset, sleep=lambda seconds: self._sleep(live, seconds))
+        except EpisodeEnds as end:
+            return Trajectory(task.trajectory_id, task, start_version).finished(end.status, end.reason)
         traj = Trajectory(task.trajectory_id, task, start_version, spans=(Span("env.reset", t0, clock(), WORKER),))
         turns: list[Turn] = []  # the trajectory takes them once, at its end (not a copy of it per turn)
         context = 0
@@ -130,7 +135,7 @@ class SimEnvRunner:
             if self.gate is not None:
                 await self.gate.before_turn(task.trajectory_id, k)
             if live.cancelled:
-                return self._end(traj, turns, *live.cancelled, generated)
+                return self._end(traj, turns, EpisodeEnds(*live.cancelled), generated)
             context += turn.prompt_tokens
             request = GenerationRequest(
                 f"{task.trajectory_id}/{k}", task.trajectory_id, task.domain, Runs.of(0, context),
@@ -141,8 +146,7 @@ class SimEnvRunner:
             try:
                 result = await self.llm.generate(request)
             except Exception as exc:  # noqa: BLE001 — a broken generation ends the episode, as in EnvManager
-                return self._end(traj, turns, Status.FAILED, f"generation failed: {type(exc).__name__}: {exc}",
-                                 generated)
+                return self._end(traj, turns, EpisodeEnds.generation_failed(exc), generated)
             finally:
                 live.generating = False
             n = len(result.token_ids)
@@ -155,37 +159,43 @@ class SimEnvRunner:
                 self.observer.observe_turn(task.domain, turn.prompt_tokens, n, result.prompt_tokens,
                                            result.prefill_tokens, turn.env_s, k == 0)
             if result.finish_reason == "abort" or live.cancelled:
-                status, reason = live.cancelled or (Status.ABORTED, "generation aborted by the inference plane")
                 turns.append(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs,
                                   result.versions, finish_reason=result.finish_reason, spans=(wait,)))
-                return self._end(traj, turns, status, reason, generated)
+                return self._end(traj, turns, EpisodeEnds.aborted(live.cancelled), generated)
             step_start = clock()
             await self._sleep(live, turn.env_s)
             turns.append(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
                               finish_reason=result.finish_reason,
                               spans=(wait, Span("env.step", step_start, clock(), WORKER))))
             if live.cancelled:
-                return self._end(traj, turns, *live.cancelled, generated)
+                return self._end(traj, turns, EpisodeEnds(*live.cancelled), generated)
             if turn.env_fails:
-                return self._end(traj, turns, Status.FAILED, "env.step failed: injected", generated)
-        status = Status.TRUNCATED if episode.truncated else Status.COMPLETED
-        return self._end(traj, turns, status,
-                         "max_turns/max_total_tokens reached" if episode.truncated else "env terminated",
-                         generated, episode.reward_s)
+                return self._end(traj, turns, EpisodeEnds.step_failed(InjectedFault("injected env.step failure")),
+                                 generated)
+        # the episode's last turn: the env terminated it, unless a limit of the domain did
+        if episode.limit == "max_turns":
+            end = EpisodeEnds.max_turns(domain.max_turns)
+        elif episode.limit == "max_total_tokens":
+            end = EpisodeEnds.max_total_tokens(domain.max_total_tokens)
+        else:
+            end = after_step(terminated=True, truncated=False, format_error=None, end_on_format_error=False)
+            assert end is not None  # (terminated always ends it)
+        return self._end(traj, turns, end, generated, episode.reward_s)
 
     def _reset_fails(self, domain: DomainConfig, rng: random.Random) -> list[bool]:
         p = domain.inject.reset_fail_prob if domain.inject is not None else 0.0
         return [p > 0 and rng.random() < p for _ in range(self.envs.reset_retries + 1)]
 
-    def _end(self, traj: Trajectory, turns: list[Turn], status: Status, reason: str, generated: int,
+    def _end(self, traj: Trajectory, turns: list[Turn], end: EpisodeEnds, generated: int,
              reward_s: float = 0.0) -> Trajectory:
-        """`traj` (reset done) with its turns, ended with `status` (built once: no copy per field set)."""
+        """`traj` (reset done) with its turns, ended as `end` says (built once: no copy per field set)."""
+        status = end.status
         total = sum(len(t.prompt_token_ids) + len(t.response_token_ids) for t in turns)
         if self.observer is not None and status.trainable:
             self.observer.observe_episode(traj.domain, len(turns), reward_s)
         metrics = {"turns": float(len(turns)), "response_tokens": float(generated), "total_tokens": float(total),
                    "reward_s": reward_s}
-        return Trajectory(traj.trajectory_id, traj.task, traj.start_version, tuple(turns), status, reason,
+        return Trajectory(traj.trajectory_id, traj.task, traj.start_version, tuple(turns), status, end.reason,
                           metrics=metrics, spans=traj.spans)
 
 

@@ -5,8 +5,9 @@ Out: `SimReport` — per step the virtual step time and its parts (wait for the 
 train step), trajectories and tokens trained, throughput (trajectories per second and per dollar-hour),
 utilisation of each pool, the control plane's counters and its ledger/staleness invariants checked.
 
-The loop is `rollart.driver`'s own (no copy of it here): the twin hands it a `SimSystem` and a
-`SimRecorder` that keeps the step records in memory on the virtual clock.
+The loop is the real run's own `rollart.loop.RLLoop` (no copy of it here): the twin hands it a `SimSystem`
+(a `LoopSystem`) and a `SimRecorder` (a `LoopRecorder`) that keeps the step records in memory on the
+virtual clock.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import StalenessPolicy
-from rollart.driver import _RLLoop
+from rollart.loop import RLLoop
 from rollart.sim.clock import run_virtual
 from rollart.sim.hardware import SimHardware
 from rollart.sim.reward import SimRewardPool
@@ -28,27 +29,27 @@ from rollart.types import Evaluation, TimedMetrics, Trajectory
 
 
 class SimRecorder:
-    """The recorder surface the driver's loop uses (`RunRecorder`'s), on the virtual clock, in memory."""
+    """The `rollart.loop.LoopRecorder` of the twin: step records in memory, on the virtual clock, with the
+    staleness invariant checked on every trajectory handed to training."""
 
     def __init__(self, cfg: RunConfig, clock: Any) -> None:
         self.cfg, self.clock = cfg, clock
         self.evals: dict[int, dict[str, float]] = {}
-        self.eval_first: Mapping[str, float] | None = None
         self.steps: list[dict[str, float]] = []
         self.staleness_violations: list[str] = []
+        self.sync_exposed_s: list[float] = []  # each weight sync's exposed time, in order
         self._pending: dict[str, float] = {}
         self._step_start = clock()
         self.policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
 
+    def rl_starts(self) -> None:
+        self._step_start = self.clock()  # (the twin's start-up takes no virtual time)
+
     def phase(self, phase: TimedMetrics) -> None:
+        if "time/weights.exposed" in phase.metrics:
+            self.sync_exposed_s.append(float(phase.metrics["time/weights.exposed"]))
         for key, value in phase.metrics.items():
             self._pending[key] = self._pending.get(key, 0.0) + float(value)
-
-    def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
-        pass
-
-    def rl_starts(self) -> None:
-        pass  # the twin's step 0 keeps its (virtual) start-up in step_s: its means skip step 0
 
     def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
         if step < len(self.steps):
@@ -76,18 +77,6 @@ class SimRecorder:
 
     def evaluation(self, step: int, evaluation: Evaluation) -> None:
         self.evals[step] = dict(evaluation.scores)
-
-    def ledger(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        pass  # the twin writes no ledger file (its scheduler keeps no journal; SimReport checks the ledger)
-
-    def ledger_size(self) -> int:
-        return 0
-
-    def final(self, metrics: Mapping[str, float]) -> None:
-        pass
-
-    def flush(self) -> dict[str, Any]:
-        return {"steps": len(self.steps)}
 
 
 @dataclass
@@ -151,7 +140,7 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
     system = SimSystem(cfg, hardware, reward_pool, shifts, remapper)
     recorder = SimRecorder(cfg, system.clock)
     try:
-        await _RLLoop(cfg, system, recorder, clock=system.clock).run()
+        await RLLoop(cfg, system, recorder, clock=system.clock).run()
     finally:
         await system.close()
     sched = system.scheduler
@@ -161,7 +150,7 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
         steps=recorder.steps, virtual_s=now, wall_s=time.perf_counter() - started,
         price_per_hour=hardware.price_per_hour(), pools=system.engine_stats(),
         reward=system.reward_pool.stats(now), counters=sched.metrics(), ledger_violations=sched.check_ledger(),
-        staleness_violations=recorder.staleness_violations, sync_exposed_s=system.sync_exposed_s,
+        staleness_violations=recorder.staleness_violations, sync_exposed_s=recorder.sync_exposed_s,
         trainer_busy_s=system.trainer.busy_s,
         extra={"fates": dict(Counter(sched.fate.values())), "remaps": system.remaps, "profile": system.profiler.metrics(),
                "domain_pools": dict(system.proxy_impl.domain_pools())},

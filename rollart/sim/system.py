@@ -1,9 +1,8 @@
 """`SimSystem`: the production control plane wired to simulated workers — what the driver's loop runs on.
 
 In: a validated `RunConfig`, a `SimHardware`, optionally a shared `SimRewardPool` (several jobs, one
-service). Out: an object with the surface the driver's loop uses of `rollart.system.System`
-(`start_rollout`, `sync_weights`, `train`, `evaluate`, `warm_start`, `served_version`, `trainer`,
-`reward`, `resources`, `close`), built from:
+service). Out: a `rollart.loop.LoopSystem` — what the RL loop (`rollart.loop.RLLoop`, the real run's own)
+calls for its six steps — plus `close()` and what the twin reports (`engine_stats`, `remaps`), built from:
 
 - the production control plane: `RolloutScheduler`, `SampleBuffer`, `StalenessPolicy`, the `TurnBarrier`
   (`rollout.barrier=turn`), with the virtual clock;
@@ -21,11 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from rollart.config import DomainProfileConfig, RunConfig
-from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy, TurnBarrier
+from rollart.control import RolloutScheduler, TurnBarrier
+from rollart.control.rollout import start_rollout
 from rollart.inference.proxy import LLMProxy
+from rollart.loop import TRAINER_LANE
 from rollart.reward.router import RewardRouter
 from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
 from rollart.observability.profile import DomainProfiler
@@ -36,7 +38,6 @@ from rollart.sim.hardware import SimHardware
 from rollart.sim.reward import SimRewardPool
 from rollart.sim.trainer import SimTrainer, WeightChannel
 from rollart.sim.workload import profile_of
-from rollart.system import DRIVER_LANE, TRAINER_LANE
 from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 
 log = logging.getLogger("rollart.sim")
@@ -100,47 +101,39 @@ class SimSystem:
         self.scheduler: RolloutScheduler | None = None
         self.served_version = 0
         self.resumed = RunState()  # the twin always starts afresh
-        self.sync_exposed_s: list[float] = []
+        self._recomputed = 0  # KV tokens the engines recomputed at swaps, up to the last sync
 
-    # --- what the driver's loop calls ---------------------------------------------------------------
-    def warm_start(self, on_step: Callable[[int, int, dict[str, float]], None]) -> None:
-        """The twin starts from the policy as given (a warm start is not part of a step's time)."""
-
-    def start_rollout(self, steps_left: int) -> RolloutScheduler:
-        cfg = self.cfg
-        policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
-        weights = {d: dc.weight for d, dc in cfg.domains.items() if dc.weight > 0}
-        buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights, clock=self.clock)
-        self.scheduler = RolloutScheduler(
-            cfg.rollout, cfg.domains, self.env_router, self.reward, buffer, policy, total_batches=steps_left,
-            first_version=self.trainer.version, seed=cfg.seed, gate=self.gate,
-            trajectory_timeout_s=max(d.max_turns for d in cfg.domains.values())
-            * (cfg.inference.request_timeout_s + cfg.envs.step_timeout_s),
-            clock=self.clock, journal=False,
-        )
-        self.scheduler.set_inference_version(self.served_version)
-        self.scheduler.start()
+    # --- what the RL loop calls (rollart.loop.LoopSystem) -----------------------------------------
+    def start_rollout(self, batches: int) -> RolloutScheduler:
+        self.scheduler = start_rollout(self.cfg, self.env_router, self.reward, batches=batches,
+                                       first_version=self.trainer.version, served_version=self.served_version,
+                                       gate=self.barrier, clock=self.clock)
         return self.scheduler
 
-    async def sync_weights(self, version: int) -> TimedMetrics:
-        """Steps 2–5 through the production proxy: suspend, every engine takes `version`, resume."""
-        if version <= self.served_version:
-            return TimedMetrics({})
-        start = self.clock()
+    # steps 2–5 through the production proxy, in process (virtual time: nothing can hang on a real process,
+    # a wait that can never end is a SimulationDeadlock)
+    async def suspend(self) -> None:
         await self.proxy.suspend.remote()
-        try:
-            timings = await self.proxy.update_weights_to.remote(version)
-        finally:
-            await self.proxy.resume.remote()
-        exposed = self.clock() - start
-        self.sync_exposed_s.append(exposed)
+
+    async def update_weights(self, version: int) -> dict[str, float]:
+        timings = await self.proxy.update_weights_to.remote(version)
+        return {"time/weights.pull": max((t.get("pull_s", 0.0) for t in timings.values()), default=0.0)}
+
+    async def resume(self) -> None:
+        await self.proxy.resume.remote()
+
+    async def recompute_kv(self) -> dict[str, float]:
+        """The engines' fluid model recomputes in-flight KV at its swap (`SimEngine.update_weights_to`);
+        what it recomputed since the last sync."""
+        total = sum(e.counts["recompute_tokens"] for es in self.engines.values() for e in es)
+        recomputed, self._recomputed = total - self._recomputed, total
+        return {"weights/recompute_tokens": float(recomputed)}
+
+    async def now_serving(self, version: int) -> None:
         self.served_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
-        pulls = [t.get("pull_s", 0.0) for t in timings.values()]
         await self._maybe_remap(version)
-        return TimedMetrics({"time/weights.exposed": exposed, "time/weights.pull": max(pulls, default=0.0),
-                             **self.profiler.metrics()}, Span("weights.sync", start, self.clock(), DRIVER_LANE))
 
     async def _maybe_remap(self, version: int) -> None:
         """`rollout.remap`: when a domain's measured profile has drifted past `remap_drift` from the one the
@@ -179,25 +172,24 @@ class SimSystem:
             self.domain_pools.update(moved)
         self.planned_for.update({d: measured[d] for d in drifted})
 
-    async def train_step(self, trajectories: list[Trajectory], version: int) -> TimedMetrics:
+    async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         start = self.clock()
-        metrics = await self.trainer.train_step(trajectories)
+        metrics = await self.trainer.train_step(batch)
         return TimedMetrics(metrics, Span("train", start, self.clock(), TRAINER_LANE))
 
     async def save_checkpoint(self, state: RunState) -> None:
-        self.trainer.save_checkpoint(state.to_checkpoint())
+        """The twin keeps no weights: the checkpoint is the run state with the rollout's cut."""
+        assert self.scheduler is not None
+        self.trainer.save_checkpoint(replace(state, scheduler=self.scheduler.state_dict()).to_checkpoint())
 
     async def metrics(self) -> dict[str, float]:
-        """The counters of a step record: rollout and buffer, reward, pools."""
+        """The counters of a step record: rollout and buffer, reward, pools, the domains' profiles."""
         return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(),
-                **self.resources.metrics()}
+                **self.resources.metrics(), **self.profiler.metrics()}
 
     async def evaluate(self, tag: str) -> Evaluation:
         """The twin does not score a policy: evaluation takes no time and reports nothing."""
         return Evaluation({}, {}, {})
-
-    def run_state(self, step: int, scheduler_state: Any, eval_first: Any, ledger_bytes: int) -> RunState:
-        return RunState(step, scheduler_state, eval_first, ledger_bytes=ledger_bytes)
 
     async def close(self) -> None:
         if self.scheduler:

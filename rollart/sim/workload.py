@@ -39,7 +39,7 @@ class Turn:
 class Episode:
     reset_s: float
     turns: tuple[Turn, ...]
-    truncated: bool  # ended by max_turns or max_total_tokens rather than by the env
+    limit: str  # "max_turns" or "max_total_tokens" when that ended it rather than the env; "" otherwise
     reward_s: float
 
 
@@ -54,10 +54,12 @@ def draw_episode(domain: DomainConfig, rng: random.Random) -> Episode:
     n_turns = min(max(wanted, 1), domain.max_turns)
     turns: list[Turn] = []
     context = 0
+    limit = "max_turns" if wanted > n_turns else ""
     for k in range(n_turns):
         prompt = sample_count(prof.prompt_tokens if k == 0 else prof.obs_tokens, rng)
         budget = domain.max_total_tokens - context - prompt
         if budget <= 0:
+            limit = "max_total_tokens"
             break
         response = min(sample_count(prof.response_tokens, rng), domain.max_new_tokens, budget)
         env_s = sample_latency(prof.env_step, rng)
@@ -70,5 +72,4 @@ def draw_episode(domain: DomainConfig, rng: random.Random) -> Episode:
     reset_s = sample_latency(prof.env_reset, rng)
     if inject is not None:
         reset_s += sample_latency(inject.reset_latency, rng)
-    truncated = len(turns) < wanted or not turns
-    return Episode(reset_s, tuple(turns), truncated, sample_latency(prof.reward, rng))
+    return Episode(reset_s, tuple(turns), limit, sample_latency(prof.reward, rng))

@@ -1,12 +1,19 @@
 """The env contract every env spec rollart ships or adapts must meet: GEM's shapes, text observations,
-seeded determinism, well-formed random actions, an idempotent-enough close."""
+seeded determinism, well-formed random actions, an idempotent-enough close. The `remote` kind meets it
+over HTTP: `remote:<domain>` below is an env server (rollart/envs/server.py) serving that built-in domain
+on 127.0.0.1, reached by `remote:<its url>` exactly as a run would."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from rollart.envs import BUILTIN_ENVS, make_env, random_action
+from rollart.config import EnvServerConfig, EnvsConfig
+from rollart.envs import BUILTIN_ENVS, make_env, random_action, resolve_env
+from rollart.envs.server import EnvServer
 
+REMOTE = ["remote:frozenlake", "remote:math", "remote:code"]
 SPECS = [
     *BUILTIN_ENVS,
     "gem:game:GuessTheNumber-v0-easy",
@@ -14,11 +21,36 @@ SPECS = [
     "gem:game:Minesweeper-v0-easy",
     "gym:FrozenLake-v1",
     "gym:CliffWalking-v1",
+    *REMOTE,
 ]
+TOKEN = "contract-test-token"
 
 
-def episode(spec: str, seed: int, steps: int = 3) -> list:
-    env = make_env(spec)
+@pytest.fixture(scope="module", autouse=True)
+def env_servers():
+    """One env server per remote domain, and the token the remote envs read."""
+    previous = os.environ.get("ROLLART_ENV_TOKEN")
+    os.environ["ROLLART_ENV_TOKEN"] = TOKEN
+    servers = {}
+    for spec in REMOTE:
+        domain = spec.split(":", 1)[1]
+        servers[spec] = EnvServer(domain, domain, resolve_env(domain), EnvServerConfig(port=0), EnvsConfig(),
+                                  token=TOKEN).start()
+    yield servers
+    for server in servers.values():
+        server.stop()
+    if previous is None:
+        os.environ.pop("ROLLART_ENV_TOKEN", None)
+    else:
+        os.environ["ROLLART_ENV_TOKEN"] = previous
+
+
+def build(spec: str, servers: dict) -> object:
+    return make_env(f"remote:{servers[spec].url}" if spec in servers else spec)
+
+
+def episode(spec: str, seed: int, servers: dict, steps: int = 3) -> list:
+    env = build(spec, servers)
     obs, info = env.reset(seed=seed)
     assert isinstance(obs, str) and obs and isinstance(info, dict)
     trace = [obs]
@@ -39,19 +71,19 @@ def episode(spec: str, seed: int, steps: int = 3) -> list:
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_shapes_and_seeded_determinism(spec):
-    assert episode(spec, 11) == episode(spec, 11)
+def test_shapes_and_seeded_determinism(spec, env_servers):
+    assert episode(spec, 11, env_servers) == episode(spec, 11, env_servers)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if not s.startswith("gym:")])  # gym maps are fixed
-def test_seeds_give_different_episodes(spec):
-    first_obs = {episode(spec, seed, steps=0)[0] for seed in range(8)}
+def test_seeds_give_different_episodes(spec, env_servers):
+    first_obs = {episode(spec, seed, env_servers, steps=0)[0] for seed in range(8)}
     assert len(first_obs) > 1
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_malformed_action_is_reported_not_raised(spec):
-    env = make_env(spec)
+def test_malformed_action_is_reported_not_raised(spec, env_servers):
+    env = build(spec, env_servers)
     env.reset(seed=1)
     obs, reward, terminated, truncated, info = env.step("I am not sure what to do.")
     assert info.get("format_error") and isinstance(obs, str) and obs

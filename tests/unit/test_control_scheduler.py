@@ -26,7 +26,7 @@ class Harness:
     """A miniature driver: get_batch(k) → weights k served → (training is instant here)."""
 
     def __init__(self, rollout: RolloutConfig, steps: int, *, seed=0, latency=None, fail=None,
-                 score_fail=0.0, gate=None, domains=DOMAINS):
+                 score_fail=0.0, gate=None, domains=DOMAINS, journal=None):
         self.version = 0
         self.rollout = rollout
         self.policy = StalenessPolicy(rollout.alpha, rollout.staleness)
@@ -39,7 +39,7 @@ class Harness:
         self.buffer = SampleBuffer(self.policy, rollout.redundancy.selection,
                                    {d: c.weight for d, c in domains.items()})
         self.sched = RolloutScheduler(rollout, domains, self.runner, self.scorer, self.buffer, self.policy,
-                                      total_batches=steps, seed=seed, gate=gate)
+                                      total_batches=steps, seed=seed, gate=gate, journal=journal)
         self.steps = steps
         self.max_pending = self.max_running = 0
         g = rollout.group_size + rollout.redundancy.extra_per_group
@@ -308,7 +308,8 @@ def test_a_failed_background_task_stops_rollout_within_a_second_naming_it():
 
 def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_they_were():
     async def main():
-        h = Harness(rollout_cfg(alpha=1), steps=6)
+        journal = ListSink()
+        h = Harness(rollout_cfg(alpha=1), steps=6, journal=journal)
         h.sched.start()
         first = []
         for k in range(2):  # the driver's loop, then a checkpoint while rollout goes on
@@ -323,9 +324,8 @@ def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_the
         ready = {t.trajectory_id: t for g in h.buffer.ready_groups for t in g.trajectories}
         assert ready and {d for d, _ in state["replay"]} <= set(DOMAINS)
         assert not {s for _, s in state["replay"]} & {g.seq for g in h.buffer.ready_groups}
-        journal = h.sched.drain_journal()
-        assert {e["fate"] for e in journal} >= {"running", "ready", "trained"} and h.sched.drain_journal() == []
-        digests = {e["id"]: e["digest"] for e in journal if e["fate"] == "ready"}
+        assert {e["fate"] for e in journal.entries} >= {"running", "ready", "trained"}
+        digests = {e["id"]: e["digest"] for e in journal.entries if e["fate"] == "ready"}
 
         resumed = Harness(rollout_cfg(alpha=1), steps=4)
         resumed.sched.load_state_dict(state)
@@ -350,17 +350,38 @@ def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_the
     asyncio.run(main())
 
 
-def test_without_a_journal_the_ledger_is_kept_and_no_entry_is_built():
-    """What writes no ledger file (the cluster twin, bench rollout) turns the journal off: the fates and their
-    checks stay, the journal stays empty."""
+class ListSink:
+    """A `JournalSink` that keeps the entries (the run's ledger file writes them to disk)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict] = []
+
+    def write(self, entry) -> None:
+        self.entries.append(dict(entry))
+
+
+def test_every_ledger_move_is_written_to_the_sink_as_it_happens_and_without_one_the_ledger_is_still_kept():
+    """The scheduler writes each move to the sink it is given, at once (nothing to drain); what writes no
+    ledger file (the cluster twin, bench rollout) gives none: the fates and their checks stay."""
     async def main():
-        h = Harness(rollout_cfg(alpha=1), steps=2)
-        h.sched.journal = False
+        journal = ListSink()
+        h = Harness(rollout_cfg(alpha=1), steps=2, journal=journal)
         h.sched.start()
-        batch = await h.sched.get_batch(0)
+        task = asyncio.ensure_future(h.sched.get_batch(0))
+        while not journal.entries:
+            await asyncio.sleep(0.001)
+        assert all(e["fate"] == "running" for e in journal.entries)  # written as they started, batch not taken
+        batch = await task
         await h.sched.stop()
-        assert batch and all(h.sched.fate[t.trajectory_id] is Fate.TRAINED for t in batch)
-        assert h.sched.drain_journal() == [] and h.sched.check_ledger() == []
+        trained = [e["id"] for e in journal.entries if e["fate"] == "trained"]
+        assert sorted(trained) == sorted(t.trajectory_id for t in batch)
+
+        bare = Harness(rollout_cfg(alpha=1), steps=2)
+        bare.sched.start()
+        batch = await bare.sched.get_batch(0)
+        await bare.sched.stop()
+        assert batch and all(bare.sched.fate[t.trajectory_id] is Fate.TRAINED for t in batch)
+        assert bare.sched.check_ledger() == []
 
     asyncio.run(main())
 

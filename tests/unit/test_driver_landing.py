@@ -1,18 +1,20 @@
-"""The driver serves a train step's weights as soon as the step ends, while the next batch fills (not after
+"""The RL loop serves a train step's weights as soon as the step ends, while the next batch fills (not after
 it is taken), and a background landing that fails stops the loop at once, even while it waits for a batch; a
 loop that stops on an error leaves no train step or landing running behind it.
 
-The first test runs the real driver loop in the cluster twin (production scheduler, virtual time)."""
+The first test runs the real loop in the cluster twin (production scheduler, virtual time)."""
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from rollart.config_loader import load_config
 from rollart.control.scheduler import RolloutScheduler
-from rollart.driver import _RLLoop, _TrainStepInFlight
+from rollart.loop import RLLoop, TrainStepInFlight
 from rollart.sim.hardware import SimHardware
 from rollart.sim.run import simulate
+from rollart.types import RunState
 
 HW = SimHardware.model_validate({"model": "qwen3-8b", "pools": {
     "gen_prefill": {"gpu": "H800", "count": 2}, "gen_decode": {"gpu": "H20", "count": 4},
@@ -47,40 +49,52 @@ class _NeverFills:
         await asyncio.Event().wait()
 
 
+class _FillsSoon:
+    async def get_batch(self, version):
+        await asyncio.sleep(0.02)
+        return ["batch"]
+
+
+def _bare_loop() -> RLLoop:
+    """The loop over stand-ins of just what these tests reach (a run state, a recorder that takes phases)."""
+    recorder = SimpleNamespace(phases=[])
+    recorder.phase = recorder.phases.append
+    return RLLoop(load_config(None, []), system=SimpleNamespace(resumed=RunState()), recorder=recorder)  # type: ignore[arg-type]
+
+
 def test_a_failing_background_landing_raises_while_the_loop_waits_for_a_batch():
     async def scenario():
-        loop = _RLLoop(load_config(None, []), system=None, recorder=None)  # type: ignore[arg-type]
+        loop = _bare_loop()
 
         async def fails():
             await asyncio.sleep(0.01)
             raise RuntimeError("train step 3 failed: worker died")
 
+        loop.rollout = _NeverFills()  # type: ignore[assignment]
         loop.landing = asyncio.create_task(fails())
         with pytest.raises(RuntimeError, match="train step 3 failed"):
-            await asyncio.wait_for(loop._unless_landing_fails(_NeverFills().get_batch(4)), timeout=5)
+            await asyncio.wait_for(loop.get_batch(4), timeout=5)
 
         async def lands():
             await asyncio.sleep(0)
 
-        async def batch():
-            await asyncio.sleep(0.02)
-            return ["batch"]
-
+        loop.rollout = _FillsSoon()  # type: ignore[assignment]
         loop.landing = asyncio.create_task(lands())  # a landing that succeeds leaves the wait alone
-        assert await asyncio.wait_for(loop._unless_landing_fails(batch()), timeout=5) == ["batch"]
+        assert await asyncio.wait_for(loop.get_batch(5), timeout=5) == ["batch"]
+        assert loop.recorder.phases[-1].metrics["time/get_batch_wait"] > 0  # type: ignore[attr-defined]
 
     asyncio.run(scenario())
 
 
 def test_a_loop_that_stops_on_an_error_cancels_its_train_step_and_landing_and_raises_that_error():
     async def scenario():
-        loop = _RLLoop(load_config(None, []), system=None, recorder=None)  # type: ignore[arg-type]
+        loop = _bare_loop()
         forever = asyncio.Event()
         training = asyncio.create_task(forever.wait())
         landing = asyncio.create_task(forever.wait())
 
         async def steps():
-            loop.training, loop.landing = _TrainStepInFlight(3, training), landing
+            loop.training, loop.landing = TrainStepInFlight(3, training), landing
             await asyncio.sleep(0)
             raise RuntimeError("get_batch: no batch in 600 s")
 

@@ -3,7 +3,7 @@
 import pytest
 
 from rollart.config_loader import ConfigError, load_config
-from rollart.driver import check_run_dir
+from rollart.preflight import check_run_dir
 
 
 def test_an_existing_run_is_continued_or_refused(tmp_path):

@@ -71,7 +71,7 @@ def test_what_cannot_be_recovered_stops_rollout_within_a_second_naming_it():
     system = System(cfg, None, None, None, SimpleNamespace(version=0), {}, None, NoWorkersLeft(), Reward(), None)
 
     async def main():
-        scheduler = system.start_rollout(steps_left=3)
+        scheduler = system.start_rollout(batches=3)
         lost = MemberEvent("unplaced", "env", 0, "env/env/0", "env", cause="no pool it may use has room")
         threading.Thread(target=system._env_changed, args=(lost,)).start()  # as the health check would
         start = asyncio.get_running_loop().time()

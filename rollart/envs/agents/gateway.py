@@ -24,8 +24,9 @@ Guarantees:
   call in flight is aborted (its partial tokens are kept as a turn); after `finish` nothing more is
   recorded. Every wait is bounded.
 
-Why Starlette + uvicorn: a small, well-kept ASGI stack already installed with Ray Serve; FastAPI's
-validation layer would duplicate the pydantic models of requests.py.
+Why Starlette + uvicorn (on a thread of its own, `envs/http_serving.py`): a small, well-kept ASGI stack
+already installed with Ray Serve; FastAPI's validation layer would duplicate the pydantic models of
+requests.py.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import hmac
 import json
 import logging
 import secrets
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -65,6 +65,7 @@ from rollart.envs.agents.responses import (
 from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
 from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_for
 from rollart.envs.chat import ChatTokens
+from rollart.envs.http_serving import BodyTooLarge, ThreadedServer, read_bounded
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnGate
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,6 @@ T = TypeVar("T")
 
 HOST = "127.0.0.1"
 ABORT_TIMEOUT_S = 10.0
-START_TIMEOUT_S = 30.0
 _REMEMBERED_CLOSED = 65536
 
 
@@ -117,8 +117,7 @@ class AgentGateway:
         self._lock = threading.Lock()
         self._max_body = int(self.cfg.max_body_mb * 2**20)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._http: ThreadedServer | None = None
         self.port = 0
         self.app = Starlette(
             routes=[
@@ -132,47 +131,14 @@ class AgentGateway:
     # --- lifecycle (any thread) ------------------------------------------------------------------------
     def start(self) -> AgentGateway:
         """Serve on 127.0.0.1 (an ephemeral port) from a thread of its own; returns once listening."""
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        # accepted connections inherit it: a response's header and body writes must not wait for the
-        # client's delayed ACK (Nagle's algorithm; ~40 ms per call on Linux loopback)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((HOST, 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", backlog=4096,
-                                timeout_keep_alive=60)
-        self._server = uvicorn.Server(config)
-        ready = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
-            self._loop.call_soon(ready.set)
-            try:
-                self._loop.run_until_complete(self._server.serve(sockets=[sock]))
-            finally:
-                self._loop.close()
-
-        self._thread = threading.Thread(target=serve, name=f"gateway-{self.port}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        ready.wait(START_TIMEOUT_S)
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"the agent gateway did not start listening on {HOST}:{self.port} "
-                                   f"within {START_TIMEOUT_S:g}s")
-            time.sleep(0.01)
+        self._http = ThreadedServer(self.app, HOST, 0, name="agent gateway").start()
+        self._loop, self.port = self._http.loop, self._http.port
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                log.warning("agent gateway on port %d did not stop within %gs", self.port, timeout_s)
-        self._server = self._thread = None
+        if self._http is not None:
+            self._http.stop(timeout_s)
+        self._http = None
 
     @property
     def url(self) -> str:
@@ -298,19 +264,13 @@ class AgentGateway:
                                code=f"trajectory_{entry.state}")
 
     async def _body(self, request: Request) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self._max_body):
-            raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
-                               code="payload_too_large")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self._max_body:
-                raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
-                                   code="payload_too_large")
-            chunks.append(chunk)
         try:
-            return json.loads(b"".join(chunks))
+            body = await read_bounded(request, self._max_body)
+        except BodyTooLarge:
+            raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
+                               code="payload_too_large") from None
+        try:
+            return json.loads(body)
         except (ValueError, RecursionError) as exc:
             raise GatewayError(400, f"the request body is not valid JSON ({str(exc)[:120]})", code="invalid_json") from None
 

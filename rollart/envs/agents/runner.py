@@ -35,7 +35,7 @@ from rollart.config import DomainConfig
 from rollart.envs.agents.function import AgentFunction, AgentOutcome, AgentTask, agent_outcome
 from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
-from rollart.envs.manager import error_text
+from rollart.envs.episode import error_text
 from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import AGENT_METRIC_PREFIX, SamplingParams, Span, Status, Task, Trajectory, TurnGate
 

@@ -1,0 +1,150 @@
+"""`RLLoop`: the RL loop of rollart — the paper's six steps, one loop for every mode, real or simulated.
+
+In: a `RunConfig`, a `LoopSystem`, a `LoopRecorder`, a clock (protocols.py; the twin's is virtual). Out:
+`run()` takes the run from the system's resumed step to `train.steps`, evaluating and checkpointing on the
+way. Rollout never stops; each RL step does, by name: 1 `get_batch`; 2–5 `serve_latest_weights`
+(suspend, update, resume, recompute the KV in flight); 6 `start_train_step` in the background, and back to
+1: rollout and training overlap. A train step lands (ends, its weights served) before the next starts;
+without a barrier in the background, the moment it ends (control/staleness.py (2)) — a failed landing
+raises at once. Modes are values, not forks: the α gate keeps a batch of version v to trajectories begun
+at ≥ v − α (α = 0: the synchronous loop); `rollout.barrier=batch` admits nothing while a batch trains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from rollart.background import unless_fails
+from rollart.config import RunConfig
+from rollart.loop.protocols import DRIVER_LANE, LoopRecorder, LoopSystem, Rollout
+from rollart.types import Span, TimedMetrics, Trajectory
+
+
+@dataclass
+class TrainStepInFlight:
+    step: int  # the RL step it trains
+    task: asyncio.Task[TimedMetrics]
+
+
+class RLLoop:
+    """The RL steps of one training job (resumed or fresh). It owns the run state it checkpoints."""
+
+    def __init__(self, cfg: RunConfig, system: LoopSystem, recorder: LoopRecorder,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg, self.system, self.recorder, self.clock = cfg, system, recorder, clock
+        self.state = system.resumed  # the step reached and the first evaluation, under this start's identity
+        self.rollout: Rollout | None = None  # started once the first evaluation is done
+        self.training: TrainStepInFlight | None = None
+        self.landing: asyncio.Task[None] | None = None  # land_in_background's task
+
+    async def run(self) -> None:
+        """The steps; on an error, the train step and landing in flight are cancelled first (the system
+        must not be closed under a weight sync whose error nobody would read)."""
+        try:
+            await self._steps()
+        finally:
+            await self._cancel_in_flight()
+
+    async def _steps(self) -> None:
+        cfg, first_step, steps = self.cfg, self.state.step, self.cfg.train.steps
+        overlap = cfg.rollout.barrier != "batch"
+        await self.serve_latest_weights()  # start-up (a resumed trainer is ahead): not a step's phase
+        first_version = self.system.trainer.version  # the policy version step `first_step` trains
+        if self.state.eval_first is None:
+            self.state = replace(self.state, eval_first=await self.evaluate(first_step, "first"))
+        self.rollout = rollout = self.system.start_rollout(steps - first_step)
+        self.recorder.rl_starts()  # the steps begin: what came before is start-up
+        for step in range(first_step, steps):
+            version = first_version + (step - first_step)  # the policy version this step trains
+            checkpoint_due = step > first_step and step % cfg.train.checkpoint_every == 0
+            # The α gate: with the engines older than version − α nothing they start can join this batch, so
+            # the train step in flight must land first (α = 0: every step; α ≥ 1: never, by steps 2–5).
+            if checkpoint_due or self.system.served_version < version - cfg.rollout.alpha:
+                await self.land_train_step()
+            if checkpoint_due:  # after landing: the checkpoint holds every step before `step`
+                await self.save_checkpoint(step)
+            batch = await self.get_batch(version)                         # 1
+            if not overlap:
+                rollout.pause_admission()
+            await self.land_train_step()                                  # 2–5 (one train step at a time)
+            if step > first_step and step % cfg.eval.every == 0:
+                await self.evaluate(step, f"step{step}")
+            self.start_train_step(step, batch, version)                   # 6, overlapping the next batch's rollout
+            if overlap:
+                self.land_in_background()
+            else:
+                await self.land_train_step()
+                rollout.resume_admission()
+            self.recorder.step(step, batch, version, await self.system.metrics())
+        await self.land_train_step()
+        await self.evaluate(steps, "last")
+        await self.save_checkpoint(steps)
+
+    async def get_batch(self, version: int) -> list[Trajectory]:
+        """Step 1: the batch that trains `version` (stale work is cancelled as it is taken)."""
+        began = self.clock()
+        batch = await unless_fails(self.rollout.get_batch(version), self.landing)  # type: ignore[union-attr]
+        ended = self.clock()
+        self.recorder.phase(TimedMetrics({"time/get_batch_wait": ended - began},
+                                         Span("get_batch.wait", began, ended, DRIVER_LANE)))
+        return batch
+
+    async def serve_latest_weights(self) -> TimedMetrics:
+        """Steps 2–5: every engine serves the trainer's newest version (nothing to do, no span, if it does)."""
+        system, version = self.system, self.system.trainer.version
+        if version <= system.served_version:
+            return TimedMetrics({})
+        began = self.clock()
+        await system.suspend()                                            # 2
+        try:
+            metrics = await system.update_weights(version)               # 3
+        finally:
+            await system.resume()                                         # 4
+        ended = self.clock()
+        metrics = {**metrics, **await system.recompute_kv()}              # 5
+        await system.now_serving(version)
+        return TimedMetrics({"time/weights.exposed": ended - began, **metrics},
+                            Span("weights.sync", began, ended, DRIVER_LANE))
+
+    def start_train_step(self, step: int, batch: list[Trajectory], version: int) -> None:
+        """Step 6: train on `batch` at `version` in the background; the loop goes on at once."""
+        self.training = TrainStepInFlight(step, asyncio.create_task(self.system.train_step(batch, version)))
+
+    async def land_train_step(self) -> None:
+        """Wait for the train step in flight, then serve the weights it made (or for the landing that does)."""
+        landing, self.landing = self.landing, None
+        if landing is not None:
+            await landing
+        await self._land()
+
+    def land_in_background(self) -> None:
+        """Serve the weights of the train step in flight as soon as it ends, while the loop goes on."""
+        self.landing = asyncio.create_task(self._land())
+
+    async def _land(self) -> None:
+        if self.training is not None:
+            training, self.training = self.training, None
+            self.recorder.train_step_done(training.step, await training.task)
+        self.recorder.phase(await self.serve_latest_weights())
+
+    async def _cancel_in_flight(self) -> None:
+        """Cancel the background landing and the train step, if any (after a clean run there are none)."""
+        tasks = [t for t in (self.landing, self.training and self.training.task) if t is not None]
+        self.landing = self.training = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # their errors follow from the one propagating
+
+    async def evaluate(self, step: int, tag: str) -> dict[str, float]:
+        """Validation scores at the served weights, recorded after `step` RL steps."""
+        evaluation = await self.system.evaluate(tag)
+        self.recorder.evaluation(step, evaluation)
+        return dict(evaluation.scores)
+
+    async def save_checkpoint(self, step: int) -> None:
+        """A checkpoint of the run as it stands before `step` (rollout goes on while it is written)."""
+        self.state = replace(self.state, step=step)
+        await self.system.save_checkpoint(self.state)

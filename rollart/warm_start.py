@@ -1,0 +1,57 @@
+"""The supervised warm start before RL: expert demonstrations of the trained domains, in batches.
+
+In: a `RunConfig` (`train.warm_start`: steps, batch size, expert probability; the domains, seeded by
+`seed`), the tokenizer's model path (agent domains lay their demonstrations out with the gateway's own
+session code) and a trainer with `sft_step`. Out: `demonstration_batches(cfg, model_path)` — the batches,
+the same in every process; `warm_start(cfg, trainer, model_path, on_step)` — runs them, telling
+`on_step(step, steps, metrics)` after each.
+
+Used by `rollart train` before its first RL step (a resumed run skips it) and by
+`rollart.driver.warm_start_checkpoint` (a warm-started base for LoRA runs and benchmarks).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+from rollart.config import RunConfig
+from rollart.envs.agents.demonstrations import demonstrate_agent
+from rollart.envs.chat import ChatTokens
+from rollart.envs.expert import demonstrate
+from rollart.models import load_tokenizer
+
+
+class SupervisedTrainer(Protocol):
+    def sft_step(self, samples: Sequence[Any]) -> Mapping[str, float]: ...
+
+
+def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[list[Any]]:
+    """`train.warm_start.steps` batches of `batch_size` expert demonstrations, the trained domains in turn
+    (agent domains only when they name `demonstrations`)."""
+    ws = cfg.train.warm_start
+    domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
+    if not domains or not ws.steps:
+        return
+    chat = ChatTokens(load_tokenizer(model_path)) if any(cfg.domains[d].agent for d in domains) else None
+    picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
+    rng = random.Random(cfg.seed)
+
+    def sample(domain: str) -> Any:
+        domain_cfg, seed = cfg.domains[domain], rng.randrange(10**9)
+        if domain_cfg.agent:
+            return demonstrate_agent(domain, domain_cfg, chat, seed, ws.expert_prob, cfg.envs.gateway.model_name)  # type: ignore[arg-type]
+        return list(demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob).messages)
+
+    for _ in range(ws.steps):
+        yield [sample(d) for d in picks]
+
+
+def warm_start(cfg: RunConfig, trainer: SupervisedTrainer, model_path: str | Path,
+               on_step: Callable[[int, int, Mapping[str, float]], None] | None = None) -> None:
+    """`train.warm_start.steps` supervised steps of `trainer` on the demonstrations."""
+    for step, samples in enumerate(demonstration_batches(cfg, model_path)):
+        metrics = trainer.sft_step(samples)
+        if on_step is not None:
+            on_step(step, cfg.train.warm_start.steps, metrics)
