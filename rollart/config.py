@@ -715,6 +715,16 @@ class ObservabilityConfig(Section):
         5000, ge=0, description="trajectories kept in timeline.json; later ones are counted, not drawn"
     )
     gantt_rows: int = Field(48, ge=1, description="the report's Gantt chart draws the last N trajectories")
+    samples_per_domain: int = Field(
+        3, ge=0, description="trajectories of each domain's trained batch written as text every step to "
+        "RUN_DIR/samples.jsonl, TensorBoard's text tab and the report (`rollart samples RUN_DIR`): 1 = the "
+        "median by reward, 2 = the worst and the best, 3 = worst, median and best, more = spread between them; "
+        "0 = none"
+    )
+    sample_max_chars: int = Field(
+        4000, ge=100, description="characters kept of each prompt or response text of a sample (the rest is cut, "
+        "and the cut said)"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="level of rollart's logs, in the driver and in every Ray worker process of the run"
     )

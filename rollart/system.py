@@ -195,7 +195,7 @@ class System:
         rollout callbacks keep running while it is written."""
         assert self.scheduler is not None and self.journal is not None
         cut = replace(state, scheduler=self.scheduler.state_dict(), ledger_bytes=self.journal.size())
-        await asyncio.to_thread(self.trainer.save_checkpoint, cut.to_checkpoint())
+        await asyncio.to_thread(self.trainer.save_checkpoint, cut.step, cut.to_checkpoint())
 
     async def evaluate(self, tag: str) -> Evaluation:
         """Scores per domain on its validation split, at the served weights (`rollart.evaluation`); an

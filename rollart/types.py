@@ -159,6 +159,7 @@ class Trajectory:
     status: Status | None = None  # None while running
     status_reason: str = ""
     reward: float | None = None  # the trajectory's score, set by the reward plane
+    reward_details: Mapping[str, Any] = field(default_factory=dict)  # why that score (the reward's details)
     env_return: float = 0.0  # sum of per-step environment rewards
     reference: Mapping[str, Any] = field(default_factory=dict)  # from env reset info: answer, tests …
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -181,8 +182,10 @@ class Trajectory:
         merged = {**self.metrics, **(metrics or {})}
         return replace(self, status=status, status_reason=reason, metrics=merged)
 
-    def scored(self, reward: float, spans: Sequence[Span] = ()) -> Trajectory:
-        return replace(self, reward=float(reward), spans=self.spans + tuple(spans))
+    def scored(self, reward: float, spans: Sequence[Span] = (), details: Mapping[str, Any] | None = None
+               ) -> Trajectory:
+        return replace(self, reward=float(reward), spans=self.spans + tuple(spans),
+                       reward_details=dict(details or self.reward_details))
 
     # --- token views used by the trainer and the staleness policy ---------------------------------
     def segments(self) -> tuple[Trajectory, ...]:

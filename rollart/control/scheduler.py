@@ -410,7 +410,7 @@ class RolloutScheduler:
         if not result.ok:
             return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}")
         span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
-        return traj.scored(result.reward, spans=(span,))
+        return traj.scored(result.reward, spans=(span,), details=result.details)
 
     def _settle(self, run: _Run) -> None:
         if not run.settled:

@@ -3,7 +3,7 @@
 In: the env-runtime config (`envs.reset_retries`, `retry_backoff_s`, `retry_backoff_max_s`), one try at a
 reset (a coroutine function of the attempt number) and the sleep to back off with; the facts of a turn
 (terminated, truncated, a malformed action) or of its failure. Out: `reset_with_retries(...)` → the reset's
-result, or `EpisodeEnds(FAILED, "env.reset failed N time(s): …")` once out of tries; `EpisodeEnds` — every way
+result, or `EpisodeEnds(FAILED, "env.reset failed N times: …")` once out of tries; `EpisodeEnds` — every way
 an episode ends, each with its status and reason, made by one of its constructors or by `after_step`.
 
 The rules:
@@ -115,4 +115,4 @@ async def reset_with_retries(
             if on_retry is not None:
                 on_retry(errors[-1], delay)
             await (sleep or asyncio.sleep)(delay)
-    raise EpisodeEnds(Status.FAILED, f"env.reset failed {tries} time(s): " + "; ".join(errors))
+    raise EpisodeEnds(Status.FAILED, f"env.reset failed {tries} time{'s' * (tries != 1)}: " + "; ".join(errors))

@@ -83,7 +83,7 @@ def sample_record(step: int, version: int, rank: str, traj: Trajectory, decode: 
         "step": step, "version": version, "domain": traj.domain, "rank": rank,
         "trajectory_id": traj.trajectory_id, "group_id": traj.group_id, "seed": traj.task.seed,
         "status": traj.status.value if traj.status else "running", "status_reason": traj.status_reason,
-        "reward": traj.reward, "reward_details": dict(getattr(traj, "reward_details", {}) or {}),
+        "reward": traj.reward, "reward_details": dict(traj.reward_details),
         "env_return": traj.env_return, "reference": traj.reference,
         "start_version": traj.start_version, "versions": _versions(every_version),
         "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
