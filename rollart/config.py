@@ -557,6 +557,20 @@ class RedundancyConfig(Section):
     )
 
 
+class CircuitBreakerConfig(Section):
+    """When a domain counts as broken: its own code (env or agent) keeps failing. Rollout then stops within
+    seconds with the domain, the count and the first error with its traceback (rollart/control/breaker.py).
+    Failures of the infrastructure (a worker that died, a service out) and timeouts never count."""
+
+    consecutive_failures: int = Field(
+        32, ge=0, description="trajectories of one domain in a row that failed in its own code; 0 = never stop"
+    )
+    failure_rate: float = Field(
+        0.95, gt=0, le=1, description="or: this share of the domain's last `window` counted trajectories failed so"
+    )
+    window: int = Field(100, ge=1, description="trajectories the failure rate is measured over")
+
+
 class RolloutConfig(Section):
     """Rollout and its bounds: batch and group sizes, staleness α, barriers, sampling."""
 
@@ -574,6 +588,9 @@ class RolloutConfig(Section):
         "keep generating)"
     )
     redundancy: RedundancyConfig = RedundancyConfig()
+    circuit_breaker: CircuitBreakerConfig = Field(
+        CircuitBreakerConfig(), description="when a domain whose own code keeps failing stops rollout"
+    )
     temperature: float = Field(1.0, ge=0, description="sampling temperature of training episodes (0 = greedy)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: keep the smallest set of tokens with this mass")
     top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 = off")

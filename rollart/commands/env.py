@@ -207,7 +207,8 @@ async def _model_episode(args: argparse.Namespace) -> int:
         except EnvSpecError as exc:
             print(f"rollart: {exc}", file=sys.stderr)
             return EXIT_BAD_SPEC
-        base = cfg.domains[domain] if domain else DomainConfig(env=args.spec, pool=next(iter(cfg.domains.values())).pool)
+        first_pool = next(iter(cfg.domains.values())).pool
+        base = cfg.domains[domain] if domain else DomainConfig(env=args.spec, pool=first_pool)
         domain = domain or "play"
         cfg = cfg.model_copy(update={"domains": {**cfg.domains, domain: base.model_copy(
             update={"env": args.spec, "options": {**base.options, **_options(args.option)}})}})

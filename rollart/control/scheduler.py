@@ -27,7 +27,9 @@ Failure: a background task of the scheduler that raises (the admission loop, a c
 trajectory's own task) — or a failure reported with `fail()` — stops rollout: the batch the driver waits
 for (or asks for next) raises `SchedulerFailed` at once, naming the task, with the task's own exception
 and traceback as its cause. A worker's death is not such a failure: the trajectory ends FAILED and is
-replaced with the same seed.
+replaced with the same seed. A domain whose own code keeps failing (the per-domain circuit breaker,
+breaker.py: `rollout.circuit_breaker`) stops rollout the same way, with `DomainBroken` — the domain, the
+count and its first error with its traceback — within seconds instead of a batch timeout.
 
 Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
 `rollart.codec`) and the sequence numbers of the groups still running; a resumed run puts the former back
@@ -63,6 +65,7 @@ from typing import Any, Callable, Mapping, NoReturn
 from rollart.background import unless_fails
 from rollart.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
+from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
 from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
@@ -72,6 +75,15 @@ log = logging.getLogger("rollart.control")
 
 class SchedulerFailed(RuntimeError):
     """A background task of the rollout scheduler failed, so rollout cannot go on; its cause is chained."""
+
+
+class DomainBroken(SchedulerFailed):
+    """A domain's own code (env or agent) kept failing (`rollout.circuit_breaker`): a bug to fix, not an
+    outage to resume from. Its message says which domain, how often, and the first error with its traceback."""
+
+    def __init__(self, trip: Trip) -> None:
+        super().__init__(trip.message())
+        self.trip = trip
 
 
 def trajectory_digest(traj: Trajectory) -> str:
@@ -177,6 +189,7 @@ class RolloutScheduler:
         self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
+        self.breaker = DomainBreaker(rollout.circuit_breaker)
         # ledger and counters
         self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
@@ -197,6 +210,11 @@ class RolloutScheduler:
         self.failure = SchedulerFailed(f"{what} failed: {type(error).__name__}: {error}")
         self.failure.__cause__ = error
         log.error("rollout stops: %s", self.failure, exc_info=error)
+        self._stop_admitting()
+
+    def _stop_admitting(self) -> None:
+        """Rollout is over: the batch waited for raises `self.failure`, and nothing new starts."""
+        self.paused = True
         self._failed.set()
 
     def _task_done(self, task: asyncio.Task, what: str) -> None:
@@ -419,6 +437,12 @@ class RolloutScheduler:
 
     def _on_finished(self, group: _Group, run: _Run, traj: Trajectory) -> None:
         self._settle(run)
+        trip = self.breaker.record(traj)
+        if trip is not None and self.failure is None:  # told once, by whoever stops the run (its caller)
+            self.failure = DomainBroken(trip)
+            log.info("rollout stops: domain %s is broken (%d trajectories failed in its own code)", trip.domain,
+                     trip.failed)
+            self._stop_admitting()
         status = traj.status or Status.FAILED
         if group.closed and status.trainable:
             # finished in the instant between the group closing and its cancel arriving

@@ -177,9 +177,10 @@ def _samples(inp: _Inputs) -> str:
         out.append(f"<h3>step {step}</h3>")
         for sample in (s for s in inp.samples if s["step"] == step and s["rank"] in SHOWN_RANKS):
             turns = "".join(
-                f"<p class=\"note\">turn {i}: prompt ({t['prompt_tokens']} tokens)</p><pre>{html.escape(t['prompt'])}</pre>"
-                f"<p class=\"note\">turn {i}: response ({t['response_tokens']} tokens, {html.escape(t['finish_reason'])}"
-                f"{'' if t['format_ok'] else ', malformed'})</p><pre>{html.escape(t['response'])}</pre>"
+                f'<p class="note">turn {i}: prompt ({t["prompt_tokens"]} tokens)</p>'
+                f'<pre>{html.escape(t["prompt"])}</pre>'
+                f'<p class="note">turn {i}: response ({t["response_tokens"]} tokens, {html.escape(t["finish_reason"])}'
+                f'{"" if t["format_ok"] else ", malformed"})</p><pre>{html.escape(t["response"])}</pre>'
                 for i, t in enumerate(sample["turns"], start=1))
             out.append(f"<details><summary>{html.escape(headline(sample))}</summary>{turns}</details>")
     return "".join(out)

@@ -159,7 +159,8 @@ def test_a_plan_without_profiles_says_so_and_uses_the_defaults_of_each_kind() ->
     cfg, notes = for_the_cluster(load_config())
     assert any(n.startswith("frozenlake: no profile declared: the default of a frozenlake domain") for n in notes)
     assert any(n.startswith("math: no profile declared: the default of a math domain") for n in notes)
-    assert cfg.domains["math"].profile.response_tokens.mean == presets.TASKS["math"]["profile"]["response_tokens"]["mean"]
+    declared = presets.TASKS["math"]["profile"]["response_tokens"]["mean"]
+    assert cfg.domains["math"].profile.response_tokens.mean == declared
     # the demo's 12-token answers would cut the profile's 4,000-token ones: the budgets grow, and it says so
     assert cfg.domains["math"].max_new_tokens == 16384 and any("math: max_new_tokens 12 → 16384" in n for n in notes)
     with pytest.raises(MissingProfiles, match=r"domains\.mine \(env my_envs:Env\).*declare domains\.<name>\.profile"):
