@@ -412,6 +412,22 @@ class InferenceConfig(Section):
     )
     vllm: VLLMConfig = VLLMConfig()
     replicas_per_pool: int = Field(1, ge=1, description="inference workers per generation pool")
+    replicas: dict[str, int] = Field(
+        default_factory=dict, description="inference workers of the named generation pools, by pool (e.g. a plan's "
+        "engine count per pool); a pool not named gets replicas_per_pool"
+    )
+
+    @field_validator("replicas")
+    @classmethod
+    def _positive_replicas(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = {pool: n for pool, n in value.items() if n < 1}
+        if bad:
+            raise ValueError(f"every pool needs at least 1 inference worker, got {bad}")
+        return value
+
+    def replicas_of(self, pool: str) -> int:
+        """Inference workers of generation pool `pool`."""
+        return self.replicas.get(pool, self.replicas_per_pool)
     max_batch_size: int = Field(32, ge=1, description="requests an engine decodes at once; later ones queue")
     prefix_cache_mb: float = Field(64.0, ge=0, description="KV kept for multi-turn prefix reuse (LRU)")
     request_timeout_s: float = Field(
@@ -828,6 +844,9 @@ class RunConfig(Section):
                 problems.append(
                     f"domains.{name}.pool: '{dom.pool}' is a serverless pool; generation needs a gpu or cpu pool"
                 )
+        for pool in self.inference.replicas:
+            if pool not in self.pools:
+                problems.append(f"inference.replicas: '{pool}' is not a declared pool (declared: {pools})")
         for role, rc in self.roles.items():
             for p in ([rc.pool] if rc.pool else []) + list(rc.fallback or []):
                 if p not in self.pools:

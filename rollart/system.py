@@ -240,7 +240,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         # every domain's pool, weight 0 included: such a domain is still evaluated
         for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
             inference[pool] = res.place(
-                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
+                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_of(pool), args=(cfg,),
                 num_gpus=gpus_per_worker(cfg, pool),
                 kwargs={"subscriber": store.subscriber() if store else None},
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},

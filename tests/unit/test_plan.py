@@ -141,8 +141,9 @@ def _check_sums(cfg, hw, cand, tp: int, node: int) -> None:  # noqa: ANN001
                    _manifest_totals(raycluster_manifest(cfg, hw, cand, tp, node))):
         assert totals == (gpus, pools), (cand.describe(), tp, node, totals, pools)
     assert planned.train.workers == hw.pools[hw.train_pool].count
-    for name, _, n in cand.pools:  # a slot per engine, each engine's tp GPUs on one node
+    for name, _, n in cand.pools:  # a slot per engine, each engine's tp GPUs on one node, each slot used
         assert planned.pools[name].capacity == n // tp and planned.pools[name].device == "cuda"
+        assert planned.inference.replicas_of(name) == n // tp
 
 
 @pytest.mark.parametrize("tp,node,train", [(1, 8, 32), (2, 8, 12), (4, 4, 4), (2, 4, 10)])
