@@ -230,12 +230,107 @@ class DomainRewardConfig(Section):
     """
 
     fn: str = Field(
-        "env", description="env (the environment's own return), a built-in (math, code, format, judge) or "
-        "module.path:callable"
+        "env", description="env (the environment's own return), a built-in (math, code, format, judge, exact, "
+        "regex) or module.path:callable — a function of the trajectory, or (dataset domains) of "
+        "`response` and `row`"
     )
     backend: Literal["local", "serverless", "http"] | None = Field(
         None, description="None = reward.backend"
     )
+    pattern: str = Field(
+        "", description="regex reward: a regular expression the response must contain a match of; `{answer}` in "
+        "it stands for the reference answer (escaped), e.g. 'answer is {answer}\\b'"
+    )
+
+    @model_validator(mode="after")
+    def _check_pattern(self) -> DomainRewardConfig:
+        if self.fn == "regex":
+            if not self.pattern:
+                raise ValueError("reward fn 'regex' needs reward.pattern (a regular expression; {answer} = the "
+                                 "reference answer)")
+            import regex
+
+            try:
+                regex.compile(self.pattern.replace("{answer}", "x"))
+            except regex.error as exc:
+                raise ValueError(f"reward.pattern {self.pattern!r} is not a valid regular expression: {exc}") from None
+        elif self.pattern:
+            raise ValueError(f"reward.pattern is read by the regex reward only (reward fn is {self.fn!r})")
+        return self
+
+
+# which roles a reward fn needs mapped
+REWARD_ROLES = {"math": ("answer",), "exact": ("answer",), "regex": ("answer",), "code": ("tests",)}
+
+
+class DatasetConfig(Section):
+    """The rows of a dataset domain (`env: dataset`), read with the `datasets` library (Arrow, memory-mapped).
+
+    Each GRPO group takes the next row of its domain: rows are shuffled with the run seed, once per epoch, and
+    no row repeats within an epoch (a resumed run continues at the next row). Rows whose mapped columns are
+    empty, or whose first prompt (rendered with the model's chat template) is longer than the budget, are
+    dropped and counted (`rollart data preview DOMAIN` shows them)."""
+
+    train: str = Field(
+        description="the training rows: a JSONL/JSON, Parquet, CSV or Arrow file, a datasets.save_to_disk "
+        "directory, or a hub dataset id (online, or cached by the datasets library)"
+    )
+    validation: str = Field(
+        "", description="the validation rows (same forms); empty = a fixed fraction of train is held out (holdout)"
+    )
+    format: Literal["auto", "json", "parquet", "csv", "arrow", "disk", "hub"] = Field(
+        "auto", description="how to read train and validation: auto = by the file's extension (.jsonl/.json, "
+        ".parquet, .csv, .arrow), a directory = save_to_disk, else a hub id"
+    )
+    subset: str = Field("", description="hub datasets: the configuration (subset) name, e.g. 'main' for GSM8K")
+    train_split: str = Field("train", description="the split of train to read (hub ids, save_to_disk dicts)")
+    validation_split: str = Field("test", description="the split of validation to read (hub ids, save_to_disk dicts)")
+    columns: dict[str, str] = Field(
+        description="role → column: prompt (or messages) is required; answer, tests, entry_point, system, tools "
+        "are read by rewards and episodes; any other role is metadata passed to the reward with the row"
+    )
+    prompt_format: str = Field(
+        "{prompt}", description="the user message made from a row: Python format fields name roles, e.g. "
+        "'{prompt}\\nPut the final answer in \\\\boxed{{}}.'"
+    )
+    holdout: float = Field(
+        0.05, gt=0, lt=1, description="without validation: this fraction of train (at least one row) is held out "
+        "for validation, chosen with holdout_seed (the same in every run)"
+    )
+    holdout_seed: int = Field(0, description="seeds which train rows are held out")
+    max_prompt_tokens: int | None = Field(
+        None, ge=1, description="drop rows whose first prompt is longer, in tokens; None = max_total_tokens − "
+        "max_new_tokens of the domain"
+    )
+    episode: str = Field(
+        "single_turn", description="what a row becomes: single_turn (the prompt, one answer), tool_lookup (a "
+        "multi-turn tool-use task whose tools and hidden answer come from the row) or module.path:Class (built "
+        "as Class(row, **options): an env with reset/step)"
+    )
+
+    @model_validator(mode="after")
+    def _check_columns(self) -> DatasetConfig:
+        import string
+
+        if ("prompt" in self.columns) == ("messages" in self.columns):
+            raise ValueError("data.columns: map exactly one of `prompt` (a text column) and `messages` (a chat "
+                             f"column); got roles {sorted(self.columns)}")
+        empty = sorted(role for role, column in self.columns.items() if not column)
+        if empty:
+            raise ValueError(f"data.columns: roles {empty} name no column")
+        if "messages" in self.columns:
+            if self.prompt_format != "{prompt}":
+                raise ValueError("data.prompt_format is for prompt columns; a messages column is the chat itself")
+            return self
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
+        except ValueError as exc:
+            raise ValueError(f"data.prompt_format {self.prompt_format!r}: {exc} (write {{{{ and }}}} for braces)") from None
+        unknown = sorted(f for f in fields if f not in self.columns)
+        if unknown:
+            raise ValueError(f"data.prompt_format: fields {unknown} are not mapped roles (data.columns has "
+                             f"{sorted(self.columns)}; write {{{{ and }}}} for literal braces)")
+        return self
 
 
 class DomainConfig(Section):
@@ -273,6 +368,13 @@ class DomainConfig(Section):
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
+    data: DatasetConfig | None = Field(None, description="the rows of a dataset domain (env: dataset)")
+    system_prompt: str = Field("", description="system message of every episode's prompt (empty = none)")
+    thinking: bool | None = Field(
+        None, description="the chat template's thinking switch (enable_thinking, e.g. Qwen3's: false = an empty "
+        "<think></think> in the generation prompt); None = the template's default; set only for templates "
+        "that have it"
+    )
     profile: DomainProfileConfig | None = Field(
         None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
     )
@@ -290,6 +392,17 @@ class DomainConfig(Section):
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")
+        if (self.env == "dataset") != (self.data is not None):
+            raise ValueError("`env: dataset` and `data` go together: a dataset domain reads its rows from `data` "
+                             f"(got env={self.env!r}, data {'set' if self.data else 'unset'})")
+        if self.data is not None:
+            if self.data.max_prompt_tokens is None and self.max_total_tokens <= self.max_new_tokens:
+                raise ValueError(f"max_total_tokens ({self.max_total_tokens}) leaves no room for a prompt beside "
+                                 f"max_new_tokens ({self.max_new_tokens}); raise it or set data.max_prompt_tokens")
+            missing = [r for r in REWARD_ROLES.get(self.reward.fn, ()) if r not in self.data.columns]
+            if missing:
+                raise ValueError(f"reward fn {self.reward.fn!r} reads the row's {missing[0]!r}: map it in "
+                                 f"data.columns (e.g. {missing[0]}: <column>)")
         return self
 
 

@@ -7,6 +7,10 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   `demonstrations`) — a `module.path:function` that imports and takes the right arguments (nothing runs);
 - `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
   for the `http` backend, whose service has its own);
+- `domains.<d>.data` — for a dataset domain, that its train and validation rows can be read: the files exist
+  in a known format (or the hub id is cached or reachable), the mapped columns are there with a type a row can
+  carry, no split is empty, and `data.episode` names an episode (`sources=False` skips it: `rollart sim`
+  needs no rows);
 - the env class of every domain the warm start demonstrates — complete: `reset` and `step`, and under a
   warm start (`train.warm_start.steps` > 0 on a run that has no checkpoint yet) `expert_action`, plus
   `random_action` when `expert_prob` < 1; a missing method is named with both ways out (add it, or
@@ -61,6 +65,28 @@ def run_dir_problem(run_dir: str) -> str:
     return ""
 
 
+def data_problems(name: str, dom: DomainConfig) -> list[str]:
+    """What stops a dataset domain's rows from being read (see the module docstring)."""
+    from rollart.envs.dataset import DataError, load_table
+    from rollart.envs.dataset.env import episode_constructor
+
+    data = dom.data
+    assert data is not None
+    problems: list[str] = []
+    sources = [("train", data.train, data.train_split)] + (
+        [("validation", data.validation, data.validation_split)] if data.validation else [])
+    for key, location, split in sources:
+        try:
+            load_table(location, data.format, data.columns, split=split, subset=data.subset)
+        except DataError as exc:
+            problems.append(f"domains.{name}.data.{key}: {exc}")
+    try:
+        episode_constructor(data.episode)
+    except DataError as exc:
+        problems.append(f"domains.{name}.data.episode: {exc}")
+    return problems
+
+
 def installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -106,10 +132,12 @@ def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, warm_start: 
     return ""
 
 
-def check_config(cfg: RunConfig) -> None:
+def check_config(cfg: RunConfig, *, sources: bool = True) -> None:
     problems: list[str] = []
     warm_start = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
+        if dom.data is not None and sources:
+            problems += data_problems(name, dom)
         try:
             if dom.agent:
                 resolve_agent(dom.agent)

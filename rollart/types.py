@@ -147,6 +147,9 @@ class Turn:
 # A user agent's own metrics sit in `Trajectory.metrics` under this prefix (`agent/<name>`), apart from the
 # env plane's counters; the observability plane logs them per domain as `env/<domain>/agent/<name>`.
 AGENT_METRIC_PREFIX = "agent/"
+# An env's own numbers from its reset info (a dataset row's epoch and row) sit in `Trajectory.metrics` under
+# this prefix; the observability plane logs them per domain as `env/<domain>/data/<name>`.
+DATA_METRIC_PREFIX = "data/"
 
 
 MAX_TRACEBACK_CHARS = 8000

@@ -1,8 +1,8 @@
 """The supervised warm start before RL: expert demonstrations of the trained domains, in batches.
 
 In: a `RunConfig` (`train.warm_start`: steps, batch size, expert probability; the domains, seeded by
-`seed`), the tokenizer's model path (agent domains lay their demonstrations out with the gateway's own
-session code) and a trainer with `sft_step`. Out: `demonstration_batches(cfg, model_path)` — the batches,
+`seed`), the tokenizer's model path (every demonstration is laid out as its domain's rollouts: agent domains
+with the gateway's own session code, env domains with the domain's `ChatTokens`) and a trainer with `sft_step`. Out: `demonstration_batches(cfg, model_path)` — the batches,
 the same in every process; `warm_start(cfg, trainer, model_path, on_step)` — runs them, telling
 `on_step(step, steps, metrics)` after each.
 
@@ -21,6 +21,7 @@ from rollart.config import RunConfig
 from rollart.envs.agents.demonstrations import demonstrate_agent
 from rollart.envs.chat import ChatTokens
 from rollart.envs.expert import demonstrate
+from rollart.envs.spec import domain_env_factory
 from rollart.models import load_tokenizer
 
 log = logging.getLogger("rollart")
@@ -32,20 +33,27 @@ class SupervisedTrainer(Protocol):
 
 def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[list[Any]]:
     """`train.warm_start.steps` batches of `batch_size` expert demonstrations, the trained domains in turn
-    (agent domains only when they name `demonstrations`)."""
+    (agent domains only when they name `demonstrations`), each laid out as its domain's rollouts are: the
+    tokenizer at `model_path`, the domain's system prompt and thinking switch (a dataset domain's rows are
+    read here)."""
     ws = cfg.train.warm_start
     domains = demonstrated(cfg)
     if not domains or not ws.steps:
         return
-    chat = ChatTokens(load_tokenizer(model_path)) if any(cfg.domains[d].agent for d in domains) else None
+    tokenizer = load_tokenizer(model_path)
+    chats = {d: ChatTokens(tokenizer) if cfg.domains[d].agent else
+             ChatTokens(tokenizer, cfg.domains[d].system_prompt, cfg.domains[d].thinking) for d in domains}
+    factories = {d: domain_env_factory(d, cfg.domains[d], chats[d], cfg.seed) for d in domains
+                 if not cfg.domains[d].agent}
     picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
     rng = random.Random(cfg.seed)
 
     def sample(domain: str) -> Any:
         domain_cfg, seed = cfg.domains[domain], rng.randrange(10**9)
         if domain_cfg.agent:
-            return demonstrate_agent(domain, domain_cfg, chat, seed, ws.expert_prob, cfg.envs.gateway.model_name)  # type: ignore[arg-type]
-        return list(demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob).messages)
+            return demonstrate_agent(domain, domain_cfg, chats[domain], seed, ws.expert_prob,
+                                     cfg.envs.gateway.model_name)
+        return demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob, factories[domain]).sample(chats[domain])
 
     for _ in range(ws.steps):
         yield [sample(d) for d in picks]

@@ -265,12 +265,19 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"envs.server.host: {server_cfg.host!r} is not loopback; the protocol is plain HTTP, so "
                           "set envs.server.allow_non_loopback=true (with TLS or a private network in front of it)")
     from rollart.envs.server import EnvServer
-    from rollart.envs.spec import resolve_env
+    from rollart.envs.spec import domain_env_factory
 
+    chat = None
+    if domain_cfg.data is not None:  # a dataset domain's rows are filtered by the model's chat template
+        from rollart.envs.chat import ChatTokens
+        from rollart.models import load_tokenizer, resolve_model_path
+
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed))
+        chat = ChatTokens(tokenizer, domain_cfg.system_prompt, domain_cfg.thinking)
     token = os.environ.get(server_cfg.token_env) or secrets.token_urlsafe(24)
     pool = cfg.envs.warm_pool.size if cfg.envs.pooled(args.domain, domain_cfg) else 0
-    server = EnvServer(args.domain, domain_cfg.env, resolve_env(domain_cfg.env, domain_cfg.options), server_cfg,
-                       cfg.envs, token=token, pool_size=pool).start()
+    server = EnvServer(args.domain, domain_cfg.env, domain_env_factory(args.domain, domain_cfg, chat, cfg.seed),
+                       server_cfg, cfg.envs, token=token, pool_size=pool).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"env server: domain {args.domain} ({domain_cfg.env}) at {server.url}"

@@ -6,7 +6,8 @@ it takes. Out: complete, scored GRPO groups in the buffer; counters of everythin
 
 What it does:
 - Samples a task domain per group (by `domains.<d>.weight`; `stratified` keeps the pending mix on target),
-  gives the group a seed, and starts `group_size + redundancy.extra_per_group` trajectories of it.
+  gives the group a seed — a dataset domain's groups take its rows in order, so their seed is the domain's
+  ordinal (0, 1, 2 …: the env maps it to a row of the epoch's shuffle) — and starts `group_size + redundancy.extra_per_group` trajectories of it.
 - Admission (staleness.py (2)): pending groups (running or ready) ≤ window × (groups per batch incl.
   `extra_groups`), so pending trajectories ≤ (α + 1) × (batch size + redundancy) and nothing is started
   that could only ever be stale.
@@ -32,8 +33,9 @@ breaker.py: `rollout.circuit_breaker`) stops rollout the same way, with `DomainB
 count and its first error with its traceback — within seconds instead of a batch timeout.
 
 Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
-`rollart.codec`) and the sequence numbers of the groups still running; a resumed run puts the former back
-in the buffer as they were (they are trained once, never generated again) and re-admits the latter.
+`rollart.codec`), the sequence numbers and seeds of the groups still running and each dataset domain's next
+ordinal; a resumed run puts the former back in the buffer as they were (they are trained once, never
+generated again), re-admits the running ones with their seeds, and goes on with the next row of each dataset.
 
 Bookkeeping — one structure, `_groups`, and the ledger `fate`:
 - `_groups` holds each group from its admission until it is closed (complete, dropped, stale or stopped)
@@ -186,7 +188,8 @@ class RolloutScheduler:
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self.unsettled = self.unsettled_peak = 0  # trajectories started and not settled: now, and at most
-        self._replay: list[tuple[str, int]] = []  # (domain, seq) of groups to re-admit after a resume
+        self._replay: list[tuple[str, int, int]] = []  # (domain, seq, seed) of groups to re-admit after a resume
+        self.ordinals: Counter[str] = Counter()  # per dataset domain: groups drawn so far (its next row)
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
         self.breaker = DomainBreaker(rollout.circuit_breaker)
@@ -323,8 +326,8 @@ class RolloutScheduler:
         self._background.discard(task)
         self._task_done(task, f"a background task of the scheduler ({task.get_name()})")
 
-    def _next_group(self) -> tuple[str, int] | None:
-        """(domain, seq) of the next group to admit, or None when admission must wait: first the groups
+    def _next_group(self) -> tuple[str, int, int] | None:
+        """(domain, seq, seed) of the next group to admit, or None when admission must wait: first the groups
         a resumed run replays (under the total bound), then new ones of the domain `_select_domain` picks."""
         if self._replay:
             return self._replay.pop(0) if self._below_total_bound() else None
@@ -332,7 +335,14 @@ class RolloutScheduler:
         if domain is None:
             return None
         self.next_seq += 1
-        return domain, self.next_seq - 1
+        return domain, self.next_seq - 1, self._new_seed(domain, self.next_seq - 1)
+
+    def _new_seed(self, domain: str, seq: int) -> int:
+        """A new group's seed: a dataset domain's next ordinal (its rows in order), else one per sequence number."""
+        if self.domains[domain].data is not None:
+            self.ordinals[domain] += 1
+            return self.ordinals[domain] - 1
+        return self.seed * 1_000_003 + seq
 
     def _below_total_bound(self) -> bool:
         return self.pending_groups() < self.allowed_groups()
@@ -357,13 +367,13 @@ class RolloutScheduler:
         best = max(domains, key=lambda d: (room[d], -domains.index(d)))
         return best if room[best] > 0 else None
 
-    async def _launch_group(self, domain: str, seq: int) -> None:
+    async def _launch_group(self, domain: str, seq: int, seed: int) -> None:
         group = _Group(
             group_id=f"g{seq:06d}",
             seq=seq,
             domain=domain,
             env=self.domains[domain].env,
-            seed=self.seed * 1_000_003 + seq,
+            seed=seed,
             cohort=self._cohort,
         )
         self._hold(group)
@@ -613,17 +623,18 @@ class RolloutScheduler:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on where this one stands, as JSON data: the groups scored but not
         trained (`ready`: `ReadyGroup`s with their trajectories, see `rollart.codec`), the groups still
-        running (`replay`: (domain, seq), admitted again in order: exact for α = 0), the next sequence
-        number and the domain sampler's state."""
-        running = sorted([[g.domain, g.seq] for g in self._open_groups()], key=lambda x: x[1])
+        running (`replay`: (domain, seq, seed), admitted again in order: exact for α = 0), the next sequence
+        number, each dataset domain's next ordinal and the domain sampler's state."""
+        running = sorted([[g.domain, g.seq, g.seed] for g in self._open_groups()], key=lambda x: x[1])
         return {"next_seq": self.next_seq, "rng": _json_rng(self.rng.getstate()), "replay": running,
-                "ready": [to_json(g) for g in self.buffer.ready_groups]}
+                "ordinals": dict(self.ordinals), "ready": [to_json(g) for g in self.buffer.ready_groups]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.next_seq = int(state["next_seq"])
         rng_state = state["rng"]
         self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
-        self._replay = [(d, int(s)) for d, s in state["replay"]]
+        self._replay = [(d, int(seq), int(seed)) for d, seq, seed in state["replay"]]
+        self.ordinals = Counter({d: int(n) for d, n in state["ordinals"].items()})
         for data in state.get("ready", []):  # scored, not trained: back into the buffer as they were
             group = from_json(ReadyGroup, data)
             for t in group.trajectories:

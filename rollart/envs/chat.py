@@ -1,16 +1,27 @@
-"""Token-in/token-out prompts under a chat template: each turn adds only new tokens.
+"""Token-in/token-out prompts under the model's own chat template: each turn adds only new tokens.
 
-In: a Hugging Face tokenizer with a chat template, observations (text) and the ids the model produced.
-Out: the ids to append before each generation — turn 0: the whole templated first user message plus the
-generation prompt; turn k+1: the end of the assistant message the model just wrote (whatever of the
-template's closing text the model did not emit itself, e.g. the newline after `<|im_end|>`), the new
-user message and the generation prompt. The model's ids are never decoded and re-encoded.
+In: a Hugging Face tokenizer with a chat template, the domain's system prompt and thinking switch, observations
+(text) and the ids the model produced. Out: the ids to append before each generation — turn 0: the whole
+templated first prompt (system prompt, the first user message or a row's whole chat, the generation prompt);
+turn k+1: the end of the assistant message the model just wrote (whatever of the template's closing text the
+model did not emit itself, e.g. the newline after `<|im_end|>`), the template's tokens for the new user
+message, and the generation prompt. The model's ids are never decoded and re-encoded, and earlier turns are
+never rendered again: the ids trained on are the ids generated.
 
-Guarantee (tested): when the model's ids are the canonical encoding of its text, the concatenation of
-every turn's prompt ids and response ids equals a fresh tokenisation of the whole conversation under the
-template. This relies on the template's prefix property (messages[:k] render to a prefix of
-messages[:k+1]), which the constructor checks — a template that rewrites earlier turns (e.g. one that
-strips reasoning from old assistant messages) is refused with a clear error.
+How the new message's tokens are found: the template renders [user, assistant, new user] with sentinel texts
+for the first two, and everything after the assistant's sentinel is what a new user message adds. That holds
+for templates that render an earlier turn differently once a later one follows — Qwen3's strips the
+reasoning (`<think>…</think>`) of earlier assistant messages, so re-rendering a conversation changes the ids
+the model actually saw, the field's most reported multi-turn bug; here the context keeps them.
+
+Guarantee (tested): for a template with the prefix property (messages[:k] render to a prefix of
+messages[:k+1], e.g. ChatML) and a model whose ids are the canonical encoding of its text, the concatenation
+of every turn's prompt and response ids equals a fresh tokenisation of the whole conversation. For any
+template, turn k+1's context is turn k's context, then the model's ids, then the new message's tokens.
+
+`thinking` (None = the template's default) passes `enable_thinking` to templates that have that switch
+(Qwen3's: false adds an empty `<think></think>` to the generation prompt); asking for it with a template
+that has no such switch is an error.
 """
 
 from __future__ import annotations
@@ -23,24 +34,32 @@ _ASSISTANT = "rollart-assistant-sentinel"
 Message = Mapping[str, Any]
 
 
-class ChatTokens:
-    """Prompt pieces for one tokenizer and (optional) system prompt; stateless, share it freely."""
+def has_thinking_switch(template: str | None) -> bool:
+    """Whether a chat template reads `enable_thinking` (thinking on/off, as Qwen3's does)."""
+    return bool(template) and "enable_thinking" in str(template)
 
-    def __init__(self, tokenizer: Any, system_prompt: str = "") -> None:
+
+class ChatTokens:
+    """Prompt pieces for one tokenizer, system prompt and thinking switch; stateless, share it freely."""
+
+    def __init__(self, tokenizer: Any, system_prompt: str = "", thinking: bool | None = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the tokenizer has no chat template; token-in/token-out prompts need one")
+        if thinking is not None and not has_thinking_switch(tokenizer.chat_template):
+            raise ValueError(f"thinking={thinking}: this model's chat template has no thinking switch "
+                             "(enable_thinking); leave the domain's `thinking` unset")
         self.tokenizer = tokenizer
         self.system: list[dict[str, str]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        head = self.render([{"role": "user", "content": _USER}], generation_prompt=True)
-        self._base = self.render(
-            [{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}], generation_prompt=False
-        )
-        if not (self._base.startswith(head) and self._base[len(head) :].startswith(_ASSISTANT)):
-            raise ValueError(
-                "the chat template lacks the prefix property (a generation prompt followed by the assistant's "
-                "text must render as the assistant message); token-in/token-out multi-turn needs it"
-            )
-        self.message_close = self._base[len(head) + len(_ASSISTANT) :]  # what ends a message: "<|im_end|>\n"
+        self.template_kwargs: dict[str, Any] = {"enable_thinking": thinking} if thinking is not None else {}
+        closed = self.render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}],
+                             generation_prompt=False)
+        if _ASSISTANT not in closed:
+            raise ValueError("the chat template does not render an assistant message's content; token-in/token-out "
+                             "multi-turn needs it")
+        self.message_close = closed[closed.rindex(_ASSISTANT) + len(_ASSISTANT) :]  # e.g. "<|im_end|>\n"
+        if not self._new_message_text("x").startswith(self.message_close):
+            raise ValueError("the chat template closes an assistant message differently when another message "
+                             "follows; token-in/token-out multi-turn cannot tell which tokens end the model's turn")
         self.end_token_id = self._end_token_id()
         eos = tokenizer.eos_token_id
         stops = [self.end_token_id] if self.end_token_id is not None else []
@@ -57,10 +76,12 @@ class ChatTokens:
     def render(
         self, messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Mapping[str, Any]] | None = None
     ) -> str:
-        """The template's text for `messages` (and `tools`, rendered where the template puts them)."""
+        """The template's text for `messages` (and `tools`, rendered where the template puts them), after the
+        system prompt unless the messages begin with their own."""
+        own_system = bool(messages) and messages[0].get("role") == "system"
         return self.tokenizer.apply_chat_template(
-            self.system + [dict(m) for m in messages], tools=list(tools) if tools else None, tokenize=False,
-            add_generation_prompt=generation_prompt,
+            ([] if own_system else self.system) + [dict(m) for m in messages], tools=list(tools) if tools else None,
+            tokenize=False, add_generation_prompt=generation_prompt, **self.template_kwargs,
         )
 
     def encode(self, text: str) -> list[int]:
@@ -74,8 +95,14 @@ class ChatTokens:
         """Ids of the first turn: (system prompt,) the first user message and the generation prompt."""
         return self.encode(self.render([{"role": "user", "content": observation}], generation_prompt=True))
 
-    def follow_up(self, observation: str, last_response_ids: Sequence[int]) -> list[int]:
-        """Ids to append after the model's last response: close its message, add the next user message."""
+    def initial_messages(self, messages: Sequence[Message]) -> list[int]:
+        """Ids of a first turn that starts from a whole chat (a dataset row's messages): the chat as the
+        template renders it (the system prompt first unless the chat has its own) and the generation prompt."""
+        return self.encode(self.render(messages, generation_prompt=True))
+
+    def _new_message_text(self, observation: str) -> str:
+        """The template's text after an assistant message's content when a user message follows: the rest of
+        the assistant message, the user message and the generation prompt."""
         full = self.render(
             [
                 {"role": "user", "content": _USER},
@@ -84,7 +111,26 @@ class ChatTokens:
             ],
             generation_prompt=True,
         )
-        return self.encode(self.closing_after(last_response_ids) + full[len(self._base) :])
+        return full[full.index(_ASSISTANT) + len(_ASSISTANT) :]
+
+    def follow_up(self, observation: str, last_response_ids: Sequence[int]) -> list[int]:
+        """Ids to append after the model's last response: close its message, add the next user message."""
+        after = self._new_message_text(observation)[len(self.message_close) :]
+        return self.encode(self.closing_after(last_response_ids) + after)
+
+    # --- lengths, for dataset filters (rollart.envs.dataset.rows.PromptMeter) -------------------------------
+    def overhead(self, messages: int) -> int:
+        """Tokens of the template around `messages` (≥ 1) empty user messages, system and generation prompt
+        included."""
+        return len(self.encode(self.render([{"role": "user", "content": ""}] * max(1, messages), True)))
+
+    def count(self, prompts: Sequence[str | Sequence[Message]]) -> list[int]:
+        """First-prompt tokens of each user message (text) or chat (a list of messages)."""
+        texts = [self.render([{"role": "user", "content": p}] if isinstance(p, str) else list(p), True) for p in prompts]
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            return [len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
+        return [len(self.encode(t)) for t in texts]
 
     def closing_after(self, response_ids: Sequence[int]) -> str:
         """The template's closing text that the model did not emit (all of it if it stopped on length)."""
@@ -103,15 +149,24 @@ class ChatTokens:
         return self.encode(text) + ([self.end_token_id] if self.end_token_id is not None else [])
 
     def conversation(self, messages: Sequence[Message]) -> tuple[list[int], list[int]]:
-        """(ids, loss mask) of an alternating user/assistant conversation laid out exactly as a rollout:
-        prompt ids masked 0, assistant ids (text + stop token) masked 1. For supervised warm starts."""
-        ids: list[int] = []
-        mask: list[int] = []
+        """(ids, loss mask) of a conversation laid out exactly as a rollout: the messages before the first
+        assistant message are the first prompt (one user message, or a chat with its own system message as a
+        dataset row starts), then assistant and user messages alternate; prompt ids masked 0, assistant ids
+        (text + stop token) masked 1. For supervised warm starts."""
+        first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+        head = messages[:first]
+        if len(head) == 1 and head[0]["role"] == "user":
+            ids = self.initial(head[0]["content"])
+        elif head:
+            ids = self.initial_messages(head)
+        else:
+            raise ValueError("conversation: it starts with an assistant message; a prompt must come first")
+        mask = [0] * len(ids)
         last: list[int] = []
-        for i, message in enumerate(messages):
+        for i, message in enumerate(messages[first:], start=first):
             role = message["role"]
             if role == "user":
-                piece = self.initial(message["content"]) if i == 0 else self.follow_up(message["content"], last)
+                piece = self.follow_up(message["content"], last)
                 ids += piece
                 mask += [0] * len(piece)
             elif role == "assistant":

@@ -13,7 +13,8 @@ Out: a `Trajectory` with `status` set and `reward` None (the reward plane scores
 terminated (or ended the episode on a malformed action under `end_on_format_error`), TRUNCATED on env
 truncation/max turns/max tokens, FAILED with the error text when reset kept failing, step raised or timed
 out, or generation failed, ABORTED/STALE when cancelled (`cancel`), with every turn generated so far.
-`reference` comes from the reset info, `env_return` is the sum of the turns' rewards (a malformed action's
+`reference` comes from the reset info (and its `prompt_messages`, a whole chat, make the first prompt; its
+`metrics` become `data/<name>` metrics), `env_return` is the sum of the turns' rewards (a malformed action's
 turn gets the domain's `format_penalty`).
 
 Guarantees: `run` returns exactly once per manager, never raises for env/LLM errors, and always closes
@@ -34,11 +35,19 @@ from rollart.config import DomainConfig, EnvsConfig
 from rollart.envs.chat import ChatTokens
 from rollart.envs.episode import EpisodeEnds, after_step, error_text, reset_with_retries
 from rollart.envs.injection import FaultInjectingEnv
-from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv, EnvFactory
+from rollart.envs.protocol import (
+    FORMAT_ERROR_KEY,
+    METRICS_KEY,
+    PROMPT_MESSAGES_KEY,
+    REFERENCE_KEY,
+    AsyncEnv,
+    EnvFactory,
+)
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.warm_pool import WarmPool, build_prepared
 from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import (
+    DATA_METRIC_PREFIX,
     Fault,
     GenerationRequest,
     GenerationResult,
@@ -95,6 +104,7 @@ class EnvManager:
         self._cancel: tuple[Status, str] | None = None
         self._phase = "idle"
         self._started = False
+        self._first_chat: list[dict[str, Any]] | None = None  # reset info's prompt_messages
         self._metrics: dict[str, float] = dict.fromkeys(
             ("reset_attempts", "format_errors", "env_time_s", "generate_time_s"), 0.0
         )
@@ -245,6 +255,10 @@ class EnvManager:
             reference = info.get(REFERENCE_KEY)
             if isinstance(reference, dict):
                 self.trajectory = replace(self.trajectory, reference=dict(reference))
+            chat = info.get(PROMPT_MESSAGES_KEY)
+            self._first_chat = [dict(m) for m in chat] if isinstance(chat, list) and chat else None
+            for key, value in dict(info.get(METRICS_KEY) or {}).items():
+                self._metrics[f"{DATA_METRIC_PREFIX}{key}"] = float(value)
             for turn_index in range(self.domain_cfg.max_turns):
                 observation = await self._turn(turn_index, observation)
         except EpisodeEnds as end:
@@ -258,7 +272,7 @@ class EnvManager:
         if self.gate is not None:
             await self.gate.before_turn(self.trajectory_id, turn_index)
         if turn_index == 0:
-            prompt = self.chat.initial(observation)
+            prompt = self.chat.initial_messages(self._first_chat) if self._first_chat else self.chat.initial(observation)
         else:
             prompt = self.chat.follow_up(observation, self.trajectory.turns[-1].response_token_ids)
         context = self.trajectory.token_ids() + prompt

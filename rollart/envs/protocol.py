@@ -11,6 +11,10 @@ the action is the model's whole response text (the env parses it, as GEM's envs 
 Conventions in `info` that the EnvManager reads (all optional):
 - reset info `"reference"` (a dict: reference answer, hidden tests …) → `Trajectory.reference`, for the
   reward plane;
+- reset info `"prompt_messages"` (a list of chat messages) → the first prompt is that chat under the chat
+  template (a dataset row's `messages`, or its own system prompt), instead of the observation as one user
+  message;
+- reset info `"metrics"` (name → number) → the trajectory's `data/<name>` metrics (a dataset row's epoch);
 - step info `"format_error"` (a message) → the action was malformed: the turn gets the domain's
   `format_penalty` instead of the env reward, and the episode goes on unless `end_on_format_error`.
 
@@ -30,6 +34,8 @@ StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 ResetResult = tuple[str, dict[str, Any]]
 
 REFERENCE_KEY = "reference"
+PROMPT_MESSAGES_KEY = "prompt_messages"
+METRICS_KEY = "metrics"
 FORMAT_ERROR_KEY = "format_error"
 
 

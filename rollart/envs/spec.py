@@ -1,7 +1,8 @@
 """Resolve an env spec (the `env` of a domain in config) to a factory of fresh environments.
 
 In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
-- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number);
+- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number, and `dataset`, whose
+  episodes are the rows of `domains.<name>.data`: `domain_env_factory` builds it);
 - `remote:<url>`: the envs an env server (`rollart env serve DOMAIN`) serves at that URL, e.g.
   `remote:http://127.0.0.1:8710` (options: `urls` for more servers, `token_env`, `timeout_s`);
 - `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
@@ -18,10 +19,14 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import logging
 import os
 import sys
 from typing import Any, Callable, Mapping
 
+from rollart.config import DomainConfig
+from rollart.envs.dataset import DatasetEnv, open_dataset_domain
+from rollart.envs.dataset.rows import PromptMeter
 from rollart.envs.domains.code_env import CodeEnv
 from rollart.envs.domains.frozenlake import FrozenLakeEnv
 from rollart.envs.domains.guess_number import GuessNumberEnv
@@ -32,13 +37,17 @@ from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
 from rollart.envs.remote import RemoteEnv
 
+log = logging.getLogger("rollart.envs")
+
 BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
     "frozenlake": FrozenLakeEnv,
     "sokoban": SokobanEnv,
     "math": MathEnv,
     "code": CodeEnv,
     "guess_number": GuessNumberEnv,
+    "dataset": DatasetEnv,
 }
+DATASET_ENV = "dataset"
 
 ACCEPTED_FORMS = (
     f"a built-in name ({', '.join(BUILTIN_ENVS)}), 'gem:<id>' (e.g. gem:game:Minesweeper-v0-easy), "
@@ -135,7 +144,22 @@ def missing_env_methods(spec: str, needs: tuple[str, ...] = ()) -> list[str]:
 
 def resolve_env(spec: str, options: Mapping[str, Any] | None = None) -> EnvFactory:
     """A factory of fresh envs for `spec` built with `options` as keyword arguments."""
+    if spec.strip() == DATASET_ENV:
+        raise EnvSpecError("env 'dataset' is built from a domain's `data` (domain_env_factory), not from options")
     return functools.partial(env_constructor(spec), **dict(options or {}))
+
+
+def domain_env_factory(name: str, domain_cfg: DomainConfig, meter: PromptMeter | None, seed: int) -> EnvFactory:
+    """The env factory of a domain: its spec with its options, or for a dataset domain its rows — read,
+    filtered with `meter` (the domain's chat template; needed for a dataset domain) and ordered by `seed`
+    once, here."""
+    if domain_cfg.env.strip() == DATASET_ENV:
+        if meter is None:
+            raise ValueError(f"domain {name!r}: a dataset domain's rows are measured with the model's chat template")
+        domain = open_dataset_domain(name, domain_cfg, meter, seed)
+        log.info("%s", domain.report())
+        return domain.make_env
+    return resolve_env(domain_cfg.env, domain_cfg.options)
 
 
 def make_env(spec: str, options: Mapping[str, Any] | None = None) -> Any:

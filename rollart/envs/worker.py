@@ -38,7 +38,7 @@ from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
-from rollart.envs.spec import resolve_env
+from rollart.envs.spec import domain_env_factory, resolve_env
 from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
@@ -86,11 +86,14 @@ class EnvWorker:
         self.cfg, self.name, self.gate = cfg, name, gate
         self.llm = as_llm_client(llm)
         path = model_path or resolve_model_path(cfg.model, cfg.seed)
-        self.chat = ChatTokens(load_tokenizer(path))
+        tokenizer = load_tokenizer(path)
+        self.chat = ChatTokens(tokenizer)  # agents bring their own messages (and system prompts)
+        self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
+                      if not c.agent}
         self.executor = ThreadPoolExecutor(cfg.envs.threads, thread_name_prefix=name.replace("/", "-"))
-        # checked now, so a bad spec fails at start-up rather than mid-run
+        # checked now, so a bad spec (or a dataset with no row left) fails at start-up rather than mid-run
         self._factories: dict[str, EnvFactory] = {
-            d: resolve_env(c.env, c.options) for d, c in cfg.domains.items() if not c.agent
+            d: domain_env_factory(d, c, self.chats[d], cfg.seed) for d, c in cfg.domains.items() if not c.agent
         }
         self._agents = {d: resolve_agent(c.agent) for d, c in cfg.domains.items() if c.agent}
         self.gateway = (
@@ -131,8 +134,9 @@ class EnvWorker:
         agent = self._agents.get(task.domain)
         if agent is None:
             domain_cfg, factory = self._domain_cfg_and_factory(task)
+        chat = self.chats.get(task.domain, self.chat)
         if sampling is None:
-            sampling = domain_sampling(self.cfg, task.domain, self.chat.stop_token_ids, task.split)
+            sampling = domain_sampling(self.cfg, task.domain, chat.stop_token_ids, task.split)
         if agent is not None:
             assert self.gateway is not None
             return AgentRunner(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],
@@ -150,7 +154,7 @@ class EnvWorker:
             domain_cfg=domain_cfg,
             envs=self.cfg.envs,
             llm=self.llm,
-            chat=self.chat,
+            chat=chat,
             sampling=sampling,
             executor=self.executor,
             gate=self.gate,

@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from typing import Iterable, Literal, Mapping, Sequence
 
 from rollart.observability.utilisation import pool_utilisation
-from rollart.types import AGENT_METRIC_PREFIX, Span, Status, Trajectory
+from rollart.types import AGENT_METRIC_PREFIX, DATA_METRIC_PREFIX, Span, Status, Trajectory
 
 AGENT_COUNTERS: tuple[str, ...] = ("malformed_tool_calls", "segments_branched")
 # The life of a trajectory, in order; the report draws these phases.
@@ -110,11 +110,11 @@ def rollout_metrics(batch: Sequence[Trajectory]) -> dict[str, float]:
         for key in AGENT_COUNTERS:  # agent domains: tool calls that did not parse, history rewrites
             if any(key in t.metrics for t in trs):
                 out[p + key] = _mean([float(t.metrics.get(key, 0.0)) for t in trs])
-        # a user agent's own metrics: the mean over the trajectories that reported each one
+        # a user agent's own metrics and an env's row numbers: the mean over the trajectories that reported each
         reported: dict[str, list[float]] = defaultdict(list)
         for t in trs:
             for key, value in t.metrics.items():
-                if key.startswith(AGENT_METRIC_PREFIX):
+                if key.startswith((AGENT_METRIC_PREFIX, DATA_METRIC_PREFIX)):
                     reported[key].append(float(value))
         for key, values in sorted(reported.items()):
             out[p + key] = _mean(values)

@@ -1,11 +1,13 @@
 """Resolve a reward spec from config (`domains.<d>.reward.fn`) into a callable reward function.
 
 In: a spec string and the `RunConfig`. Out: a `RewardFn` (see protocol.py).
-- `env`, `format` — rule rewards (rule_rewards.py);
+- `env`, `format`, `exact`, `regex` — rule rewards (rule_rewards.py);
 - `math` — math-verify in a process pool (math_reward.py);
 - `code` — program + hidden tests in the sandbox (code_reward.py);
 - `judge` — a local checkpoint scores yes/no (judge_reward.py);
-- `module.path:callable` — a user function or class (a class is instantiated once with no arguments).
+- `module.path:callable` — a user function or class (a class is instantiated once with no arguments) of the
+  trajectory; or, with parameters named `response` and `row`, of the last action's text and the dataset row
+  the episode was made from (`trajectory.reference["row"]`: role → value), called by keyword.
 Built-ins are made once per `RewardFns` (they hold process pools or a model), lazily on first use.
 
 An unknown built-in or a path that does not import fails with a ValueError that names the spec, the
@@ -22,10 +24,12 @@ import sys
 
 from rollart.config import RunConfig
 from rollart.reward.protocol import RewardFn
+from rollart.types import Trajectory
 
 log = logging.getLogger("rollart.reward")
 
-BUILTINS = ("env", "format", "math", "code", "judge")
+BUILTINS = ("env", "format", "math", "code", "judge", "exact", "regex")
+ROW_PARAMETERS = ("response", "row")
 
 
 def _make_builtin(name: str, cfg: RunConfig) -> RewardFn:
@@ -37,6 +41,14 @@ def _make_builtin(name: str, cfg: RunConfig) -> RewardFn:
         from rollart.reward.rule_rewards import format_reward
 
         return format_reward
+    if name == "exact":
+        from rollart.reward.rule_rewards import exact_reward
+
+        return exact_reward
+    if name == "regex":
+        from rollart.reward.rule_rewards import RegexReward
+
+        return RegexReward({d: c.reward.pattern for d, c in cfg.domains.items() if c.reward.fn == "regex"})
     if name == "math":
         from rollart.reward.math_reward import MathReward
 
@@ -74,9 +86,43 @@ def _target(spec: str) -> object:
 
 
 def import_reward(spec: str) -> RewardFn:
-    """`module.path:callable` → the callable (a class is instantiated with no arguments)."""
+    """`module.path:callable` → the callable (a class is instantiated with no arguments); one of `response` and
+    `row` (see the module docstring) is wrapped into a function of the trajectory."""
     obj = _target(spec)
-    return obj() if inspect.isclass(obj) else obj  # type: ignore[return-value]
+    fn = obj() if inspect.isclass(obj) else obj
+    return row_reward(fn) if takes_row(fn) else fn  # type: ignore[return-value]
+
+
+def takes_row(fn: object) -> bool:
+    """Whether a reward callable is one of the response text and the dataset row (parameters by name)."""
+    try:
+        names = set(inspect.signature(fn).parameters)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return set(ROW_PARAMETERS) <= names
+
+
+def row_reward(fn: object) -> RewardFn:
+    """A reward of the trajectory that calls `fn(response=<last action>, row=<reference['row']>)`."""
+    from rollart.reward.protocol import RewardInputError, final_action, is_async
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+
+    def arguments(trajectory: Trajectory) -> dict[str, object]:
+        row = trajectory.reference.get("row")
+        if not isinstance(row, dict):
+            raise RewardInputError(f"reward fn {name} takes a dataset row, but trajectory {trajectory.trajectory_id} "
+                                   "carries none (is its domain `env: dataset`?)")
+        return {"response": final_action(trajectory), "row": row}
+
+    if is_async(fn):
+        async def score_row(trajectory: Trajectory) -> object:
+            return await fn(**arguments(trajectory))  # type: ignore[operator]
+    else:
+        def score_row(trajectory: Trajectory) -> object:  # type: ignore[misc]
+            return fn(**arguments(trajectory))  # type: ignore[operator]
+    score_row.__name__ = name
+    return score_row  # type: ignore[return-value]
 
 
 def check_spec(spec: str, where: str, *, here: bool = True) -> None:

@@ -12,7 +12,8 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
     rng/rank<r>.json (+ .safetensors) — Python, numpy and torch (CPU and CUDA) RNG states of every rank
     extra_state.json     — what the driver handed in, returned on load: its `RunState` — {"step", "eval_first",
                            "run_id", "attempt", "ledger_bytes", "scheduler": {"next_seq", "rng", "replay": [[domain,
-                           seq], …] (groups still running, admitted again), "ready": [groups scored but not
+                           seq, seed], …] (groups still running, admitted again), "ordinals" (each dataset
+                           domain's next row), "ready": [groups scored but not
                            trained: {"group_id", "seq", "domain", "ready_at", "trajectories": [Trajectory as
                            `rollart.codec.to_json` writes it: task, turns with token ids, logprobs and versions,
                            status, reward …]}]}}

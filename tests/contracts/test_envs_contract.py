@@ -1,10 +1,12 @@
 """The env contract every env spec rollart ships or adapts must meet: GEM's shapes, text observations,
 seeded determinism, well-formed random actions, an idempotent-enough close. The `remote` kind meets it
 over HTTP: `remote:<domain>` below is an env server (rollart/envs/server.py) serving that built-in domain
-on 127.0.0.1, reached by `remote:<its url>` exactly as a run would."""
+on 127.0.0.1, reached by `remote:<its url>` exactly as a run would. The `dataset` kind is built from a domain's
+rows, not from a name: here a small GSM8K-style file."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -45,7 +47,29 @@ def env_servers():
         os.environ["ROLLART_ENV_TOKEN"] = previous
 
 
+@pytest.fixture(scope="module")
+def dataset_env(tmp_path_factory):
+    from rollart.config import DatasetConfig, DomainConfig
+    from rollart.envs.chat import ChatTokens
+    from rollart.envs.dataset import open_dataset_domain
+    from rollart.models import build_tokenizer
+
+    path = tmp_path_factory.mktemp("rows") / "rows.jsonl"
+    path.write_text("".join(json.dumps({"q": f"What is {i} + {i}?", "a": f"{i} + {i} = {2 * i}\n#### {2 * i}"}) + "\n"
+                            for i in range(20)))
+    cfg = DomainConfig(env="dataset", reward="math", data=DatasetConfig(train=str(path), columns={"prompt": "q",
+                                                                                                "answer": "a"}))
+    return open_dataset_domain("rows", cfg, ChatTokens(build_tokenizer()), seed=0).make_env
+
+
+@pytest.fixture(scope="module")
+def servers(env_servers, dataset_env):
+    return {**env_servers, "dataset": dataset_env}
+
+
 def build(spec: str, servers: dict) -> object:
+    if spec == "dataset":
+        return servers["dataset"]()
     return make_env(f"remote:{servers[spec].url}" if spec in servers else spec)
 
 
@@ -71,19 +95,19 @@ def episode(spec: str, seed: int, servers: dict, steps: int = 3) -> list:
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_shapes_and_seeded_determinism(spec, env_servers):
-    assert episode(spec, 11, env_servers) == episode(spec, 11, env_servers)
+def test_shapes_and_seeded_determinism(spec, servers):
+    assert episode(spec, 11, servers) == episode(spec, 11, servers)
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if not s.startswith("gym:")])  # gym maps are fixed
-def test_seeds_give_different_episodes(spec, env_servers):
-    first_obs = {episode(spec, seed, env_servers, steps=0)[0] for seed in range(8)}
+def test_seeds_give_different_episodes(spec, servers):
+    first_obs = {episode(spec, seed, servers, steps=0)[0] for seed in range(8)}
     assert len(first_obs) > 1
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_malformed_action_is_reported_not_raised(spec, env_servers):
-    env = build(spec, env_servers)
+def test_malformed_action_is_reported_not_raised(spec, servers):
+    env = build(spec, servers)
     env.reset(seed=1)
     obs, reward, terminated, truncated, info = env.step("I am not sure what to do.")
     assert info.get("format_error") and isinstance(obs, str) and obs

@@ -322,8 +322,8 @@ def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_the
         state = json.loads(json.dumps(h.sched.state_dict()))  # JSON, nothing else
         await h.sched.stop()
         ready = {t.trajectory_id: t for g in h.buffer.ready_groups for t in g.trajectories}
-        assert ready and {d for d, _ in state["replay"]} <= set(DOMAINS)
-        assert not {s for _, s in state["replay"]} & {g.seq for g in h.buffer.ready_groups}
+        assert ready and {d for d, _, _ in state["replay"]} <= set(DOMAINS)
+        assert not {s for _, s, _ in state["replay"]} & {g.seq for g in h.buffer.ready_groups}
         assert {e["fate"] for e in journal.entries} >= {"running", "ready", "trained"}
         digests = {e["id"]: e["digest"] for e in journal.entries if e["fate"] == "ready"}
 

@@ -112,3 +112,61 @@ def test_judge_scores_a_probability_with_the_tiny_model(tiny_model_path):
     assert out.details["logp_yes"] < 0 and out.details["logp_no"] < 0
     again = asyncio.run(judge(make_traj(["\\boxed{42}"], {"answer": "42"})))
     assert again.reward == pytest.approx(out.reward)  # deterministic forward
+
+
+def test_exact_and_regex_compare_with_the_reference_answer_and_never_score_a_missing_one_as_zero():
+    from rollart.config import DomainConfig, DomainRewardConfig, RunConfig
+    from rollart.reward.registry import RewardFns
+    from rollart.reward.rule_rewards import exact_reward
+    from rollart.reward.protocol import RewardInputError
+
+    assert asyncio.run(exact_reward(make_traj(["so \\boxed{ Lima }"], {"answer": "Lima"}))).reward == 1.0
+    assert asyncio.run(exact_reward(make_traj(["Lima"], {"answer": "Lima"}))).reward == 1.0
+    assert asyncio.run(exact_reward(make_traj(["\\boxed{lima}"], {"answer": "Lima"}))).reward == 0.0
+    with pytest.raises(RewardInputError, match="no reference\\['answer'\\] \\(data/x.jsonl row 4\\)"):
+        asyncio.run(exact_reward(make_traj(["Lima"], {"source": "data/x.jsonl row 4"})))
+    cfg = RunConfig(domains={"math": DomainConfig(env="math", reward=DomainRewardConfig(
+        fn="regex", pattern=r"answer is \$?{answer}\b"))})
+    regex_fn = RewardFns(cfg).get("regex")
+    assert asyncio.run(regex_fn(make_traj(["So the answer is $3.5 dollars"], {"answer": "3.5"}))).reward == 1.0
+    assert asyncio.run(regex_fn(make_traj(["So the answer is 345"], {"answer": "3.5"}))).reward == 0.0  # escaped
+    with pytest.raises(ValueError, match="reward fn 'regex' needs reward.pattern"):
+        DomainRewardConfig(fn="regex")
+    with pytest.raises(ValueError, match="is not a valid regular expression"):
+        DomainRewardConfig(fn="regex", pattern="(unclosed")
+
+
+def test_a_user_reward_of_the_response_and_the_row(tmp_path, monkeypatch):
+    from rollart.reward.protocol import RewardInputError, call_reward
+    from rollart.reward.registry import check_spec, import_reward
+
+    (tmp_path / "row_rewards.py").write_text(
+        "def by_level(response, row):\n    return float(response.strip() == row['answer']) * row['level']\n"
+        "async def by_level_async(*, row, response):\n    return 0.5 if row['level'] else 0.0\n")
+    monkeypatch.chdir(tmp_path)
+    check_spec("row_rewards:by_level", "domains.x.reward.fn")
+    fn = import_reward("row_rewards:by_level")
+    traj = make_traj(["7"], {"answer": "7", "row": {"answer": "7", "level": 2}})
+    assert asyncio.run(call_reward(fn, traj)).reward == 2.0
+    assert asyncio.run(call_reward(import_reward("row_rewards:by_level_async"), traj)).reward == 0.5
+    with pytest.raises(RewardInputError, match="takes a dataset row, but trajectory t carries none"):
+        asyncio.run(call_reward(fn, make_traj(["7"], {"answer": "7"})))
+
+
+def test_math_scores_a_gsm8k_row_against_its_final_answer(math_reward, tmp_path):
+    """The dataset env reads GSM8K's '... #### 72' as 72: math-verify then compares with the model's answer."""
+    from rollart.config import DatasetConfig, DomainConfig
+    from rollart.envs.chat import ChatTokens
+    from rollart.envs.dataset import open_dataset_domain
+    from rollart.models import build_tokenizer
+
+    rows = [{"question": f"Q{i}", "answer": f"Half of 144 is 72.\n#### {72 + i}"} for i in range(4)]
+    (tmp_path / "gsm.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    cfg = DomainConfig(env="dataset", reward="math", data=DatasetConfig(
+        train=str(tmp_path / "gsm.jsonl"), columns={"prompt": "question", "answer": "answer"}, holdout=0.25))
+    env = open_dataset_domain("gsm", cfg, ChatTokens(build_tokenizer()), seed=0).make_env()
+    _, info = env.reset(0)
+    gold = info["reference"]["answer"]
+    right = asyncio.run(math_reward(make_traj([f"It is \\boxed{{{gold}}}."], info["reference"])))
+    wrong = asyncio.run(math_reward(make_traj(["It is \\boxed{1}."], info["reference"])))
+    assert gold in {"72", "73", "74", "75"} and right.reward == 1.0 and wrong.reward == 0.0

@@ -80,9 +80,62 @@ def test_a_resumed_scheduler_keeps_the_scored_groups_replays_the_running_then_dr
         return runner.groups
 
     state, following = asyncio.run(first_run())
-    replay = [tuple(g) for g in state["replay"]]  # still running: generated again
+    replay = [(d, seq) for d, seq, _ in state["replay"]]  # still running: generated again
     ready = [(g["domain"], g["seq"]) for g in state["ready"]]  # scored: trained as they are
     assert replay or ready, "the first run left no group untrained: nothing to carry over"
     groups = asyncio.run(resumed_run(state))
     assert groups[: len(replay) + len(following)] == replay + following
     assert not set(ready) & set(groups)  # never generated again
+
+
+def test_a_dataset_domain_draws_its_rows_in_order_and_a_resume_goes_on_at_the_next_row():
+    """A dataset domain's groups carry its ordinals as seeds (the env maps ordinal → row of the epoch's
+    shuffle): 0, 1, 2 … with no gap or repeat, the running ones replayed with theirs, then the next."""
+    from rollart.config import DatasetConfig, DomainConfig
+
+    data = DatasetConfig(train="rows.jsonl", columns={"prompt": "q", "answer": "a"})
+    domains = {"rows": DomainConfig(env="dataset", data=data), "fast": DOMAINS["fast"]}
+
+    def scheduler(runner, first_version=0):
+        rollout = rollout_cfg(alpha=1)
+        policy = StalenessPolicy(rollout.alpha, rollout.staleness)
+        buffer = SampleBuffer(policy, rollout.redundancy.selection, {d: c.weight for d, c in domains.items()})
+        return RolloutScheduler(rollout, domains, runner, FakeScorer(), buffer, policy, total_batches=8,
+                                first_version=first_version, seed=3)
+
+    class Seeds(FakeRunner):
+        def __init__(self, version) -> None:
+            super().__init__(version)
+            self.seeds: dict[str, int] = {}  # group id → seed, dataset domain only
+
+        async def run(self, task, start_version):
+            if task.domain == "rows":
+                assert self.seeds.setdefault(task.group_id, task.seed) == task.seed  # one row per group
+            return await super().run(task, start_version)
+
+    async def first_run():
+        runner = Seeds(lambda: 0)
+        sched = scheduler(runner)
+        sched.start()
+        await sched.get_batch(0)
+        state = sched.state_dict()
+        await sched.stop()
+        return runner.seeds, state
+
+    async def resumed(state):
+        runner = Seeds(lambda: 1)
+        sched = scheduler(runner, first_version=1)
+        sched.load_state_dict(state)
+        sched.set_inference_version(1)
+        sched.start()
+        await sched.get_batch(1)
+        await sched.stop()
+        return runner.seeds
+
+    first, state = asyncio.run(first_run())
+    assert sorted(first.values()) == list(range(len(first))) and state["ordinals"] == {"rows": len(first)}
+    replayed = {g for d, seq, _ in state["replay"] if d == "rows" for g in [f"g{seq:06d}"]}
+    second = asyncio.run(resumed(state))
+    assert {g: second[g] for g in replayed if g in second} == {g: first[g] for g in replayed if g in second}
+    new = sorted(seed for g, seed in second.items() if g not in first)
+    assert new and new == list(range(len(first), len(first) + len(new)))  # the next rows, none twice
