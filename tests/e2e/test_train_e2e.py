@@ -111,7 +111,8 @@ def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_
         turn = s["turns"][0]
         assert "Pick a colour: answer \\boxed{red} or \\boxed{blue}." in turn["prompt"]
         assert "<|im_start|>" in turn["prompt"]  # the chat template, as the model saw it
-        assert turn["response_tokens"] > 0 and turn["response"] and s["reward"] in (0.0, 1.0)
+        assert turn["response_tokens"] > 0 and turn["response"]
+        assert s["reward"] in (0.0, 1.0, -0.1)  # red, blue, or malformed (domains.pick.format_penalty)
     last = [s for s in samples if s["step"] == 11]
     assert last[0]["reward"] <= last[1]["reward"] <= last[2]["reward"]
     shown = subprocess.run([sys.executable, "-m", "rollart.cli", "samples", str(run), "--worst"], capture_output=True,
