@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     play.add_argument("--policy", choices=["expert", "random", "model"],
                       help="let the expert, a random policy or a trained model (--model) play")
     play.add_argument("--model", metavar="RUN_DIR|CHECKPOINT", help="--policy model: the run or checkpoint that plays")
+    play.add_argument("--trust-run-config", action="store_true",
+                      help="--model RUN_DIR: use what its config.yaml names beyond the run (code to import, a URL, "
+                      "a weakened safeguard) without giving it again: only for a run directory you trust")
     play.add_argument("--raw", action="store_true", help="send actions verbatim (no \\boxed{} wrapping)")
     play.add_argument("--max-turns", type=int, default=50, help="stop after this many turns (default 50)")
     play.add_argument(
@@ -198,7 +201,7 @@ async def _model_episode(args: argparse.Namespace) -> int:
     from rollart.models.loading import resolve_model_path
     from rollart.types import Task
 
-    checkpoint, cfg = checkpoint_config(Path(args.model), [])
+    checkpoint, cfg = checkpoint_config(Path(args.model), [], args.trust_run_config)
     domain = args.spec if args.spec in cfg.domains else next(
         (d for d, c in cfg.domains.items() if c.env == args.spec and not c.agent), None)
     if domain is None or args.option:  # an env the run did not train on: the run's defaults for a domain
@@ -252,15 +255,16 @@ def _serve(args: argparse.Namespace) -> int:
     from rollart.commands.common import config_from_args
     from rollart.config import is_loopback_host
     from rollart.config_loader import ConfigError
+    from rollart.envs.spec import DATASET_ENV, domain_env_factory
 
     cfg = config_from_args(args)
     server_cfg = cfg.envs.server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port))
                                                     if v is not None})
     domain_cfg = cfg.domains.get(args.domain)
-    if domain_cfg is None or domain_cfg.agent:
+    if domain_cfg is None or domain_cfg.agent or domain_cfg.env.strip() == DATASET_ENV:
         env_domains = sorted(d for d, dc in cfg.domains.items() if not dc.agent)
-        raise ConfigError(f"rollart env serve: {args.domain!r} is not an env domain of this config "
-                          f"(env domains: {env_domains})")
+        raise ConfigError(f"rollart env serve: {args.domain!r} is not an env domain of this config (dataset "
+                          f"domains are served in process; env domains: {env_domains})")
     if not is_loopback_host(server_cfg.host) and not server_cfg.allow_non_loopback:
         raise ConfigError(f"envs.server.host: {server_cfg.host!r} is not loopback; the protocol is plain HTTP, so "
                           "set envs.server.allow_non_loopback=true (with TLS or a private network in front of it)")
