@@ -128,15 +128,10 @@ class TrainerGroup:
         self.version = int(self._agree(results, "train/version"))
         return results[0]
 
-<<<<<<< HEAD
     def _save(self, step: int, extra_state: dict[str, Any]) -> Path:
-        final = ckpt.step_path(self.cfg.run_dir, step).resolve()
-=======
-    def _save(self, extra_state: dict[str, Any]) -> Path:
         paths = RunPaths.of(self.cfg.run_dir)
         paths.make_dir(paths.checkpoints)  # a link there (or on the way) is refused: checkpoints stay in the run
-        final = ckpt.step_path(self.cfg.run_dir, self.version).absolute()
->>>>>>> main
+        final = ckpt.step_path(self.cfg.run_dir, step).absolute()
         tmp = ckpt.temporary_path(final)
         try:
             self.cluster.gather(self.cluster.call_all("save_checkpoint", str(tmp), extra_state))
