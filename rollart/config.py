@@ -812,7 +812,7 @@ class RewardConfig(Section):
     max_in_flight: int = Field(64, ge=1, le=1_000_000, description="requests in flight per backend")
     max_payload_mb: float = Field(4.0, gt=0, le=1024, description="largest request the service accepts")
     dedupe_max_mb: float = Field(
-        64.0, gt=0, le=MAX_MB, description="memory the service's idempotency ledger may hold (keys, payload digests "
+        64.0, gt=0, le=MAX_MB, description="memory the service's claim book may hold (keys, payload digests "
         "and stored answers); past it the oldest entries are forgotten first"
     )
     dedupe_ttl_s: float = Field(

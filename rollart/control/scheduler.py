@@ -178,7 +178,7 @@ class RolloutScheduler:
         extra_q = domain_quotas(self.weights, rollout.redundancy.extra_groups)
         self.admission_quotas = {d: batch_q.get(d, 0) + extra_q.get(d, 0) for d in self.weights}
         self.inference_version = first_version
-        self.next_batch = first_version  # batches are named by the version they train at
+        self.next_train_version = first_version  # batches are named by the version they train at
         self.paused = False
         self.next_seq = 0
         self._groups: dict[str, _Group] = {}  # admitted, until closed and every member returned
@@ -274,7 +274,7 @@ class RolloutScheduler:
         for d in self.weights:
             self.counts[f"mix_actual/{d}"] = mix.get(d, 0)
             self.counts[f"mix_target/{d}"] = target.get(d, 0)
-        self.next_batch = train_version + 1
+        self.next_train_version = train_version + 1
         await self._cancel_stale()
         self._wake.set()
         return [t for g in groups for t in g.trajectories]
@@ -298,7 +298,7 @@ class RolloutScheduler:
 
     def window(self) -> int:
         return self.policy.admission_window(
-            self.inference_version, self.next_batch, self.end_version - self.next_batch
+            self.inference_version, self.next_train_version, self.end_version - self.next_train_version
         )
 
     def allowed_groups(self) -> int:
@@ -543,10 +543,10 @@ class RolloutScheduler:
                     v = progress.get(trajectory_id)
                 else:
                     v = group.runs[trajectory_id].start_version
-                if not self.policy.version_is_fresh(v, self.next_batch):
-                    await self._cancel_group(group, Status.STALE, f"stale for batch {self.next_batch}")
+                if not self.policy.version_is_fresh(v, self.next_train_version):
+                    await self._cancel_group(group, Status.STALE, f"stale for batch {self.next_train_version}")
                     break
-        self.buffer.drop_stale(self.next_batch)
+        self.buffer.drop_stale(self.next_train_version)
 
     def _on_buffer_drop(self, group: ReadyGroup, reason: str) -> None:
         for t in group.trajectories:
@@ -587,7 +587,7 @@ class RolloutScheduler:
     def describe(self) -> str:
         running = Counter(g.domain for g in self._open_groups() for _ in g.running())
         return (
-            f"Scheduler: version {self.inference_version}, next batch {self.next_batch}, "
+            f"Scheduler: version {self.inference_version}, next batch {self.next_train_version}, "
             f"{sum(running.values())} trajectories running ({dict(running)}), "
             f"{self.pending_groups()} groups pending of {self.allowed_groups()} allowed"
             f"{', admission paused' if self.paused else ''}; "

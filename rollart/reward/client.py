@@ -6,7 +6,7 @@ the control plane ends that trajectory FAILED with the reason and the batch goes
 
 - `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
   `Idempotency-Key: <run id>/<attempt>/<trajectory id>` (`run_key` = run id and attempt, see router.py; the
-  service scores a key once, answers retries from its ledger, and refuses the key with another payload),
+  service scores a key once, answers retries from its claim book, and refuses the key with another payload),
   `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (when the first try left: cold-start detection). Retried: connection
   errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429 (the standard "try again
   later") and 5xx but 501. Not retried: every other 4xx (bad token, payload too large, bad payload, a key
