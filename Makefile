@@ -64,7 +64,7 @@ endif
 
 test: install
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=25 tests
 
 # In .venv-vllm (transformers < 5.20 there): the engine contract tests for both engines, the inference
 # worker serving vLLM (its built-in-engine cases already ran in `make test`), the engine unit tests. A
