@@ -475,9 +475,9 @@ class TrajectoryRunner(Protocol):
 
 
 @runtime_checkable
-class TurnGate(Protocol):
+class TurnBarrier(Protocol):
     """A per-turn barrier (`rollout.barrier=turn`): a trajectory waits before each turn's generation until
-    every trajectory of its cohort has reached that turn or left. With no barrier the gate is absent.
+    every trajectory of its cohort has reached that turn or left. With no barrier there is none.
     The control plane's scheduler `join`s each trajectory to its cohort before it starts; the env plane
     calls `before_turn` and `leave`."""
 
