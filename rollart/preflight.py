@@ -16,7 +16,9 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   `random_action` when `expert_prob` < 1; a missing method is named with both ways out (add it, or
   `train.warm_start.steps=0`);
 - `model.path`, `model.adapter`, `reward.judge_model` — checkpoints that load (config, safetensors weights,
-  tokenizer; `models.loading.checkpoint_problem`), read without loading weights;
+  tokenizer, no code of their own unless `model.trust_remote_code`; `models.loading.model_problem`), read
+  without loading weights; a hub id must be cached or downloadable (offline, an uncached id is named with the
+  cache directory and HF_HUB_OFFLINE). `sources=False` skips the model and judge checks too;
 - the optional integrations the config turns on are installed: wandb (`observability.wandb_project`),
   mlflow (`observability.mlflow_uri`), vllm (`inference.engine=vllm`);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
@@ -40,7 +42,7 @@ from rollart.config_loader import ConfigError
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
-from rollart.models.loading import adapter_problem, checkpoint_problem
+from rollart.models.loading import adapter_problem, model_problem
 from rollart.reward.registry import check_spec
 from rollart.run_dir import RunPaths
 from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
@@ -156,11 +158,12 @@ def check_config(cfg: RunConfig, *, sources: bool = True) -> None:
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
         except ValueError as exc:
             problems.append(str(exc))
-    if cfg.model.path and (problem := checkpoint_problem(cfg.model.path)):
+    if sources and cfg.model.path and (problem := model_problem(cfg.model)):
         problems.append(problem)
     if cfg.model.adapter and (problem := adapter_problem(cfg.model.adapter)):
         problems.append(problem)
-    if cfg.reward.judge_model and (problem := checkpoint_problem(cfg.reward.judge_model, "reward.judge_model")):
+    judge = cfg.model.model_copy(update={"path": cfg.reward.judge_model, "revision": "", "adapter": ""})
+    if sources and cfg.reward.judge_model and (problem := model_problem(judge, "reward.judge_model")):
         problems.append(problem)
     problems += integration_problems(cfg)
     if problem := run_dir_problem(cfg.run_dir):
