@@ -315,6 +315,7 @@ class DatasetConfig(Section):
 
     @model_validator(mode="after")
     def _check_columns(self) -> DatasetConfig:
+        import re
         import string
 
         if ("prompt" in self.columns) == ("messages" in self.columns):
@@ -328,7 +329,8 @@ class DatasetConfig(Section):
                 raise ValueError("data.prompt_format is for prompt columns; a messages column is the chat itself")
             return self
         try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
+            fields = {re.split(r"[.\[]", f, maxsplit=1)[0]
+                      for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
         except ValueError as exc:
             raise ValueError(f"data.prompt_format {self.prompt_format!r}: {exc} (write {{{{ and }}}} for braces)") from None
         unknown = sorted(f for f in fields if f not in self.columns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rollart.commands.common import add_run_args, config_from_args
+from rollart.commands.common import add_run_args
 from rollart.config_loader import ConfigError
 
 
@@ -29,19 +29,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _preview(args: argparse.Namespace) -> int:
+    from rollart.config_loader import load_config
     from rollart.envs.chat import ChatTokens
     from rollart.envs.dataset import DataError, open_dataset_domain
     from rollart.envs.dataset.preview import preview
     from rollart.models import load_tokenizer, resolve_model_path
+    from rollart.models.loading import CheckpointError
 
-    cfg = config_from_args(args)
+    # not the whole preflight: only what the preview reads (the rows and the model's tokenizer), each error
+    # named as preflight names it — so a preview costs its own work, not the run's checks
+    items = list(args.items)
+    cfg = load_config(items.pop(0) if items and "=" not in items[0] else None, items)
     domain_cfg = cfg.domains.get(args.domain)
     if domain_cfg is None or domain_cfg.data is None:
         datasets = sorted(d for d, c in cfg.domains.items() if c.data is not None)
         raise ConfigError(f"data preview: {args.domain!r} is not a dataset domain of this config (its dataset "
                           f"domains: {datasets or 'none'}; a dataset domain has env: dataset and data)")
-    tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed), cfg.model.trust_remote_code)
-    chat = ChatTokens(tokenizer, domain_cfg.system_prompt, domain_cfg.thinking)
+    try:
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed), cfg.model.trust_remote_code)
+        chat = ChatTokens(tokenizer, domain_cfg.system_prompt, domain_cfg.thinking)
+    except (CheckpointError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
     try:
         shown = preview(open_dataset_domain(args.domain, domain_cfg, chat, cfg.seed), chat, args.show, args.sample)
     except DataError as exc:

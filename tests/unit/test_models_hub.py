@@ -67,7 +67,7 @@ def test_preflight_names_an_uncached_hub_id_before_anything_starts(tmp_path: Pat
     cfg = RunConfig(run_dir=str(tmp_path / "run"), model=ModelConfig(path="Qwen/Qwen3-8B"))
     with pytest.raises(ConfigError, match="model.path='Qwen/Qwen3-8B' is not in the Hugging Face cache"):
         check_config(cfg)
-    check_config(cfg, sources=False)  # rollart sim: no checkpoint needed
+    check_config(cfg, local=False)  # rollart sim: no checkpoint needed
 
 
 def test_pickled_weights_are_refused(tmp_path: Path, tiny_model_path: Path) -> None:
