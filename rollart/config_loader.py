@@ -8,7 +8,8 @@ config names outside itself (env classes, reward functions, run_dir) is checked 
 
 Merge rules: the file and then the overrides are merged over the defaults key by key; named entries
 (`pools.<name>`, `domains.<name>`, `roles.<name>`) merge into the default entry of the same name, a new
-name adds an entry, and `null` removes one (`domains.math=null`).
+name adds an entry, and `null` removes one (`domains.math=null`). An empty `domains: {}` or `pools: {}`
+would merge as nothing and keep the defaults unsaid: it is an error.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     prov = _Provenance()
     if path is not None:
         file_data = _read_yaml(Path(path), prov)
+        if not resolved:
+            _refuse_empty_sections(file_data, prov)
         if resolved:
             for section in _NAMED_SECTIONS:
                 if isinstance(file_data.get(section), dict):
@@ -66,7 +69,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, value = _parse_override(item)
         loc = tuple(key.split("."))
         prov.sources[loc] = f"the command line ({item})"
-        _merge(data, _nest(loc, value))
+        nested = _nest(loc, value)
+        _refuse_empty_sections(nested, prov)
+        _merge(data, nested)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -79,10 +84,8 @@ def dump_config(cfg: RunConfig) -> str:
 
 def write_resolved(cfg: RunConfig, run_dir: str | Path) -> Path:
     """Write the resolved config to RUN_DIR/config.yaml (so a run says exactly what it ran with)."""
-    out = RunPaths.of(run_dir).config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(dump_config(cfg))
-    return out
+    paths = RunPaths.of(run_dir)
+    return paths.write(paths.config, dump_config(cfg))  # atomically, never through a link
 
 
 # --- reading -----------------------------------------------------------------------------------------
@@ -135,6 +138,18 @@ def _parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     return key, value
+
+
+def _refuse_empty_sections(update: dict[str, Any], prov: _Provenance) -> None:
+    """`domains: {}` (or `pools: {}`) merges as nothing, so the defaults would silently stay: an error."""
+    for section in ("domains", "pools"):
+        if update.get(section) == {}:
+            defaults = ", ".join(f"{name}: null" for name in getattr(RunConfig(), section))
+            raise ConfigError(
+                f"'{section}' = {{}} (from {prov.of((section,))}) adds and removes nothing, so the default {section} "
+                f"would stay: name the {section} you want (a run needs at least one), and remove a default one "
+                f"with null ({section}: {{{defaults}}})"
+            )
 
 
 def _nest(loc: Location, value: Any) -> dict[str, Any]:

@@ -9,6 +9,10 @@ In: the pydantic schema of `rollart.config` (nothing else; no config is loaded).
 - `explain(key)`: the text `rollart config explain [KEY]` prints; `configuration_markdown()`: the text of
   docs/configuration.md (`make docs` writes it; a test fails when the file is stale).
 
+- `trusted_values(cfg)`: every value of a config that imports code, runs a program, sends data elsewhere or
+  weakens a safeguard (the fields marked `TRUST_*` in `rollart.config`) — what `rollart eval RUN_DIR`
+  refuses to take from a run directory's config.yaml unless the user gives it again.
+
 Guarantee: a key's description is its field's `description`, or for a section without one, the first
 paragraph of its class docstring; `undescribed_keys()` lists the keys that have neither (a test keeps it
 empty, so a new field cannot land without one).
@@ -28,7 +32,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from rollart.config import RunConfig
+from rollart.config import TRUST_IMPORT, RunConfig, reaches_beyond
 
 ENTRY = "<name>"  # stands for the name of an entry in a named mapping (pools, roles, domains)
 REGENERATE = "make docs  (or: rollart config explain --markdown > docs/configuration.md)"
@@ -98,6 +102,11 @@ def _doc(loc: tuple[str, ...], field: FieldInfo, sub: type[BaseModel] | None, na
         kind = f"mapping of {ENTRY} → section" if named else "section"
         return KeyDoc(key, kind + (" or null" if _optional(field.annotation) else ""), "", None, description, True)
     default = None if field.is_required() else _yaml(field.get_default(call_default_factory=True))
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if "trust" in extra:
+        does = "a module.path:attr value imports code" if extra == TRUST_IMPORT else extra["trust"]
+        description += (f" ({does}: `rollart eval` does not take it from a run directory's config unless given "
+                        "again or with --trust-run-config)")
     return KeyDoc(key, _type_name(field.annotation), _allowed(field), default, description, False)
 
 
@@ -151,6 +160,41 @@ def _yaml(value: Any) -> str:
     elif isinstance(value, dict):
         value = {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in value.items()}
     return json.dumps(value, ensure_ascii=False)
+
+
+# --- values a run directory may not decide -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrustedValue:
+    """A value of a config that reaches beyond the run: the dotted key, the value, what it does."""
+
+    key: str
+    value: Any
+    does: str  # "imports code", "runs this program", "sends data or a secret there", "weakens a safeguard"
+
+
+def trusted_values(cfg: BaseModel, prefix: str = "") -> list[TrustedValue]:
+    """The values of `cfg` in fields marked `TRUST_*` (rollart.config) that do something: an import field
+    holding `module.path:attr` (or a `remote:` env), any other marked field holding other than its default."""
+    out: list[TrustedValue] = []
+    for name, field in type(cfg).model_fields.items():
+        key, value = f"{prefix}{name}", getattr(cfg, name)
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if "trust" in extra:
+            if extra == TRUST_IMPORT:  # only some values of these reach beyond the run
+                does = reaches_beyond(value)
+            else:
+                does = str(extra["trust"]) if value != field.get_default(call_default_factory=True) else ""
+            if does:
+                out.append(TrustedValue(key, value, does))
+        elif isinstance(value, BaseModel):
+            out += trusted_values(value, f"{key}.")
+        elif isinstance(value, dict):
+            for entry, item in value.items():
+                if isinstance(item, BaseModel):
+                    out += trusted_values(item, f"{key}.{entry}.")
+    return out
 
 
 # --- finding keys --------------------------------------------------------------------------------------

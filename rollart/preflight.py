@@ -28,9 +28,12 @@ Run by every command that takes a run config (`rollart.commands.common.config_fr
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
 started.
 
-`check_run_dir(cfg)`, for a training job (`rollart.driver.train`): never train over a finished or
-interrupted run — continue it (`resume=true`) or pick another `run_dir` — and never resume from
-checkpoints that hold a pickle (loading one can run code).
+`check_run_dir(cfg)` checks the run directory a training job writes (and, with `resume=true`, reads)
+before anything starts — it is data that may come from anyone: no training over an existing run unless it
+is resumed; no symbolic link (or hard link) where rollart writes (`RunPaths.unsafe_paths`); checkpoints
+walked without following links, refusing a link or a pickle (`check_checkpoint_files`); the newest
+checkpoint's state files read as the trainer and the scheduler will read them, so a corrupt or truncated
+one is named (file and field) here, not after Ray started; and its step no further than `train.steps`.
 """
 
 from __future__ import annotations
@@ -41,13 +44,21 @@ from pathlib import Path
 
 from rollart.config import DomainConfig, RunConfig
 from rollart.config_loader import ConfigError
+from rollart.control.scheduler import decode_state
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
 from rollart.models.loading import adapter_problem, model_problem
 from rollart.reward.registry import check_spec
 from rollart.run_dir import RunPaths
-from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
+from rollart.trainer.checkpoint import (
+    UnsafeCheckpointError,
+    check_checkpoint_files,
+    check_state_files,
+    latest_checkpoint,
+)
+from rollart.trainer.state_files import StateFileError
+from rollart.types import RunState
 
 # what a config turns on → (the package it needs, the extra that installs it)
 INTEGRATIONS = {
@@ -199,17 +210,41 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
 
 
 def check_run_dir(cfg: RunConfig) -> None:
-    """A training job's run directory: a run there is continued only with resume=true, and a resume never
-    loads a checkpoint that holds a pickle (ConfigError naming the run directory)."""
+    """Never train over a finished or interrupted run: continue it (resume=true) or pick another run_dir;
+    never write through a link in it, nor resume from checkpoints that hold a pickle or a link (loading one
+    can run code or read files from elsewhere) or whose state does not read back. ConfigError (CLI exit 2)
+    naming the file, before anything starts."""
     paths = RunPaths.of(cfg.run_dir)
-    used = [p.name for p in (paths.metrics, paths.checkpoints) if p.exists()]
+    problems = paths.unsafe_paths()
+    if problems:
+        raise ConfigError(f"run_dir={cfg.run_dir} cannot be used: rollart writes there and never through a link "
+                          "(remove these, or give another run_dir):\n  - " + "\n  - ".join(problems))
+    used = [p.name for p in (paths.metrics, paths.checkpoints) if os.path.lexists(p)]
     if used and not cfg.resume:
         raise ConfigError(
             f"run_dir={cfg.run_dir} already holds a run ({', '.join(used)}); add resume=true to continue "
             "it, or give another run_dir"
         )
-    if cfg.resume:
-        try:
-            check_no_pickles(paths.checkpoints)
-        except UnsafeCheckpointError as exc:
-            raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None
+    if not cfg.resume:
+        return
+    try:
+        check_checkpoint_files(paths.checkpoints)
+    except UnsafeCheckpointError as exc:
+        raise ConfigError(f"run_dir={cfg.run_dir}: {exc}") from None
+    latest = latest_checkpoint(cfg.run_dir)
+    if latest is None:
+        return
+    extra = latest / "extra_state.json"
+    try:
+        state = RunState.from_checkpoint(check_state_files(latest))
+        if state.scheduler is not None:
+            decode_state(state.scheduler)
+    except StateFileError as exc:
+        raise ConfigError(f"resume=true: {exc}. The checkpoint cannot be resumed: remove {latest} to resume "
+                          "from the one before it, or start a fresh run_dir") from None
+    except ValueError as exc:
+        raise ConfigError(f"resume=true: {extra}: {exc}. The checkpoint cannot be resumed: remove {latest} to "
+                          "resume from the one before it, or start a fresh run_dir") from None
+    if state.step > cfg.train.steps:
+        raise ConfigError(f"resume=true: {latest} is RL step {state.step} ({extra}), past train.steps="
+                          f"{cfg.train.steps}; give train.steps ≥ {state.step} to continue this run")

@@ -349,15 +349,28 @@ class RunState:
 
     @classmethod
     def from_checkpoint(cls, extra_state: Mapping[str, Any]) -> RunState:
-        """The run state in a checkpoint's `extra_state` (a fresh run's when it holds none)."""
-        return cls(
-            step=int(extra_state.get("step", 0)),
-            scheduler=extra_state.get("scheduler"),
-            eval_first=extra_state.get("eval_first"),
-            run_id=str(extra_state.get("run_id") or ""),
-            attempt=int(extra_state.get("attempt", 0)),
-            ledger_bytes=int(extra_state.get("ledger_bytes", 0)),
-        )
+        """The run state in a checkpoint's `extra_state` (a fresh run's when it holds none). ValueError naming
+        the field for a value of the wrong kind (a checkpoint is data from the run directory: it is
+        checked, not trusted)."""
+
+        def count(field: str) -> int:
+            value = extra_state.get(field, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"field {field!r} must be an integer ≥ 0, got {value!r:.80}")
+            return value
+
+        run_id = extra_state.get("run_id") or ""
+        scheduler, eval_first = extra_state.get("scheduler"), extra_state.get("eval_first")
+        if not isinstance(run_id, str):
+            raise ValueError(f"field 'run_id' must be a string, got {run_id!r:.80}")
+        if scheduler is not None and not isinstance(scheduler, Mapping):
+            raise ValueError(f"field 'scheduler' must be an object or null, got {scheduler!r:.80}")
+        if eval_first is not None and not (isinstance(eval_first, Mapping) and all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                for k, v in eval_first.items())):
+            raise ValueError(f"field 'eval_first' must map domains to scores, or be null; got {eval_first!r:.80}")
+        return cls(step=count("step"), scheduler=scheduler, eval_first=eval_first, run_id=run_id,
+                   attempt=count("attempt"), ledger_bytes=count("ledger_bytes"))
 
     def restart_identity(self, fresh_run_id: str) -> tuple[str, int]:
         """(run id, attempt) of a start from this state: the same run one attempt later, or — when this state

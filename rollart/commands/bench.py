@@ -23,6 +23,8 @@ BENCHES: dict[str, str] = {
     "chaos": "rollart.bench.chaos",
     "sim": "rollart.bench.sim",
     "gateway": "rollart.bench.gateway",
+    "sandbox": "rollart.bench.sandbox",
+    "envs": "rollart.bench.envs",
 }
 # option (its argparse dest, also the run() keyword) → the benchmarks that take it
 ONLY_FOR: dict[str, tuple[str, ...]] = {

@@ -5,15 +5,23 @@ RUN_DIR: the run's resolved config.yaml and its newest checkpoint. CHECKPOINT: a
 say which domains to score). A LoRA run's checkpoint is a PEFT adapter directory: it is scored as the
 run's base model (`model.path`; outside a run, the adapter's `base_model_name_or_path`) with the adapter
 merged in (`model.adapter`).
+
+A run directory is data that may come from anyone: what its config.yaml names beyond the run — code to
+import (an env, agent, demonstrations or reward `module.path:attr`), a program to run, a place to send data
+or a secret, a weakened safeguard (`config_schema.trusted_values`) — is refused unless the user gives that
+key again on the command line or passes `--trust-run-config`; nothing of it is imported before.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
+from rollart.config import RunConfig
 from rollart.config_loader import ConfigError, load_config
+from rollart.config_schema import trusted_values
 from rollart.resources.logs import configure_logging
 from rollart.run_dir import RunPaths
 
@@ -22,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("eval", help="score a run's latest checkpoint (or a checkpoint) on validation")
     parser.add_argument("target", help="a run directory or a checkpoint directory")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="e.g. eval.episodes_per_domain=64")
+    parser.add_argument("--trust-run-config", action="store_true",
+                        help="use what the run directory's config.yaml names beyond the run (env/agent/reward "
+                        "code to import, a program, a URL, a weakened safeguard) without giving it again: only "
+                        "for a run directory you trust")
     parser.set_defaults(func=_eval)
 
 
@@ -52,6 +64,15 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         model = [f"model.path={checkpoint}"]
     cfg = load_config(config_file, [*model, "resume=false", *args.overrides], resolved=True)
+    if config_file is not None:  # a run directory's checkpoint: no link, no pickle (a HF cache may hold links)
+        if not args.trust_run_config:
+            refuse_untrusted(cfg, config_file, args.overrides)
+        from rollart.trainer.checkpoint import UnsafeCheckpointError, check_checkpoint_files
+
+        try:
+            check_checkpoint_files(checkpoint)
+        except UnsafeCheckpointError as exc:
+            raise ConfigError(str(exc)) from None
     configure_logging(cfg.observability.log_level)
     from rollart.driver import evaluate
 
@@ -66,3 +87,18 @@ def _eval(args: argparse.Namespace) -> int:
     print(json.dumps({"checkpoint": str(checkpoint), "scores": dict(result.scores), "mean": mean,
                       "scored": dict(result.scored), "failed": dict(result.failed)}))
     return 0
+
+
+def refuse_untrusted(cfg: RunConfig, config_file: Path, overrides: list[str]) -> None:
+    """ConfigError listing what `config_file` (a run directory's) names beyond the run that the command line
+    does not give again; nothing is imported."""
+    given = {item.partition("=")[0].strip() for item in overrides}
+    taken = [v for v in trusted_values(cfg) if not any(v.key == k or v.key.startswith(f"{k}.") for k in given)]
+    if taken:
+        lines = "\n  - ".join(f"{v.key}={v.value} ({v.does})" for v in taken)
+        again = " ".join(shlex.quote(f"{v.key}={v.value}") for v in taken)
+        raise ConfigError(
+            f"{config_file} names what reaches beyond the run; a run directory is data, so rollart eval does not "
+            f"take these from it:\n  - {lines}\nGive them again if you mean them ({again}), or pass "
+            "--trust-run-config if you trust whoever wrote this run directory"
+        )

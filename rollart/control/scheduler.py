@@ -606,16 +606,67 @@ class RolloutScheduler:
                 "ordinals": dict(self.ordinals), "ready": [to_json(g) for g in self.buffer.ready_groups]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.next_seq = int(state["next_seq"])
-        rng_state = state["rng"]
-        self.rng.setstate((rng_state[0], tuple(rng_state[1]), rng_state[2]))
-        self._replay = [(d, int(seq), int(seed)) for d, seq, seed in state["replay"]]
-        self.ordinals = Counter({d: int(n) for d, n in state["ordinals"].items()})
-        for data in state.get("ready", []):  # scored, not trained: back into the buffer as they were
-            group = from_json(ReadyGroup, data)
+        decoded = decode_state(state)
+        self.next_seq = decoded.next_seq
+        self.rng.setstate(decoded.rng)
+        self._replay = list(decoded.replay)
+        self.ordinals = Counter(decoded.ordinals)
+        for group in decoded.ready:  # scored, not trained: back into the buffer as they were
             for t in group.trajectories:
                 self.fate[t.trajectory_id] = Fate.READY  # (journaled by the run that scored them)
             self.buffer.put(group)
+
+
+@dataclass(frozen=True)
+class DecodedState:
+    """A `RolloutScheduler.state_dict()` read back: what `load_state_dict` applies."""
+
+    next_seq: int
+    rng: tuple
+    replay: tuple[tuple[str, int, int], ...]  # (domain, seq, seed)
+    ordinals: dict[str, int]  # each dataset domain's next row ordinal
+    ready: tuple[ReadyGroup, ...]
+
+
+def decode_state(state: Mapping[str, Any]) -> DecodedState:
+    """Read a scheduler state (from a checkpoint: data, not trusted) without applying it; ValueError naming
+    the field that does not read back — the driver's pre-check runs it before anything starts."""
+    def field_of(name: str) -> Any:
+        if name not in state:
+            raise ValueError(f"field 'scheduler.{name}' is missing")
+        return state[name]
+
+    try:
+        next_seq = field_of("next_seq")
+        if not isinstance(next_seq, int) or isinstance(next_seq, bool) or next_seq < 0:
+            raise ValueError(f"field 'scheduler.next_seq' must be an integer ≥ 0, got {next_seq!r:.80}")
+        raw = field_of("rng")
+        try:
+            rng = (raw[0], tuple(raw[1]), raw[2])
+            random.Random().setstate(rng)
+        except (TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise ValueError(f"field 'scheduler.rng' is not a random.Random state ({exc})") from None
+        raw_replay, raw_ordinals = field_of("replay"), field_of("ordinals")
+        try:
+            replay = tuple((str(d), int(seq), int(seed)) for d, seq, seed in raw_replay)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"field 'scheduler.replay' must be [[domain, seq, seed], …] ({exc})") from None
+        try:
+            ordinals = {str(d): int(n) for d, n in raw_ordinals.items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ValueError(f"field 'scheduler.ordinals' must map domains to row ordinals ({exc})") from None
+        ready = state.get("ready", [])
+        if not isinstance(ready, list):
+            raise ValueError(f"field 'scheduler.ready' must be a list, got {type(ready).__name__}")
+        groups = []
+        for i, data in enumerate(ready):
+            try:
+                groups.append(from_json(ReadyGroup, data))
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"field 'scheduler.ready[{i}]' is not a scored group ({exc})") from None
+    except TypeError as exc:  # `state` itself is no mapping
+        raise ValueError(f"field 'scheduler' must be an object ({exc})") from None
+    return DecodedState(next_seq, rng, replay, ordinals, tuple(groups))
 
 
 def _json_rng(state: tuple) -> list[Any]:

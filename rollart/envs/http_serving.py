@@ -1,11 +1,14 @@
 """What the env plane's HTTP servers share (the agent gateway, the env server): a Starlette app served by
 uvicorn on a thread of its own, and request bodies read within a bound.
 
-In: an ASGI app, a host and a port (0: an ephemeral one). Out: `ThreadedServer` — `start()` returns once
-the socket listens (or raises within `START_TIMEOUT_S` saying why), `loop` is the server's event loop
-(for work that must run beside the requests), `stop()` ends it within a timeout. `read_bounded(request,
-max_bytes)` → the body, or `BodyTooLarge` as soon as the Content-Length or the bytes streamed pass the
-bound, so a flood never reaches memory.
+In: an ASGI app, a host and a port (0: an ephemeral one), connection limits (`http_guard.HttpLimits`).
+Out: `ThreadedServer` — `start()` returns once the socket listens (or raises within `START_TIMEOUT_S`
+saying why), `loop` is the server's event loop (for work that must run beside the requests), `stop()` ends
+it within a timeout; every connection is held to the limits (`http_guard.py`: a connection cap, a header
+read timeout, header size and count caps, JSON for every refusal and every request h11 cannot parse).
+`read_bounded(request, max_bytes, timeout_s)` → the body, or `BodyTooLarge` as soon as the Content-Length
+or the bytes streamed pass the bound (a flood never reaches memory), `BodyTooSlow` once the whole body has
+not arrived within `timeout_s`.
 
 Why uvicorn on its own thread and loop: a caller that blocks its own loop (a sync client in `async def`,
 a slow env call) cannot stall the server; and TCP_NODELAY on the listening socket (accepted ones
@@ -23,31 +26,43 @@ from typing import Any
 
 from starlette.requests import Request
 
+from rollart.envs.http_guard import HeaderCountGuard, HttpLimits, protocol_class
+
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
+BODY_TIMEOUT_S = 30.0
 
 
 class BodyTooLarge(ValueError):
     pass
 
 
-async def read_bounded(request: Request, max_bytes: int) -> bytes:
+class BodyTooSlow(TimeoutError):
+    pass
+
+
+async def read_bounded(request: Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > max_bytes):
         raise BodyTooLarge(f"request body over {max_bytes} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise BodyTooLarge(f"request body over {max_bytes} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise BodyTooLarge(f"request body over {max_bytes} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyTooSlow(f"the request body did not arrive within {timeout_s:g}s") from None
     return b"".join(chunks)
 
 
 class ThreadedServer:
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http") -> None:
-        self.app, self.host, self.port, self.name = app, host, port, name
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, name: str = "http",
+                 limits: HttpLimits = HttpLimits()) -> None:
+        self.app, self.host, self.port, self.name, self.limits = app, host, port, name, limits
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -61,8 +76,10 @@ class ThreadedServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off", backlog=4096,
-                                timeout_keep_alive=60)
+        config = uvicorn.Config(HeaderCountGuard(self.app, self.limits.max_headers), log_level="warning",
+                                access_log=False, lifespan="off", backlog=4096, timeout_keep_alive=60,
+                                http=protocol_class(self.limits),
+                                h11_max_incomplete_event_size=self.limits.max_header_bytes)
         self._server = uvicorn.Server(config)
         ready = threading.Event()
 

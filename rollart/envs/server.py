@@ -17,9 +17,11 @@ The protocol (JSON over HTTP/1.1; every error is `{"error": {"code", "message"}}
 Auth is `Authorization: Bearer <token>`. `reset` opens a session (one trajectory: a fresh env, reset with
 the seed) and answers a token of its own: a session's calls need that token, so one trajectory can never
 step, read or close another's. Status codes: 400 a body that is not the call's JSON, 401 a wrong token,
-404 an unknown (or closed) session, 409 a call while another of the same session runs, 413 a body over
-`max_body_kb`, 429 `max_sessions` open, 502 the env raised (the message is its error), 504 it timed out
-(`envs.reset_timeout_s`, `envs.step_timeout_s`).
+404 an unknown (or closed) session, 408 a body slower than 30 s, 409 a call while another of the same
+session runs, 413 a body over `max_body_kb`, 429 `max_sessions` open, 502 the env raised (the message is
+its error), 504 it timed out (`envs.reset_timeout_s`, `envs.step_timeout_s`); below the app
+(`http_guard.py`, the defaults of `HttpLimits`) 503 past 4096 connections, 408 a request head slower than
+10 s, 431 one past 64 KiB or 128 fields, 400 a head that does not parse.
 
 Guarantees: bodies are bounded before they are read; every env call has a timeout; a session idle for
 `idle_timeout_s` is closed (a client that died leaves nothing behind); `stop()` closes every session's
@@ -45,8 +47,8 @@ from starlette.routing import Route
 
 from rollart.config import EnvServerConfig, EnvsConfig
 from rollart.envs.expert import expert_action, random_action
-from rollart.envs.http_serving import BodyTooLarge, ThreadedServer, read_bounded
-from rollart.envs.manager import error_text
+from rollart.envs.episode import error_text
+from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
 from rollart.envs.protocol import AsyncEnv, EnvFactory
 from rollart.envs.warm_pool import WarmPool, build_prepared
 
@@ -169,6 +171,8 @@ class EnvServer:
         except BodyTooLarge:
             raise EnvServerError(413, "payload_too_large",
                                  f"request body over {self.cfg.max_body_kb} KiB (envs.server.max_body_kb)") from None
+        except BodyTooSlow as exc:
+            raise EnvServerError(408, "request_timeout", str(exc)) from None
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):

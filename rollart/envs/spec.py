@@ -1,14 +1,15 @@
 """Resolve an env spec (the `env` of a domain in config) to a factory of fresh environments.
 
 In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
-- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number, and `dataset`, whose
+- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number, swe, and `dataset`, whose
   episodes are the rows of `domains.<name>.data`: `domain_env_factory` builds it);
 - `remote:<url>`: the envs an env server (`rollart env serve DOMAIN`) serves at that URL, e.g.
   `remote:http://127.0.0.1:8710` (options: `urls` for more servers, `token_env`, `timeout_s`);
 - `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
 - `gym:<id>`: a gymnasium env with a discrete action space, e.g. `gym:FrozenLake-v1`;
-- `module.path:Class`: the user's own class (or zero-argument-plus-options factory); the current
-  directory is importable, so `my_envs:MyEnv` finds `./my_envs.py`.
+- `module.path:Class`: the user's own env class — a class with the env protocol's `reset` and `step`
+  (protocol.py), never any other callable (`os:system` is refused); the current directory is importable,
+  so `my_envs:MyEnv` finds `./my_envs.py`.
 Out: `EnvFactory`, a zero-argument callable returning a new env. The spec is checked here (module and
 class imported, class found) so a typo fails at start-up with an error listing the accepted forms;
 envs themselves are built lazily, one per trajectory.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -32,6 +34,7 @@ from rollart.envs.domains.frozenlake import FrozenLakeEnv
 from rollart.envs.domains.guess_number import GuessNumberEnv
 from rollart.envs.domains.math_env import MathEnv
 from rollart.envs.domains.sokoban import SokobanEnv
+from rollart.envs.domains.swe.env import SweEnv
 from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
 from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
@@ -45,6 +48,7 @@ BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
     "math": MathEnv,
     "code": CodeEnv,
     "guess_number": GuessNumberEnv,
+    "swe": SweEnv,
     "dataset": DatasetEnv,
 }
 DATASET_ENV = "dataset"
@@ -54,6 +58,8 @@ ACCEPTED_FORMS = (
     "'gym:<id>' (e.g. gym:FrozenLake-v1), 'remote:<url>' (an env server: `rollart env serve`) or "
     "'module.path:Class' (your own class; the current directory is importable)"
 )
+
+ENV_METHODS = "reset(seed) -> (obs, info) and step(action) -> (obs, reward, terminated, truncated, info)"
 
 
 class EnvSpecError(ValueError):
@@ -94,8 +100,18 @@ def env_constructor(spec: str) -> Callable[..., Any]:
         if kind == "remote":
             return functools.partial(RemoteEnv, rest)
         if kind and all(p.isidentifier() for p in kind.split(".")):
-            return import_user_object(spec)
+            return _env_class(spec, import_user_object(spec))
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
+
+
+def _env_class(spec: str, target: Any) -> type:
+    """`target` if it is a class; EnvSpecError otherwise: a function that takes the domain's options as
+    keyword arguments could be anything (`os:system` ran a shell command). Its env methods are checked by
+    `missing_env_methods` (the pre-check)."""
+    if not inspect.isclass(target):
+        raise EnvSpecError(f"env spec {spec!r} names a {type(target).__name__}, not a class: an env spec must name "
+                           f"an env class with {ENV_METHODS}")
+    return target
 
 
 def check_env_spec(spec: str) -> None:
@@ -120,11 +136,8 @@ def check_env_spec(spec: str) -> None:
             raise EnvSpecError(f"env spec {spec!r}: gymnasium has no env {env_id!r} ({exc})") from None
 
 
-ENV_METHODS = "reset(seed) -> (obs, info) and step(action) -> (obs, reward, terminated, truncated, info)"
-
-
 def env_class(spec: str) -> type | None:
-    """The class an env spec builds, or None when it names a factory function (known only once called)."""
+    """The class an env spec builds (for a `gem:`, `gym:` or `remote:` id, its adapter); None if it is no class."""
     ctor = env_constructor(spec)
     target = ctor.func if isinstance(ctor, functools.partial) else ctor
     return target if isinstance(target, type) else None
@@ -132,7 +145,7 @@ def env_class(spec: str) -> type | None:
 
 def missing_env_methods(spec: str, needs: tuple[str, ...] = ()) -> list[str]:
     """The methods of `reset`, `step` and `needs` that the class `spec` builds lacks (nothing is built;
-    a factory function's env is not known before it is called: nothing is reported)."""
+    an adapter's env is not known before it is built: nothing is reported)."""
     cls = env_class(spec)
     if cls is None:
         return []

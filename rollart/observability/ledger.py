@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from rollart.run_dir import open_file
+
 _ALLOWED = {
     None: {"running"},
     "running": {"running", "ready", "aborted", "failed", "stale"},
@@ -37,8 +39,7 @@ class LedgerFile:
     """The run's ledger file, open for appending (implements `rollart.types.JournalSink`)."""
 
     def __init__(self, path: str | Path, keep_bytes: int = 0) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a+b")
+        self._file = open_file(Path(path), "a+b")  # never through a link (rollart.run_dir)
         # what a crash left past the checkpoint never happened (the weights it led to were lost)
         self._file.truncate(min(keep_bytes, self._file.seek(0, os.SEEK_END)))
 

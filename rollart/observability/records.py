@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollart.run_dir import RunPaths
+from rollart.run_dir import RunPaths, read_text
 
 Record = dict[str, Any]
 # counters since the run started (RolloutScheduler.metrics()): their last value is the run's total
@@ -32,7 +32,7 @@ COUNTERS = ("aborted", "stale", "failed", "cancelled", "wasted_tokens")
 def read_metrics(path: str | Path) -> list[Record]:
     path = Path(path)
     by_step: dict[int, Record] = {}
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text(path).splitlines()  # never through a link
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -104,9 +104,6 @@ def summarize(records: list[Record]) -> dict[str, Any]:
 def write_summary(run_dir: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
     """Summarise RUN_DIR/metrics.jsonl (plus the driver's `extra`) into RUN_DIR/summary.json."""
     paths = RunPaths.of(run_dir)
-    records = read_metrics(paths.metrics) if paths.metrics.exists() else []
+    records = read_metrics(paths.metrics) if os.path.lexists(paths.metrics) else []
     summary = {**summarize(records), **(extra or {})}
-    tmp = paths.summary.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(tmp, paths.summary)
-    return paths.summary
+    return paths.write(paths.summary, json.dumps(summary, indent=2, default=str))  # atomically, no link followed

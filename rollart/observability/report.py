@@ -17,6 +17,7 @@ import base64
 import datetime
 import html
 import json
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ def _load(paths: RunPaths) -> _Inputs:
     problems: dict[str, str] = {}
 
     def attempt(name: str, path: Path, read: Callable[[Path], Any]) -> Any:
-        if not path.exists():
+        if not os.path.lexists(path):
             problems[name] = f"{path.name} is missing from {paths.root}"
             return None
         try:
@@ -74,8 +75,8 @@ def _load(paths: RunPaths) -> _Inputs:
         paths=paths,
         records=records,
         trace=attempt("timeline", paths.timeline, load_trace),
-        summary=attempt("summary", paths.summary, lambda p: json.loads(p.read_text())),
-        config=attempt("config", paths.config, lambda p: yaml.safe_load(p.read_text())),
+        summary=attempt("summary", paths.summary, lambda p: json.loads(paths.read_text(p))),
+        config=attempt("config", paths.config, lambda p: yaml.safe_load(paths.read_text(p))),
         problems=problems,
     )
 
@@ -271,6 +272,4 @@ def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
         f"<h1>rollart report: {html.escape(str(paths.root))}</h1>"
         f'<p class="note">generated {now}</p>{body}</body></html>'
     )
-    paths.report_dir.mkdir(parents=True, exist_ok=True)
-    paths.report.write_text(page, encoding="utf-8")
-    return paths.report
+    return paths.write(paths.report, page)  # report/ and index.html: never through a link

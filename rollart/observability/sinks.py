@@ -17,10 +17,11 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
+
+from rollart.run_dir import make_dir, open_file, read_text, write_file
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,13 @@ class Sink(Protocol):
 
 
 class JsonlSink:
+    """metrics.jsonl, opened (and rewritten on resume) without following a link (`rollart.run_dir`)."""
+
     def __init__(self, path: Path, purge_step: int | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if purge_step is not None and path.exists():
             _drop_steps_from(path, purge_step)
         # append: a resumed run continues the same file; readers merge records by step, newest last
-        self._file = path.open("a", encoding="utf-8")
+        self._file = open_file(path, "a")
 
     def write(self, record: MetricRecord) -> None:
         self._file.write(json.dumps(record.as_json(), allow_nan=False) + "\n")
@@ -61,21 +63,20 @@ class JsonlSink:
 def _drop_steps_from(path: Path, first_dropped: int) -> None:
     """Rewrite a metrics.jsonl without the records at steps ≥ first_dropped (and without a torn line)."""
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path).splitlines():
         try:
             if int(json.loads(line)["step"]) < first_dropped:
                 kept.append(line + "\n")
         except (ValueError, KeyError, TypeError):
             continue  # a line torn by the crash
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_file(path, "".join(kept))
 
 
 class TensorBoardSink:
     def __init__(self, log_dir: Path, flush_s: float, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        make_dir(log_dir)  # a link there is refused: the writer's event files go where the run is
         # purge_step: TensorBoard hides events of an earlier (crashed) writer at steps ≥ purge_step
         self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=max(1, int(flush_s)), purge_step=purge_step)
 

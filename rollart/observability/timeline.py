@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollart.observability.aggregate import trajectory_spans
 from rollart.observability.utilisation import worker_pool
+from rollart.run_dir import read_text, write_file
 from rollart.types import Span, Trajectory
 
 TRAJECTORY_PROCESS = "trajectories"
@@ -145,12 +145,7 @@ class Timeline:
 
     def write(self, path: str | Path) -> Path:
         """Write the Chrome trace atomically (a reader never sees half a file)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.trace()))
-        os.replace(tmp, path)
-        return path
+        return write_file(Path(path), json.dumps(self.trace()))  # atomically, a link replaced, never followed
 
     def trace(self) -> dict[str, Any]:
         return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories, self._marks,
@@ -292,7 +287,7 @@ def load_trace(path: str | Path) -> Trace:
     """Read a timeline.json written by `Timeline.write`; ValueError naming the file if it is not one."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))  # never through a link
         events: Iterable[Mapping[str, Any]] = data["traceEvents"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a Chrome trace written by rollart ({exc})") from None

@@ -5,8 +5,10 @@ one test program as a string) and optionally `entry_point` (for HumanEval-style 
 and `language` (only "python"); the program is the last action's last fenced code block (```python ...```),
 else its last `\\boxed{...}`, else the whole action (the same rule as the env plane's `extract_code`).
 Out: `RewardOutput(passed / total, details={"passed", "total", "isolation", "timed_out", "output_capped",
-"error"})`. A program with no code scores 0.0; tests that the sandbox killed (CPU, memory, wall time,
-output cap) count as failed. A missing or empty `tests` is a `RewardInputError` (the request's fault).
+"limit_hit", "error"})`. A program with no code, or one that is not valid text (a lone surrogate cannot be
+written to a file), scores 0.0 with the reason; tests that the sandbox killed or starved (CPU, memory,
+processes or disk of the whole program tree, wall time, output cap) count as failed. A missing or empty
+`tests` is a `RewardInputError` (the request's fault).
 
 Scoring never happens where the candidate runs (`sandbox.run_pair`): the candidate program runs in one
 sandbox (code_candidate.py) holding no tests, no expected values and no verdicts; the tests run in a
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from rollart.config import SandboxConfig
 from rollart.reward.protocol import RewardInputError, RewardOutput, boxed_contents, final_action
-from rollart.sandbox import Program, check_isolation, run_pair
+from rollart.sandbox import Program, check_isolation, encode_text, run_pair
 from rollart.types import Trajectory
 
 _HERE = Path(__file__).parent
@@ -78,8 +80,11 @@ class CodeReward:
         with self._slots:
             res, cand = run_pair(judge, candidate, self.cfg)
         passed, error = count_passes(res.stdout, len(tests))
+        limit = res.limit_hit or cand.limit_hit
         if passed < len(tests):
-            if res.output_capped:
+            if limit:
+                error = f"the program reached the sandbox's {limit} limit" + (f" ({error})" if error else "")
+            elif res.output_capped:
                 error = f"output over reward.sandbox.max_output_kb={self.cfg.max_output_kb}: the sandbox was stopped"
             elif res.timed_out:
                 error = error or f"wall timeout ({self.cfg.wall_timeout_s:g}s)"
@@ -93,6 +98,7 @@ class CodeReward:
                 "isolation": res.isolation,
                 "timed_out": res.timed_out,
                 "output_capped": res.output_capped,
+                "limit_hit": limit,
                 "error": error,
             },
         )
@@ -117,5 +123,9 @@ class CodeReward:
         program = extract_program(final_action(trajectory))
         if not program:
             return RewardOutput(0.0, details={"passed": 0, "total": len(tests), "error": "no code in the answer"})
+        try:
+            encode_text("the program", program)
+        except ValueError as exc:  # the request is fine; the policy wrote something no file can hold
+            return RewardOutput(0.0, details={"passed": 0, "total": len(tests), "error": str(exc)})
         entry = ref.get("entry_point")
         return await asyncio.to_thread(self._run, program, tests, entry if isinstance(entry, str) else None)

@@ -7,12 +7,16 @@ the SHA-256 of the request body; and the scorer's outcome. Out, for `claim(key, 
 - `("owner", token)` — nobody holds the key: the caller scores it, then `complete(key, token, answer)`, or
   `release(key, token)` if scoring failed (the key is free again; a failure is not a scoring);
 - `("busy", None)` — another request with this payload is scoring it now: `await wait(key, timeout)`;
-- `("conflict", None)` — the key was used with a different payload: never a replay (HTTP 409).
+- `("conflict", None)` — the key was used with a different payload (scored, or being scored under a live
+  lease): never a replay (HTTP 409).
 
 Guarantees (single event loop; the Ray actor in `service.py` hosts one for all replicas):
 - At most one owner per key at a time. A claim whose owner vanished (a replica died mid-scoring) expires
-  after `lease_s`; then a new owner may take it, and if the old owner still completes, its answer is
-  dropped (first answer wins) and counted in `late_completions`.
+  after `lease_s`, whatever its payload digest: then a new owner may take it (with any payload — a claim
+  with a bogus digest holds a key for one lease at most), and if the old owner still completes, its
+  answer is dropped (first answer wins) and counted in `late_completions`. A claim nobody took over is
+  forgotten by `expire()` one more lease after its own ran out (its owner may still complete until then),
+  so held claims stay bounded too.
 - `scorings(key)` counts completed scorings while the key is remembered; `duplicates` counts completions
   of a key that was already done (0 when exactly-once held).
 - Bounded memory: keys, digests and stored answers together stay under `max_bytes` (oldest entries are
@@ -72,8 +76,13 @@ class IdempotencyLedger:
         self.lease_expiries = 0
 
     def expire(self) -> int:
-        """Drop every entry stored more than `ttl_s` ago; how many went."""
-        cutoff, n = self.clock() - self.ttl_s, 0
+        """Drop every entry stored more than `ttl_s` ago, and every claim a lease past its own; how many
+        stored entries went."""
+        now = self.clock()
+        for key in [k for k, p in self._pending.items() if p.expires + self.lease_s <= now]:
+            self.lease_expiries += 1
+            self._pending.pop(key).event.set()  # its waiters look again
+        cutoff, n = now - self.ttl_s, 0
         while self._done:
             key, done = next(iter(self._done.items()))
             if done.stored > cutoff:
@@ -97,14 +106,15 @@ class IdempotencyLedger:
             return "done", done.answer
         pending = self._pending.get(key)
         now = self.clock()
+        if pending is not None and now >= pending.expires:  # its lease ran out: the key is free, whatever the
+            self.lease_expiries += 1                        # payload it was claimed with; its waiters look again
+            pending.event.set()
+            pending = None
         if pending is not None and pending.digest != digest:
             self.conflicts += 1
             return "conflict", None
-        if pending is not None and now < pending.expires:
+        if pending is not None:
             return "busy", None
-        if pending is not None:  # the owner's lease ran out: hand the key on, wake its waiters
-            self.lease_expiries += 1
-            pending.event.set()
         token = next(self._tokens)
         self._pending[key] = _Pending(token, digest, now + self.lease_s)
         return "owner", token

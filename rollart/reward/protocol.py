@@ -27,7 +27,8 @@ trajectory with empty token tuples.
 
 Payload (JSON, `v` = 1), built by `to_payload` and read back by `parse_payload`, strictly: exact JSON types
 (a string is never a number, `true` is never 1), finite numbers, 64-bit ints, ids of at most 512
-characters, no unknown keys; anything else is a `PayloadError` naming the field (HTTP 422):
+characters, no unknown keys, text that is valid Unicode (no lone surrogates); anything else is a
+`PayloadError` naming the field (HTTP 422):
     {"v": 1, "trajectory_id": str, "domain": str, "fn": str,
      "task": {"task_id", "env", "seed", "group_id", "split"}, "start_version": int,
      "status": str | null, "status_reason": str, "env_return": float, "reference": {...},
@@ -183,11 +184,37 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "body"
 
 
+def _invalid_text(payload: Any) -> PayloadError | None:
+    """A string (key or value) in parsed JSON that is not valid text — JSON's `\\ud800` escapes
+    decode to lone surrogates, which no reward function can encode — as a PayloadError naming it."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), payload)]
+    while stack:
+        loc, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                stack.append(((*loc, key), key))
+                stack.append(((*loc, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*loc, i), item) for i, item in enumerate(value))
+        elif isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                where = _field_path(loc)
+                return PayloadError(f"{where}: not valid text ({exc.reason}: {exc.object[exc.start:exc.end]!r} at "
+                                    f"character {exc.start})", where)
+    return None
+
+
 def parse_payload(payload: Any) -> tuple[Trajectory, str | None]:
     """The trajectory a remote reward function scores (token tuples empty) and the payload's `fn`.
-    Raises `PayloadError` naming the first bad field and what would be valid."""
+    Raises `PayloadError` naming the first bad field and what would be valid (text that is not valid
+    Unicode, e.g. a lone surrogate, included)."""
     if not isinstance(payload, dict):
         raise PayloadError(f"body: expected a JSON object, got {type(payload).__name__}", "body")
+    bad_text = _invalid_text(payload)
+    if bad_text is not None:
+        raise bad_text
     try:
         p = _Payload.model_validate(payload)
     except ValidationError as exc:

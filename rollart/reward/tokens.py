@@ -8,7 +8,9 @@
 
 `principal(S, presented)` says who a request is: "" for S itself (the operator), the job's name for a valid
 job token, None for anything else (401). The service keeps every job's idempotency keys apart by principal,
-so one job can never replay, conflict with or poison another's.
+so one job can never replay, conflict with or poison another's through the service's HTTP endpoint. A
+driver with access to the Ray cluster is trusted with everything (Ray's model: it can call the directory
+and ledger actors directly; docs/architecture.md §10).
 """
 
 from __future__ import annotations

@@ -7,16 +7,23 @@ Public API:
 - `run_sandboxed(files, command, cfg, stdin=b"", env=None) -> SandboxResult` — one program (process.py);
 - `run_pair(primary, peer, cfg)` — two `Program`s, each in its own sandbox, joined by two pipes;
 - `check_isolation(cfg) -> str` — the isolation label this machine gives, or `SandboxUnavailable`;
-- `probe_isolation()` — what this machine offers (cached).
+  `LEVELS`, weakest first, what `min_isolation` may ask for (isolation.py);
+- `probe_isolation()` — what this machine offers (cached);
+- `encode_text(name, text)` — text as UTF-8, or ValueError naming what is not valid text;
+- `open_workspace(limits, files, owner=...) -> Workspace`, `CommandResult`, `reap_leftovers(owner)` — one
+  trajectory's own tree and processes for environments (workspace.py; its docstring is the API).
+Modules: isolation.py (probing, levels, the launcher's spec), launch.py (the sandbox's first process),
+cgroups.py (whole-tree limits), process.py (one-shot runs), workspace.py (workspaces).
 """
 
 from __future__ import annotations
 
-from rollart.sandbox.process import (
-    Program, SandboxResult, SandboxUnavailable, check_isolation, probe_isolation, run_pair, run_sandboxed,
-)
+from rollart.sandbox.isolation import LEVELS, SandboxUnavailable, check_isolation, probe_isolation
+from rollart.sandbox.process import Program, SandboxResult, encode_text, run_pair, run_sandboxed
+from rollart.sandbox.workspace import CommandResult, Workspace, WorkspaceClosed, open_workspace, reap_leftovers
 
 __all__ = [
-    "Program", "SandboxResult", "SandboxUnavailable", "check_isolation", "probe_isolation", "run_pair",
+    "LEVELS", "CommandResult", "Program", "SandboxResult", "SandboxUnavailable", "Workspace", "WorkspaceClosed",
+    "check_isolation", "encode_text", "open_workspace", "probe_isolation", "reap_leftovers", "run_pair",
     "run_sandboxed",
 ]

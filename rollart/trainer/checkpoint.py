@@ -29,9 +29,11 @@ hidden temporary directory, every file and directory in it fsynced, renamed, the
 so `latest_checkpoint` never returns a partial one, even after a power cut or a SIGKILL mid-save. A save
 that fails removes its temporary directory (`discard`); one cut short by a kill leaves it, and the next
 start of the run's trainer removes it (`remove_partial`). `finalize` keeps the newest
-`train.keep_checkpoints`. Nothing here unpickles: `check_no_pickles` refuses a run whose checkpoints hold a
-pickle file (a `torch.save` file, or anything named .pt/.pth/.pkl/.pickle/.bin/.ckpt — including
-checkpoints of an older rollart), naming the file, before anything is loaded.
+`train.keep_checkpoints`. Nothing here unpickles or follows a link: `check_checkpoint_files` refuses a run
+whose checkpoints hold a pickle file (a `torch.save` file, or anything named .pt/.pth/.pkl/.pickle/.bin/.ckpt
+— including checkpoints of an older rollart) or a symbolic link, naming it, before anything is loaded; and
+`check_state_files` reads a checkpoint's state files as the trainer will, so a corrupt or truncated one is
+named (file and field) before anything starts.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ import numpy as np
 import torch
 
 from rollart.run_dir import RunPaths
-from rollart.trainer.state_files import has_state, load_state, save_state
+from rollart.trainer.state_files import StateFileError, has_state, inspect_state, load_state, save_state
 
 STATE = "trainer_state"
 EXTRA = "extra_state"
@@ -79,7 +81,9 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     root = checkpoints_root(run_dir)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and has_state(p / STATE)]
+    # a symbolic link is never a checkpoint (the pre-check refuses a run directory that holds one)
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _STEP.match(p.name)) and not p.is_symlink() and has_state(p / STATE)]
     return [p for _, p in sorted(found)]
 
 
@@ -97,7 +101,9 @@ def temporary_path(final: Path) -> Path:
 def finalize(tmp: Path, final: Path, keep: int) -> Path:
     """Publish a fully written checkpoint under its name (durably), then drop all but the newest `keep`."""
     _fsync_tree(tmp)
-    if final.exists():
+    if final.is_symlink():
+        final.unlink()  # replaced, never followed
+    elif final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     _fsync(final.parent)
@@ -168,20 +174,45 @@ def _is_pickle(path: Path) -> bool:
     return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK\x03\x04"
 
 
-def check_no_pickles(root: str | Path) -> None:
-    """Raise `UnsafeCheckpointError` naming the first pickle file under `root` (a checkpoint, or a run's
-    checkpoints directory); nothing is loaded."""
+def check_checkpoint_files(root: str | Path) -> None:
+    """Raise `UnsafeCheckpointError` naming the first file under `root` (a checkpoint, or a run's
+    checkpoints directory) that rollart will not load: a pickle, or a symbolic link (rollart writes none;
+    one can make a checkpoint that passed this check load files from anywhere). The walk never follows a
+    link, so what lies behind one is never read; nothing is loaded."""
     root = Path(root)
-    if not root.exists():
+    if not os.path.lexists(root):
         return
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if _is_pickle(path):
+    for path in _walk_no_links(root):
+        if path.is_symlink():
+            target = os.readlink(path)
+            outside = not _inside(path.parent / target, root)
+            raise UnsafeCheckpointError(
+                f"{path} is a symbolic link (to {target}{', outside ' + str(root) if outside else ''}): rollart "
+                "checkpoints hold none and it will not load files through one. Refusing this run directory: "
+                "remove the link if it is not yours, or start a fresh run_dir"
+            )
+        if path.is_file() and _is_pickle(path):
             raise UnsafeCheckpointError(
                 f"{path} is a pickle file (or named like one): loading it could run arbitrary code, and rollart "
                 "checkpoints hold none (JSON + safetensors). Refusing to resume from this run directory: remove "
                 "the file if it is not yours, or start a fresh run_dir (checkpoints written by an older rollart "
                 "with .pt files cannot be resumed safely)"
             )
+
+
+def _walk_no_links(root: Path) -> list[Path]:
+    """`root` and everything below it, sorted, without descending into a symbolic link."""
+    found = [root]
+    if root.is_symlink() or not root.is_dir():
+        return found
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        found += [Path(directory) / name for name in dirs + files]
+    return sorted(found)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    resolved, base = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return resolved == base or base in resolved.parents
 
 
 def rng_stem(ckpt: Path, rank: int) -> Path:
@@ -211,6 +242,45 @@ def load_extra(ckpt: Path) -> dict[str, Any]:
 
 def save_trainer_state(ckpt: Path, state: dict[str, Any]) -> None:
     save_state(ckpt / STATE, state)
+
+
+def check_state_files(ckpt: Path) -> dict[str, Any]:
+    """Read a checkpoint's state files as `Trainer.load` will, loading no tensor: `StateFileError` naming the
+    file and the field for a corrupt, truncated or incomplete one. Returns its `extra_state` (the driver's
+    `RunState`, checked by the driver)."""
+    state = inspect_state(ckpt / STATE)
+    where = ckpt / f"{STATE}.json"
+
+    def need(ok: bool, field: str, what: str, value: Any) -> None:
+        if not ok:
+            raise StateFileError(f"{where}: field {field!r} must be {what}, got {value!r:.80}")
+
+    need(isinstance(state, dict), "(top level)", "an object", type(state).__name__)
+    version, world = state.get("version"), state.get("world_size")
+    need(_is_int(version) and version >= 0, "version", "an integer ≥ 0", version)
+    need(_is_int(world) and world >= 1, "world_size", "an integer ≥ 1", world)
+    for field in ("optimizer", "sft_optimizer"):
+        value = state.get(field)
+        if field == "sft_optimizer" and value is None:
+            continue
+        need(isinstance(value, dict) and isinstance(value.get("state"), dict)
+             and isinstance(value.get("param_groups"), list), field,
+             "an optimizer state (with 'state' and 'param_groups')", value)
+    need(isinstance(state.get("scheduler"), dict), "scheduler", "a learning-rate scheduler state",
+         state.get("scheduler"))
+    rngs = sorted((ckpt / "rng").glob("rank*.json")) if (ckpt / "rng").is_dir() else []
+    for rng in rngs:
+        got = inspect_state(rng.with_suffix(""))
+        if not (isinstance(got, dict) and {"torch", "python", "numpy"} <= set(got)):
+            raise StateFileError(f"{rng}: must hold the 'torch', 'python' and 'numpy' RNG states")
+    extra = inspect_state(ckpt / EXTRA) if has_state(ckpt / EXTRA) else {}
+    if not isinstance(extra, dict):
+        raise StateFileError(f"{ckpt / EXTRA}.json: must be an object, got {type(extra).__name__}")
+    return extra
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load_trainer_state(ckpt: Path, device: str | torch.device) -> dict[str, Any]:

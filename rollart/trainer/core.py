@@ -313,7 +313,7 @@ class Trainer:
     def load(self, directory: str | Path) -> dict[str, Any]:
         """Restore weights, optimizer(s), scheduler, version and this rank's RNG; returns `extra_state`."""
         path = Path(directory)
-        ckpt.check_no_pickles(path)
+        ckpt.check_checkpoint_files(path)
         state = ckpt.load_trainer_state(path, self.device)
         if self.lora is not None:  # a PEFT adapter directory: the base is model.path, unchanged
             load_adapter_state(self.model, path)

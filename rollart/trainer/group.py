@@ -36,6 +36,7 @@ from rollart.config import RunConfig
 from rollart.resources.cluster import Cluster, MemberEvent
 from rollart.resources.errors import WorkerDied
 from rollart.resources.placement import Resources
+from rollart.run_dir import RunPaths
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
 from rollart.trainer.worker import TrainerWorker
@@ -126,7 +127,9 @@ class TrainerGroup:
         return results[0]
 
     def _save(self, extra_state: dict[str, Any]) -> Path:
-        final = ckpt.step_path(self.cfg.run_dir, self.version).resolve()
+        paths = RunPaths.of(self.cfg.run_dir)
+        paths.make_dir(paths.checkpoints)  # a link there (or on the way) is refused: checkpoints stay in the run
+        final = ckpt.step_path(self.cfg.run_dir, self.version).absolute()
         tmp = ckpt.temporary_path(final)
         try:
             self.cluster.gather(self.cluster.call_all("save_checkpoint", str(tmp), extra_state))

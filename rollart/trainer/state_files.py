@@ -11,12 +11,18 @@ Encoding (JSON): a dict whose keys are all strings is a JSON object; the other f
 `{"__ndarray__": {"dtype", "shape", "data"}}`. Anything else raises `TypeError` naming where it is in the
 tree: convert it to plain data first (e.g. `dataclasses.asdict`).
 
+`inspect_state` reads the same files without loading a tensor (the JSON, and the safetensors header for
+the tensor names): a truncated or corrupt file, an unknown tag or a tensor the safetensors file lacks is a
+`StateFileError` naming the file and where in the tree — what the driver's pre-check runs before Ray starts.
+
 Why not `torch.save`: it pickles, and unpickling a crafted file runs code (`resume=true` on a run dir from
 elsewhere). JSON and safetensors are data only.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,17 @@ import torch
 from safetensors.torch import load_file, save_file
 
 TAGS = ("__tensor__", "__tuple__", "__dict__", "__ndarray__")
+
+
+class StateFileError(ValueError):
+    """A state file that cannot be read back: the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor of the safetensors file, by name, as `inspect_state` returns it (nothing loaded)."""
+
+    name: str
 
 
 def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
@@ -78,8 +95,6 @@ def _file(stem: Path, suffix: str) -> Path:
 
 def save_state(stem: Path, state: Any) -> None:
     """Write `state` to `<stem>.json` (+ `<stem>.safetensors` when it holds tensors)."""
-    import json
-
     tensors: dict[str, torch.Tensor] = {}
     encoded = _encode(state, tensors, stem.name)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -89,13 +104,83 @@ def save_state(stem: Path, state: Any) -> None:
 
 
 def load_state(stem: Path, device: str | torch.device = "cpu") -> Any:
-    """Read what `save_state(stem, ...)` wrote; tensors on `device`."""
-    import json
-
-    encoded = json.loads(_file(stem, ".json").read_text())
+    """Read what `save_state(stem, ...)` wrote; tensors on `device`. `StateFileError` (naming the file and
+    the field) for a file that does not parse or a tree that does not decode."""
+    encoded = _read_json(stem)
     weights = _file(stem, ".safetensors")
-    tensors = load_file(str(weights), device=str(device)) if weights.is_file() else {}
+    try:
+        tensors = load_file(str(weights), device=str(device)) if weights.is_file() else {}
+    except Exception as exc:  # noqa: BLE001 — safetensors raises its own error types for a bad file
+        raise StateFileError(f"{weights}: not a readable safetensors file ({exc})") from None
+    _check(encoded, set(tensors), _file(stem, ".json"), stem.name)
     return _decode(encoded, tensors)
+
+
+def inspect_state(stem: Path) -> Any:
+    """The tree `load_state(stem)` would return, with each tensor a `TensorRef` (none is loaded); every tag
+    and tensor reference checked. `StateFileError` naming the file and the field otherwise."""
+    encoded = _read_json(stem)
+    weights = _file(stem, ".safetensors")
+    names: set[str] = set()
+    if weights.is_file():
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(weights), framework="pt") as f:
+                names = set(f.keys())
+        except Exception as exc:  # noqa: BLE001 — safetensors raises its own error types for a bad header
+            raise StateFileError(f"{weights}: not a readable safetensors file ({exc})") from None
+    return _check(encoded, names, _file(stem, ".json"), stem.name)
+
+
+def _read_json(stem: Path) -> Any:
+    path = _file(stem, ".json")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StateFileError(f"{path} is missing") from None
+    except json.JSONDecodeError as exc:
+        raise StateFileError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}; a file "
+                             "cut short by a crash or a full disk?)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateFileError(f"{path} cannot be read ({exc})") from None
+
+
+def _check(value: Any, tensors: set[str], path: Path, where: str) -> Any:
+    """`_decode` without tensors: TensorRef for each, StateFileError naming `where` for a malformed node."""
+    def bad(why: str) -> StateFileError:
+        return StateFileError(f"{path}: field {where}: {why}")
+
+    if isinstance(value, list):
+        return [_check(v, tensors, path, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1 and next(iter(value)) in TAGS:
+        tag, body = next(iter(value.items()))
+        if tag == "__tensor__":
+            if not isinstance(body, str) or body not in tensors:
+                raise bad(f"tensor {body!r} is not in {_file(path.with_suffix(''), '.safetensors').name}")
+            return TensorRef(body)
+        if tag == "__tuple__":
+            if not isinstance(body, list):
+                raise bad("a __tuple__ must hold a list")
+            return tuple(_check(v, tensors, path, f"{where}[{i}]") for i, v in enumerate(body))
+        if tag == "__dict__":
+            if not isinstance(body, list) or not all(isinstance(kv, list) and len(kv) == 2 for kv in body):
+                raise bad("a __dict__ must hold [key, value] pairs")
+            out = {}
+            for key, item in body:
+                key = _freeze(_check(key, tensors, path, f"{where}.key"))
+                try:
+                    out[key] = _check(item, tensors, path, f"{where}[{key!r}]")
+                except TypeError:
+                    raise bad(f"key {key!r} cannot be a dict key") from None
+            return out
+        try:  # __ndarray__
+            return np.asarray(body["data"], dtype=body["dtype"]).reshape(body["shape"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"not an array ({exc})") from None
+    return {k: _check(v, tensors, path, f"{where}[{k!r}]") for k, v in value.items()}
 
 
 def has_state(stem: Path) -> bool:

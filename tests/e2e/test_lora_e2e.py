@@ -45,7 +45,8 @@ def test_a_lora_run_raises_the_score_syncs_only_adapters_and_its_checkpoint_eval
     assert 0 < m[11]["weights/publish_mb"] < full_mb / 10  # adapter only: rank 8 of 2 layers ≈ 0.15 MB of 2.5
     checkpoint = RunPaths.of(run).checkpoints / "step_00000012"
     assert (checkpoint / "adapter_config.json").is_file() and not (checkpoint / "model.safetensors").exists()
-    scored = json.loads(rollart("eval", str(run)).strip().splitlines()[-1])
+    # the run's env class is code its config.yaml names: a run directory is data, so the user names it again
+    scored = json.loads(rollart("eval", str(run), "domains.pick.env=pick_env:PickEnv").strip().splitlines()[-1])
     assert Path(scored["checkpoint"]).name == checkpoint.name  # the run's newest checkpoint
     assert set(scored["scores"]) == {"pick"}
     assert scored["mean"] - summary["eval_first"] >= 0.25, (scored, summary)

@@ -243,7 +243,8 @@ def test_errors_for_unknown_finished_cancelled_trajectories_and_bad_keys(harness
     harness.replies = ["x", "y"]
     client = harness.open("g10/0")
     base = harness.gateway.base_url("nope/0")
-    with pytest.raises(openai.NotFoundError, match="no trajectory"):
+    # an unknown id answers as a wrong key does: nothing tells a caller without the key which ids exist
+    with pytest.raises(openai.AuthenticationError, match="wrong or missing API key"):
         openai.OpenAI(base_url=base, api_key="k", max_retries=0, http_client=http_client()).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}])
     wrong = openai.OpenAI(base_url=harness.gateway.base_url("g10/0"), api_key="not-the-key", max_retries=0,
@@ -252,6 +253,8 @@ def test_errors_for_unknown_finished_cancelled_trajectories_and_bad_keys(harness
         wrong.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     harness.finish("g10/0")
+    with pytest.raises(openai.AuthenticationError):  # ended, asked without its key: still 401 first
+        wrong.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.APIStatusError) as err:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert err.value.status_code == 410 and err.value.body["code"] == "trajectory_finished"
@@ -284,7 +287,7 @@ def test_limits_bound_what_a_request_may_cost(chat):
         import httpx
 
         r = httpx.post(h.gateway.url + "/t/g13%2F0/v1/chat/completions", content=b"{not json")
-        assert r.status_code == 404 and r.json()["error"]["code"] == "trajectory_not_found"
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"  # before the body is read
         assert httpx.get(h.gateway.url + "/elsewhere").json()["error"]["code"] == "not_found"
     finally:
         h.gateway.stop()

@@ -17,7 +17,7 @@ import torch
 from rollart.algo import PolicyObjective
 from rollart.config import RunConfig
 from rollart.trainer import Trainer
-from rollart.trainer.checkpoint import UnsafeCheckpointError, check_no_pickles
+from rollart.trainer.checkpoint import UnsafeCheckpointError, check_checkpoint_files
 from rollart.trainer.state_files import load_state, save_state
 
 
@@ -62,7 +62,7 @@ def test_a_trainer_checkpoint_is_data_only_and_resumes_exactly(tiny_model_path, 
     files = [p for p in (tmp_path / "ckpt").rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"trainer_state.json", "trainer_state.safetensors", "extra_state.json",
                                        "rank0.json", "rank0.safetensors", "model.safetensors"}
-    check_no_pickles(tmp_path / "ckpt")  # nothing in it would need unpickling
+    check_checkpoint_files(tmp_path / "ckpt")  # nothing in it would need unpickling
     assert not any(p.suffix in (".pt", ".bin", ".pkl") for p in files)
 
     second = trainer(tiny_model_path)

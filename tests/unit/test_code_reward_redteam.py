@@ -190,7 +190,7 @@ def decoy():
 @pytest.fixture(scope="module")
 def scored(decoy):
     assert check_isolation(CFG) == "process+rlimits+" + ("uid" if os.geteuid() == 0 else "user") + \
-        "+landlock+netns+pidns", "the red-team corpus must run under full isolation"
+        "+landlock+netns+pidns+mntns+tmpfs+cgroup", "the red-team corpus must run under full isolation"
     reward = CodeReward(CFG)
 
     async def score_all():
@@ -207,7 +207,7 @@ def test_forgery_scores_zero_and_right_code_one(scored, name):
     wrong, right = scored[(name, "wrong")], scored[(name, "right")]
     assert wrong.reward == 0.0, (name, dict(wrong.details))
     assert right.reward == 1.0, (name, dict(right.details))
-    assert wrong.details["isolation"].endswith("landlock+netns+pidns")
+    assert wrong.details["isolation"].endswith("landlock+netns+pidns+mntns+tmpfs+cgroup")
 
 
 def test_output_bomb_is_reported(scored):

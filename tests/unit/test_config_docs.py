@@ -52,7 +52,7 @@ def test_explain_prints_type_default_allowed_values_and_description(capsys):
 def test_explain_reads_bounds_optionals_and_entries_by_any_name():
     alpha = explain("rollout.alpha")
     assert "type:        int" in alpha and "allowed:     ≥ 0" in alpha and "default:     1" in alpha
-    assert "int or null" in explain("cluster.num_cpus") and "> 0 | null" in explain("cluster.num_cpus")
+    assert "int or null" in explain("cluster.num_cpus") and "> 0, ≤ 4096 | null" in explain("cluster.num_cpus")
     # domains.<name>.weight under any entry name; a default entry that differs says so
     assert find_key("domains.anything.weight") == find_key("domains.math.weight")
     assert "in the default entry domains.math: 2.0" in explain("domains.math.weight")

@@ -136,3 +136,32 @@ def test_timeline_integral_and_mean():
     clock.t = 4.0
     assert tl.integral() == 4.0 and tl.mean() == 1.0 and tl.max == 2 and tl.current == 2
     assert list(tl.points) == [(0.0, 0), (2.0, 2)]
+
+
+def test_a_claim_with_a_bogus_digest_holds_a_key_for_one_lease_at_most():
+    """A claim under another payload (say, through the ledger actor, with cluster access) is a conflict
+    while its lease lasts, then the key is free for the real payload (on main it stayed a 409 for good)."""
+    clock = FakeClock()
+    led = IdempotencyLedger(MB, 100, lease_s=5, clock=clock)
+    assert led.claim("k", "bogus")[0] == "owner"  # never completed
+    assert led.claim("k", "real") == ("conflict", None)
+    clock.t = 5.0
+    state, token = led.claim("k", "real")
+    assert state == "owner" and led.stats()["lease_expiries"] == 1
+    assert led.complete("k", token, {"reward": 1.0})
+    assert led.claim("k", "real") == ("done", {"reward": 1.0})
+
+
+def test_an_abandoned_claim_is_forgotten_a_lease_after_it_ran_out():
+    clock = FakeClock()
+    led = IdempotencyLedger(MB, 100, lease_s=5, clock=clock)
+    _, token = led.claim("k", "d")
+    clock.t = 7.0  # past its lease, not yet forgotten: its owner may still complete
+    assert led.complete("k", token, {"reward": 0.5}) and led.claim("k", "d") == ("done", {"reward": 0.5})
+    led.claim("other", "d")  # lease until 12; abandoned
+    clock.t = 16.9
+    led.expire()
+    assert led.stats()["pending"] == 1
+    clock.t = 17.0
+    led.expire()
+    assert led.stats()["pending"] == 0 and led.stats()["lease_expiries"] == 1

@@ -1,6 +1,7 @@
 """The code sandbox stops an infinite loop, a memory bomb, a fork bomb and an output bomb, confines reads and
-writes to its directory, has no network, says which isolation it had — and refuses to run (never as root)
-when the isolation the config asks for cannot be had."""
+writes to its own private root, has no network, says which isolation it had — and refuses to run (never as
+root) when the isolation the config asks for cannot be had. (Limits of the whole process tree:
+test_sandbox_tree_limits.py.)"""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import pytest
 
 import rollart
 from rollart.config import SandboxConfig
-from rollart.sandbox import process as sandbox
-from rollart.sandbox.process import SandboxUnavailable, probe_isolation, run_sandboxed
+from rollart.sandbox import isolation
+from rollart.sandbox.isolation import STAGING_PREFIX, SandboxUnavailable, probe_isolation
+from rollart.sandbox.process import run_sandboxed
+from tests.unit.sandbox_util import host_processes
 
 CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_processes=8)
 
@@ -27,18 +30,6 @@ CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_proce
 def run(code: str, cfg: SandboxConfig = CFG, env: dict | None = None):
     return run_sandboxed({"main.py": code}, ["python", "main.py"], cfg, env=env)
 
-
-def processes_with_marker(marker: str) -> list[int]:
-    """Processes whose environment holds `marker` (survivors of a sandbox run)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/environ").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def test_full_isolation_is_had_and_reported():
@@ -48,7 +39,8 @@ def test_full_isolation_is_had_and_reported():
     assert word == "ok" and int(uid) != 0 and int(euid) != 0  # never root
     iso = probe_isolation()
     assert iso.level("deny") == "full", f"this machine must give the sandbox full isolation: {iso.missing}"
-    assert res.isolation == "process+rlimits+" + ("uid" if iso.root else "user") + "+landlock+netns+pidns"
+    assert res.isolation == ("process+rlimits+" + ("uid" if iso.root else "user")
+                             + "+landlock+netns+pidns+mntns+tmpfs+cgroup")
 
 
 def test_infinite_loop_is_stopped():
@@ -69,12 +61,14 @@ def test_fork_bomb_is_stopped_and_leaves_no_process():
     res = run(code, env={"SBX_MARKER": marker})
     assert res.killed_by_limit or res.exit_code != 0
     assert res.wall_s < CFG.wall_timeout_s + 5
-    assert processes_with_marker(marker) == []
+    assert host_processes(marker) == []
 
 
-def test_writes_stay_inside_the_working_dir(tmp_path):
+def test_writes_stay_inside_the_sandbox(tmp_path):
+    """Nothing the program writes reaches the host: not its /tmp (the sandbox has its own), not the project
+    dir, not /dev/shm."""
     name = f"rollart-escape-{uuid.uuid4().hex}"
-    targets = [Path("/tmp") / name, Path.cwd() / name, Path("/dev/shm") / name]
+    targets = [Path.cwd() / name, Path("/dev/shm") / name, Path("/") / name]
     code = "import sys\nok = 0\nfor p in sys.argv[1:] or %r:\n" % [str(t) for t in targets] + (
         "    try:\n        open(p, 'w').write('x')\n        print('WROTE', p)\n    except OSError as e:\n"
         "        print('DENIED', p)\nopen('inside.txt', 'w').write('fine')\nprint(open('inside.txt').read())\n"
@@ -82,7 +76,9 @@ def test_writes_stay_inside_the_working_dir(tmp_path):
     res = run(code)
     assert res.exit_code == 0, res.stderr
     assert "WROTE" not in res.stdout and res.stdout.count("DENIED") == 3 and "fine" in res.stdout
-    assert not any(t.exists() for t in targets)
+    private_tmp = run(f"open('/tmp/{name}', 'w').write('x')\nprint(open('/tmp/{name}').read())")
+    assert private_tmp.stdout == "x\n", private_tmp.stderr
+    assert not any(t.exists() for t in targets + [Path("/tmp") / name])
 
 
 def test_no_network_when_denied():
@@ -103,9 +99,17 @@ def test_no_network_when_denied():
     assert "netns" in res.isolation or "landlock-net" in res.isolation
 
 
+def _staging_dirs() -> set[Path]:
+    from rollart.sandbox.cgroups import owner_tag
+
+    return set(Path("/tmp").glob(f"{STAGING_PREFIX}{owner_tag()}-*"))
+
+
 def test_working_dir_is_removed_afterwards():
-    res = run("import os\nprint(os.getcwd())")
-    assert res.exit_code == 0 and not Path(res.stdout.strip()).exists()
+    before = _staging_dirs()
+    res = run("import os\nopen('left.txt', 'w').write('x')\nprint(os.getcwd())")
+    assert res.exit_code == 0 and res.stdout == "/workspace\n", res.stderr
+    assert _staging_dirs() == before
 
 
 def test_file_names_cannot_escape():
@@ -116,7 +120,7 @@ def test_file_names_cannot_escape():
 def test_reads_are_confined_to_the_interpreter_and_the_working_dir():
     project_file = Path(rollart.__file__)
     targets = ["/etc/passwd", "/etc/shadow", str(project_file), str(project_file.parent), "/proc/1/cmdline",
-               f"/proc/{os.getpid()}/cmdline", "/proc/self/status", "/tmp", "/root", "/home", str(Path.cwd())]
+               f"/proc/{os.getpid()}/cmdline", "/proc/self/status", "/root", "/home", str(Path.cwd()), "/"]
     code = (
         "import os, sys\n"
         f"for p in {targets!r}:\n"
@@ -178,31 +182,43 @@ def test_wall_limit_holds_whatever_the_program_prints():
 def machine_without(monkeypatch):
     """Make the sandbox believe this machine lacks some mechanisms (the probe's answer, nothing else)."""
 
-    def lacking(*, landlock: bool = True, namespaces: bool = True) -> None:
+    def lacking(*, landlock: bool = True, namespaces: bool = True, cgroups: bool = True) -> None:
         real = probe_isolation()
         fake = dataclasses.replace(
             real,
-            unshare_prefix=real.unshare_prefix if namespaces else (),
-            netns=real.netns and namespaces, pidns=real.pidns and namespaces,
+            namespaces=real.namespaces and namespaces, netns=real.netns and namespaces,
             landlock_abi=real.landlock_abi if landlock else 0,
-            missing=(() if namespaces else ("no namespaces (test)",)) + (() if landlock else ("no landlock (test)",)),
+            cgroups=real.cgroups if cgroups else 0,
+            missing=(() if namespaces else ("no namespaces (test)",)) + (() if landlock else ("no landlock (test)",))
+            + (() if cgroups else ("no cgroups (test)",)),
         )
-        monkeypatch.setattr(sandbox, "probe_isolation", lambda: fake)
+        monkeypatch.setattr(isolation, "probe_isolation", lambda: fake)
 
     return lacking
 
 
+def test_refuses_without_cgroups_unless_namespaces_are_accepted(machine_without):
+    machine_without(cgroups=False)
+    with pytest.raises(SandboxUnavailable,
+                       match=r"level 'full' \(reward.sandbox.min_isolation\).*only 'namespaces': no cgroups"):
+        run("print('ran')")
+    res = run("print('ran')", CFG.model_copy(update={"min_isolation": "namespaces"}))
+    assert res.stdout == "ran\n" and res.isolation.endswith("+pidns+mntns+tmpfs") and res.cpu_s is None
+
+
 def test_refuses_without_namespaces_unless_landlock_is_accepted(machine_without):
     machine_without(namespaces=False)
-    with pytest.raises(SandboxUnavailable, match=r"level 'full' \(reward.sandbox.min_isolation\).*only 'landlock': no namespaces"):
-        run("print('ran')")
+    for level in ("full", "namespaces"):
+        with pytest.raises(SandboxUnavailable,
+                           match=rf"level '{level}' \(reward.sandbox.min_isolation\).*only 'landlock': no namespaces"):
+            run("print('ran')", CFG.model_copy(update={"min_isolation": level}))
     res = run("print('ran')", CFG.model_copy(update={"min_isolation": "landlock"}))
     assert res.stdout == "ran\n" and "landlock" in res.isolation and "pidns" not in res.isolation
 
 
 def test_refuses_without_landlock_unless_rlimits_are_accepted(machine_without):
     machine_without(landlock=False)
-    for level in ("full", "landlock"):
+    for level in ("full", "namespaces", "landlock"):
         with pytest.raises(SandboxUnavailable, match=f"needs isolation level '{level}'.*no landlock"):
             run("print('ran')", CFG.model_copy(update={"min_isolation": level}))
     res = run("print('ran')", CFG.model_copy(update={"min_isolation": "rlimits"}))

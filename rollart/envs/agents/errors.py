@@ -2,7 +2,8 @@
 
 `retryable` errors (a generation that failed on the inference plane, too many concurrent calls) let the
 `openai` client retry; every other error carries `x-should-retry: false`, so a refused request is refused
-once and the agent sees it at once.
+once and the agent sees it at once. `close` errors end their connection (the request's body was not read to
+its end: too slow or too large).
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ class GatewayError(Exception):
         param: str | None = None,
         kind: str = "invalid_request_error",
         retryable: bool = False,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.kind = status, message, code, param, kind
-        self.retryable = retryable
+        self.retryable, self.close = retryable, close
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
     def headers(self) -> dict[str, str]:
-        return {} if self.retryable else {"x-should-retry": "false"}
+        """`close`: the connection ends after this answer (a body left unread: too slow or too large)."""
+        return ({} if self.retryable else {"x-should-retry": "false"}) | ({"connection": "close"} if self.close else {})
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> GatewayError:

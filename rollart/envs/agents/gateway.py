@@ -16,10 +16,20 @@ prefix property, and requests.py for the sampling parameters).
 Guarantees:
 - Binds 127.0.0.1 only, on an ephemeral port; the server runs on its own thread and event loop, so an
   agent that blocks its own loop (a sync client inside `async def`) cannot stall the gateway.
-- Every error is OpenAI-style JSON (`{"error": {message, type, param, code}}`): 404 unknown trajectory,
-  401 wrong or missing key, 410 a finished or cancelled trajectory, 400 a refused parameter or a limit,
-  413 a body over `max_body_mb`, 429 more than `max_concurrent_calls` calls of one trajectory at once,
-  502/504 a generation that failed or timed out (the trajectory then ends FAILED), 500 a bug (logged).
+- Every error is OpenAI-style JSON (`{"error": {message, type, param, code}}`), malformed requests
+  included: 401 a wrong or missing key — also for a trajectory id that does not exist or has ended, so
+  nothing reveals which ids exist to a caller without its key —, 410 a finished or cancelled trajectory
+  (with its key), 400 a refused parameter or a limit, 408 a body slower than `body_timeout_s`, 413 a body
+  over `max_body_mb`, 429 more than `max_concurrent_calls` calls of one trajectory at once, 502/504 a
+  generation that failed or timed out (the trajectory then ends FAILED), 500 a bug (logged); below the app
+  (`http_guard.py`) 503 past `max_connections`, 408 a request head slower than `header_timeout_s`, 431 one
+  past `max_header_kb` or `max_headers`, 400 a head h11 cannot parse.
+- What one request may cost is bounded before the work it asks for: the key is checked and the call
+  counted against `max_concurrent_calls` before a byte of the body is read; a request whose text cannot fit
+  the context is refused by a length count before it is rendered or tokenised (`AgentSession.check_length`);
+  rendering and tokenising run on a thread pool off the serving loop (the Rust tokenizer lets go of the
+  GIL), so one trajectory's long prompt delays no other trajectory's call; after a body over 1 MiB the
+  allocator hands its free memory back to the system (glibc's `malloc_trim`).
 - A session's calls run one at a time, in arrival order. After `cancel` every call is refused and the
   call in flight is aborted (its partial tokens are kept as a turn); after `finish` nothing more is
   recorded. Every wait is bounded.
@@ -32,6 +42,8 @@ requests.py.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import hmac
 import json
 import logging
@@ -39,7 +51,8 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, TypeVar
 from urllib.parse import quote
@@ -65,7 +78,8 @@ from rollart.envs.agents.responses import (
 from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
 from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_for
 from rollart.envs.chat import ChatTokens
-from rollart.envs.http_serving import BodyTooLarge, ThreadedServer, read_bounded
+from rollart.envs.http_guard import HttpLimits
+from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnGate
 
 log = logging.getLogger(__name__)
@@ -74,6 +88,9 @@ T = TypeVar("T")
 HOST = "127.0.0.1"
 ABORT_TIMEOUT_S = 10.0
 _REMEMBERED_CLOSED = 65536
+_LARGE_BODY = 1 << 20  # after a body this large, free memory goes back to the system
+_TRIM_AFTER_S = 0.5  # (once the rest of a refused body has been received and dropped)
+_TOKENIZER_THREADS = 4
 
 
 @dataclass
@@ -113,7 +130,11 @@ class AgentGateway:
         self.tool_family = family
         self._parse = parser_for(family) if family else None
         self._entries: dict[str, _Entry] = {}
-        self._closed: OrderedDict[str, str] = OrderedDict()  # recently ended ids → "finished" | "cancelled"
+        # recently ended ids → ("finished" | "cancelled", their key): with the key a call is told it ended
+        self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._tokenize = ThreadPoolExecutor(_TOKENIZER_THREADS, thread_name_prefix="gateway-tokenize")
+        self._trim: asyncio.TimerHandle | None = None
+        chat.widest_token  # the length check's divisor, computed once here rather than at a first request
         self._lock = threading.Lock()
         self._max_body = int(self.cfg.max_body_mb * 2**20)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -131,7 +152,9 @@ class AgentGateway:
     # --- lifecycle (any thread) ------------------------------------------------------------------------
     def start(self) -> AgentGateway:
         """Serve on 127.0.0.1 (an ephemeral port) from a thread of its own; returns once listening."""
-        self._http = ThreadedServer(self.app, HOST, 0, name="agent gateway").start()
+        cfg = self.cfg
+        limits = HttpLimits(cfg.max_connections, cfg.header_timeout_s, cfg.max_header_kb * 1024, cfg.max_headers)
+        self._http = ThreadedServer(self.app, HOST, 0, name="agent gateway", limits=limits).start()
         self._loop, self.port = self._http.loop, self._http.port
         return self
 
@@ -139,6 +162,7 @@ class AgentGateway:
         if self._http is not None:
             self._http.stop(timeout_s)
         self._http = None
+        self._tokenize.shutdown(wait=False, cancel_futures=True)
 
     @property
     def url(self) -> str:
@@ -219,7 +243,7 @@ class AgentGateway:
             await self._drain(entry, grace_s)
         with self._lock:
             self._entries.pop(tid, None)
-            self._closed[tid] = "cancelled" if cancelled else "finished"
+            self._closed[tid] = ("cancelled" if cancelled else "finished", entry.session.key)
             while len(self._closed) > _REMEMBERED_CLOSED:
                 self._closed.popitem(last=False)
         return entry.session, entry.failure
@@ -240,22 +264,40 @@ class AgentGateway:
 
     # --- HTTP ----------------------------------------------------------------------------------------
     def _entry(self, request: Request) -> _Entry:
+        """The open session the request's path names, if its key is that session's: 401 first for any id
+        without its key (unknown, ended or open alike), 410 for an ended one with its key."""
         tid = request.path_params["tid"]
         with self._lock:
             entry = self._entries.get(tid)
-            ended = self._closed.get(tid)
-        if entry is None:
-            if ended:
-                raise GatewayError(410, f"trajectory {tid!r} is {ended}; it takes no more calls",
-                                   code=f"trajectory_{ended}")
-            raise GatewayError(404, f"no trajectory {tid!r} on this gateway", code="trajectory_not_found")
+            ended, ended_key = self._closed.get(tid, ("", ""))
+        key = entry.session.key if entry is not None else ended_key
         auth = request.headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), entry.session.key.encode()):
+        # compared in constant time against a key (a random one for an unknown id): the answer's time says
+        # nothing about whether the id exists
+        expected = (key or secrets.token_urlsafe(24)).encode()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected) or not key:
             raise GatewayError(401, f"wrong or missing API key for trajectory {tid!r}", code="invalid_api_key",
                                kind="authentication_error")
+        if entry is None:
+            raise GatewayError(410, f"trajectory {tid!r} is {ended}; it takes no more calls", code=f"trajectory_{ended}")
         self._check_open(entry, tid)
         return entry
+
+    @asynccontextmanager
+    async def _admitted(self, entry: _Entry) -> AsyncIterator[None]:
+        """Count the call against the trajectory's `max_concurrent_calls` from its first byte (before its
+        body is read): a caller that holds bodies open cannot hold more than that many."""
+        tid = entry.session.trajectory_id
+        if entry.pending >= self.cfg.max_concurrent_calls:
+            raise GatewayError(429, f"trajectory {tid!r} has {entry.pending} calls in flight, queued or sending "
+                               "their body (envs.gateway.max_concurrent_calls)", code="too_many_calls",
+                               kind="rate_limit_error", retryable=True)
+        entry.pending += 1
+        try:
+            yield
+        finally:
+            entry.pending -= 1
 
     @staticmethod
     def _check_open(entry: _Entry, tid: str) -> None:
@@ -263,12 +305,24 @@ class AgentGateway:
             raise GatewayError(410, f"trajectory {tid!r} is {entry.state}; it takes no more calls",
                                code=f"trajectory_{entry.state}")
 
-    async def _body(self, request: Request) -> Any:
+    async def _body(self, request: Request, entry: _Entry, param: str) -> Any:
+        """The request's JSON body: all of it within `body_timeout_s` (408) and `max_body_mb` (413); one
+        larger than the trajectory's context could hold (`AgentSession.max_request_bytes`) is refused unread
+        as too long for the context (400)."""
+        session = entry.session
+        fits = session.max_request_bytes(self.cfg.max_messages + self.cfg.max_tools)
+        limit = min(self._max_body, fits)
         try:
-            body = await read_bounded(request, self._max_body)
+            body = await read_bounded(request, limit, self.cfg.body_timeout_s)
         except BodyTooLarge:
+            if limit < self._max_body:
+                raise session.too_long(f"a request body over {fits} bytes cannot fit", param) from None
             raise GatewayError(413, f"request body over {self.cfg.max_body_mb:g} MiB (envs.gateway.max_body_mb)",
-                               code="payload_too_large") from None
+                               code="payload_too_large", close=True) from None
+        except BodyTooSlow as exc:
+            raise GatewayError(408, f"{exc} (envs.gateway.body_timeout_s)", code="request_timeout", close=True) from None
+        if len(body) > _LARGE_BODY:
+            request.state.large_body = True
         try:
             return json.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -281,10 +335,18 @@ class AgentGateway:
 
     async def _chat(self, request: Request) -> Response:
         entry = self._entry(request)
-        req = parse_request(ChatRequest, await self._body(request))
+        async with self._admitted(entry):
+            try:
+                return await self._chat_call(entry, request)
+            finally:
+                self._after(request)
+
+    async def _chat_call(self, entry: _Entry, request: Request) -> Response:
+        req = parse_request(ChatRequest, await self._body(request, entry, "messages"))
         assert isinstance(req, ChatRequest)
         messages = template_messages(req.messages, self.cfg.max_messages)
         tools = template_tools(req.tools, self.cfg.max_tools)
+        entry.session.check_length([messages, tools], "messages")
         if tools and self._parse is None:
             raise unsupported("tools", f"{len(tools)} tools", "this model's chat template renders no tool calls "
                               "(envs.gateway.tool_parser)")
@@ -308,8 +370,16 @@ class AgentGateway:
 
     async def _completions(self, request: Request) -> Response:
         entry = self._entry(request)
-        req = parse_request(CompletionRequest, await self._body(request))
+        async with self._admitted(entry):
+            try:
+                return await self._completion_call(entry, request)
+            finally:
+                self._after(request)
+
+    async def _completion_call(self, entry: _Entry, request: Request) -> Response:
+        req = parse_request(CompletionRequest, await self._body(request, entry, "prompt"))
         assert isinstance(req, CompletionRequest)
+        entry.session.check_length(req.prompt, "prompt")
 
         def output(text: str, k: int) -> tuple[ParsedOutput, None]:
             return ParsedOutput(text), None
@@ -329,44 +399,47 @@ class AgentGateway:
         req: ChatRequest | CompletionRequest,
         output: Callable[[str, int], tuple[ParsedOutput, dict[str, Any] | None]],
     ) -> CallOutput:
-        """One call, serialised with the trajectory's others: plan → generate → record."""
+        """One call, serialised with the trajectory's others: plan (rendered and tokenised off the serving
+        loop) → generate → record."""
         tid = entry.session.trajectory_id
-        if entry.pending >= self.cfg.max_concurrent_calls:
-            raise GatewayError(429, f"trajectory {tid!r} has {entry.pending} calls in flight or queued "
-                               "(envs.gateway.max_concurrent_calls)", code="too_many_calls", kind="rate_limit_error",
-                               retryable=True)
-        entry.pending += 1
-        try:
-            async with entry.lock:
-                self._check_open(entry, tid)
-                session = entry.session
-                plan = plan_of(session)
-                k = len(session.turns)
-                sampling = sampling_for(req, entry.sampling, source=entry.sampling_source, seed=entry.seed_for(k),
-                                        budget=session.budget(plan))
-                agent_span = Span("agent.step", entry.last_call_end, time.time(), self.worker)
-                if entry.gate is not None:
-                    await asyncio.wait_for(entry.gate.before_turn(tid, k), self.generate_timeout_s)
-                result, wait_span = await self._generate(entry, GenerationRequest(
-                    request_id=f"{tid}/{k}", trajectory_id=tid, domain=entry.domain,
-                    prompt_token_ids=plan.context, sampling=sampling))
-                text = self.chat.response_text(result.token_ids)
-                parsed, returned = output(text, k)
-                with self._lock:
-                    if entry.state == "finished":  # the trajectory ended while this call generated
-                        raise GatewayError(410, f"trajectory {tid!r} is finished; it takes no more calls",
-                                           code="trajectory_finished")
-                    session.record(plan, result, action=text, returned=returned, malformed=parsed.malformed,
-                                   spans=(agent_span, wait_span, *result.spans))
-                    session.counters["generate_time_s"] += wait_span.duration
-                entry.last_call_end = time.time()
-                if result.finish_reason == "abort" or entry.state != "open":
-                    raise GatewayError(410, f"trajectory {tid!r} was cancelled", code="trajectory_cancelled")
-                return CallOutput(f"{'chatcmpl' if returned is not None else 'cmpl'}-{quote(tid, safe='')}-{k}",
-                                  self.cfg.model_name, parsed, tuple(result.token_ids), tuple(result.logprobs),
-                                  result.finish_reason, len(plan.context))
-        finally:
-            entry.pending -= 1
+        async with entry.lock:
+            self._check_open(entry, tid)
+            session = entry.session
+            plan = await asyncio.get_running_loop().run_in_executor(self._tokenize, plan_of, session)
+            k = len(session.turns)
+            sampling = sampling_for(req, entry.sampling, source=entry.sampling_source, seed=entry.seed_for(k),
+                                    budget=session.budget(plan))
+            agent_span = Span("agent.step", entry.last_call_end, time.time(), self.worker)
+            if entry.gate is not None:
+                await asyncio.wait_for(entry.gate.before_turn(tid, k), self.generate_timeout_s)
+            result, wait_span = await self._generate(entry, GenerationRequest(
+                request_id=f"{tid}/{k}", trajectory_id=tid, domain=entry.domain,
+                prompt_token_ids=plan.context, sampling=sampling))
+            text = self.chat.response_text(result.token_ids)
+            parsed, returned = output(text, k)
+            with self._lock:
+                if entry.state == "finished":  # the trajectory ended while this call generated
+                    raise GatewayError(410, f"trajectory {tid!r} is finished; it takes no more calls",
+                                       code="trajectory_finished")
+                session.record(plan, result, action=text, returned=returned, malformed=parsed.malformed,
+                               spans=(agent_span, wait_span, *result.spans))
+                session.counters["generate_time_s"] += wait_span.duration
+            entry.last_call_end = time.time()
+            if result.finish_reason == "abort" or entry.state != "open":
+                raise GatewayError(410, f"trajectory {tid!r} was cancelled", code="trajectory_cancelled")
+            return CallOutput(f"{'chatcmpl' if returned is not None else 'cmpl'}-{quote(tid, safe='')}-{k}",
+                              self.cfg.model_name, parsed, tuple(result.token_ids), tuple(result.logprobs),
+                              result.finish_reason, len(plan.context))
+
+    def _after(self, request: Request) -> None:
+        """After a request with a large body (read, or refused and discarded as it arrives), give the
+        allocator's free memory back: once, shortly after the last such request (off the loop)."""
+        length = request.headers.get("content-length", "")
+        if getattr(request.state, "large_body", False) or (length.isdigit() and int(length) > _LARGE_BODY):
+            if self._trim is not None:
+                self._trim.cancel()
+            self._trim = asyncio.get_running_loop().call_later(
+                _TRIM_AFTER_S, lambda: self._tokenize.submit(_release_free_memory))
 
     async def _generate(self, entry: _Entry, request: GenerationRequest) -> tuple[GenerationResult, Span]:
         start = time.time()
@@ -399,6 +472,24 @@ class AgentGateway:
         error = GatewayError(500, f"internal error of the rollart gateway: {type(exc).__name__}: {exc}",
                              code="internal_error", kind="server_error")
         return await self._error(request, error)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim  # glibc only
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def _release_free_memory() -> None:
+    """glibc keeps freed heap memory for the process (a 4 MB body and its copies stayed resident); this
+    returns what is free to the system. A no-op where the C library has no malloc_trim."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def _stream(chunks: Iterable[dict[str, Any]]) -> StreamingResponse:

@@ -20,7 +20,11 @@ How a call's prompt ids are made (token-in/token-out, never a re-tokenisation of
 
 Limits (`SessionLimits`): at most `max_calls` calls (the domain's `max_turns`) and `max_total_tokens` in a
 segment's context; a call past either is a 400 (`max_turns_exceeded`, `context_length_exceeded`) and the
-trajectory is marked truncated.
+trajectory is marked truncated. Before that, a request that cannot fit is refused by counting, never by
+tokenising: `max_request_bytes` bounds the body (JSON writes a byte of text as at most 6, and no token
+stands for more bytes than the vocabulary's widest), so a larger one is refused unread; `check_length`
+bounds the parsed request's text (`ChatTokens.min_tokens`: O(characters)). A 4 MB message costs a length
+count, not seconds of tokenising.
 
 Not thread-safe by itself: the gateway runs one call of a session at a time (calls are serialised) on its
 own event loop; `turns` is only appended to.
@@ -29,7 +33,7 @@ own event loop; `turns` is only appended to.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from rollart.envs.agents.errors import GatewayError, bad_request, unsupported
 from rollart.envs.agents.messages import TemplateMessage, message_key, observation_text, tools_key
@@ -108,6 +112,31 @@ class AgentSession:
             return self._plan(rest, False, self.chat.tokenizer.decode(rest))
         return self._plan(list(prompt), True, self.chat.tokenizer.decode(list(prompt)))
 
+    def max_request_bytes(self, fields: int) -> int:
+        """The largest request body whose text could still fit the context, for a request of at most `fields`
+        messages and tools: each byte of text is at most 6 of JSON (`\\u0001`), each token at most the
+        widest token's bytes (×2: see `ChatTokens.min_tokens`), plus 1 KiB of JSON structure per field and
+        64 KiB for the other parameters (model, stop strings, metadata …)."""
+        return 6 * 2 * self.chat.widest_token[1] * self.limits.max_total_tokens + 1024 * fields + 65536
+
+    def too_long(self, what: str, param: str) -> GatewayError:
+        """The 400 for a request that cannot fit the context (`what` says how it was counted); the trajectory
+        is marked truncated, as for a prompt that was tokenised and found too long."""
+        self.truncated = f"max_total_tokens ({self.limits.max_total_tokens}) reached"
+        return GatewayError(400, f"{what}; this trajectory's context holds at most {self.limits.max_total_tokens - 1} "
+                            "tokens before generating (domains.<name>.max_total_tokens)",
+                            code="context_length_exceeded", param=param)
+
+    def check_length(self, request: Any, param: str) -> None:
+        """Refuse (400 context_length_exceeded) a request whose strings hold more tokens than a context may,
+        counted without tokenising; a list of token ids is counted as it is."""
+        if isinstance(request, list) and request and all(isinstance(t, int) for t in request[:1]):
+            tokens = len(request)
+        else:
+            tokens = self.chat.min_tokens(_strings(request))
+        if tokens >= self.limits.max_total_tokens:
+            raise self.too_long(f"the request holds at least {tokens} tokens", param)
+
     def _render(self, messages: Sequence[TemplateMessage], generation_prompt: bool,
                 tools: Sequence[Mapping[str, Any]]) -> str:
         try:
@@ -182,3 +211,16 @@ class AgentSession:
     def oldest_version(self) -> int | None:
         versions = [v for t in list(self.turns) for v in t.versions]
         return min(versions) if versions else None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a request's JSON value (message contents, tool arguments, tool schemas …)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)

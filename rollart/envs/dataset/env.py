@@ -44,8 +44,12 @@ def episode_constructor(spec: str) -> Callable[..., Any]:
 
     if ":" not in spec:
         raise DataError(f"data.episode {spec!r}: a built-in ({', '.join(EPISODES)}) or 'module.path:Class'")
-    return import_user_object(spec, "data.episode", f"a built-in ({', '.join(EPISODES)}) or 'module.path:Class'",
-                              DataError)
+    target = import_user_object(spec, "data.episode", f"a built-in ({', '.join(EPISODES)}) or 'module.path:Class'",
+                                DataError)
+    if not isinstance(target, type):  # a function of the row and options could be anything (os:system)
+        raise DataError(f"data.episode {spec!r} names a {type(target).__name__}, not a class: it must name an env "
+                        "class, built as Class(row, **options)")
+    return target
 
 
 def required_roles(domain_cfg: DomainConfig) -> list[str]:
