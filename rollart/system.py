@@ -80,7 +80,7 @@ class System:
     resumed: RunState = field(default_factory=RunState)
     journal: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
     scheduler: RolloutScheduler | None = None
-    served_version: int = 0
+    inference_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
     _stack: ExitStack = field(default_factory=ExitStack)
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's, where the scheduler lives
@@ -160,7 +160,7 @@ class System:
         resumed run had scored or running taken up again, every ledger move into the run's ledger file."""
         self.scheduler = start_rollout(
             self.cfg, self.env_router, self.reward, batches=batches, first_version=self.trainer.version,
-            served_version=self.served_version, gate=self.gate, resume_from=self.resumed.scheduler,
+            inference_version=self.inference_version, gate=self.gate, resume_from=self.resumed.scheduler,
             journal=self.journal,
         )
         self._loop = asyncio.get_running_loop()
@@ -191,7 +191,7 @@ class System:
     async def now_serving(self, version: int) -> None:
         """The rollout starts trajectories under `version`; a domain whose drift is confirmed now is re-mapped
         (a mark on the timeline, `rollout/remaps` counts them)."""
-        self.served_version = version
+        self.inference_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
         remap = await self.remapper.at_sync(version)
@@ -220,12 +220,12 @@ class System:
         rollout callbacks keep running while it is written."""
         assert self.scheduler is not None and self.journal is not None
         cut = replace(state, scheduler=self.scheduler.state_dict(), ledger_bytes=self.journal.size())
-        await asyncio.to_thread(self.trainer.save_checkpoint, cut.to_checkpoint())
+        await asyncio.to_thread(self.trainer.save_checkpoint, cut.step, cut.to_checkpoint())
 
     async def evaluate(self, tag: str) -> Evaluation:
         """Scores per domain on its validation split, at the served weights (`rollart.evaluation`); an
         evaluation is a run of its own for the reward's idempotency keys."""
-        return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.served_version,
+        return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.inference_version,
                               tag)
 
     async def close(self) -> None:
@@ -265,7 +265,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         # every domain's pool, weight 0 included: such a domain is still evaluated
         for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
             inference[pool] = res.place(
-                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
+                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_of(pool), args=(cfg,),
                 num_gpus=gpus_per_worker(cfg, pool),
                 kwargs={"subscriber": store.subscriber() if store else None},
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},

@@ -37,14 +37,14 @@ def start_rollout(
     *,
     batches: int,
     first_version: int = 0,
-    served_version: int = 0,
+    inference_version: int = 0,
     gate: TurnGate | None = None,
     resume_from: Mapping[str, Any] | None = None,
     journal: JournalSink | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RolloutScheduler:
     """A started scheduler that fills `batches` batches, the first trained at `first_version`, with the
-    engines serving `served_version`; `resume_from`: a `RolloutScheduler.state_dict()` to go on from."""
+    engines serving `inference_version`; `resume_from`: a `RolloutScheduler.state_dict()` to go on from."""
     policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
     weights = {domain: domain_cfg.weight for domain, domain_cfg in cfg.domains.items() if domain_cfg.weight > 0}
     buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights, clock=clock)
@@ -53,7 +53,7 @@ def start_rollout(
         first_version=first_version, seed=cfg.seed, gate=gate, trajectory_timeout_s=trajectory_timeout_s(cfg),
         clock=clock, journal=journal,
     )
-    scheduler.set_inference_version(served_version)
+    scheduler.set_inference_version(inference_version)
     if resume_from is not None:
         scheduler.load_state_dict(resume_from)
     scheduler.start()

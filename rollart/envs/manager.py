@@ -48,6 +48,7 @@ from rollart.envs.warm_pool import WarmPool, build_prepared
 from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import (
     DATA_METRIC_PREFIX,
+    Fault,
     GenerationRequest,
     GenerationResult,
     LLMClient,
@@ -182,7 +183,7 @@ class EnvManager:
         except Exception as exc:
             log.warning("env.close of %s failed: %s", self.trajectory_id, error_text(exc))
 
-    def _finish(self, status: Status, reason: str = "") -> Trajectory:
+    def _finish(self, status: Status, reason: str = "", fault: Fault | None = None) -> Trajectory:
         turns = self.trajectory.turns
         metrics = {
             **self._metrics,
@@ -192,7 +193,7 @@ class EnvManager:
         }
         self.trajectory = replace(
             self.trajectory, env_return=float(sum(t.reward for t in turns))
-        ).finished(status, reason, metrics)
+        ).finished(status, reason, metrics, fault)
         return self.trajectory
 
     # --- the episode ----------------------------------------------------------------------------------
@@ -264,7 +265,7 @@ class EnvManager:
             for turn_index in range(self.domain_cfg.max_turns):
                 observation = await self._turn(turn_index, observation)
         except EpisodeEnds as end:
-            return self._finish(end.status, end.reason)
+            return self._finish(end.status, end.reason, end.fault)
         end = EpisodeEnds.max_turns(self.domain_cfg.max_turns)
         return self._finish(end.status, end.reason)
 

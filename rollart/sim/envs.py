@@ -65,17 +65,17 @@ class SimEnvRunner:
 
     # --- TrajectoryRunner -----------------------------------------------------------------------------
     async def run(self, task: Task, start_version: int) -> Trajectory:
-        tid = task.trajectory_id
-        if tid in self._live:
-            raise ValueError(f"trajectory {tid} is already running in the twin")
-        live = self._live[tid] = _Live()
+        trajectory_id = task.trajectory_id
+        if trajectory_id in self._live:
+            raise ValueError(f"trajectory {trajectory_id} is already running in the twin")
+        live = self._live[trajectory_id] = _Live()
         self.started += 1
         try:
             return await self._episode(task, start_version, live)
         finally:
-            del self._live[tid]
+            del self._live[trajectory_id]
             if self.gate is not None:
-                await self.gate.leave(tid)
+                await self.gate.leave(trajectory_id)
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
         live = self._live.get(trajectory_id)
@@ -88,7 +88,7 @@ class SimEnvRunner:
             live.sleeping.set_result(None)  # wake it: the episode ends with the cancel's status
 
     async def progress(self) -> dict[str, int | None]:
-        return {tid: live.oldest_version for tid, live in self._live.items()}
+        return {trajectory_id: live.oldest_version for trajectory_id, live in self._live.items()}
 
     # --- one episode ------------------------------------------------------------------------------------
     async def _sleep(self, live: _Live, seconds: float) -> None:

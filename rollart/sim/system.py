@@ -98,14 +98,14 @@ class SimSystem:
                                               hardware.trainer), self.weights)
         self.resources = SimResources(hardware)
         self.scheduler: RolloutScheduler | None = None
-        self.served_version = 0
+        self.inference_version = 0
         self.resumed = RunState()  # the twin always starts afresh
         self._recomputed = 0  # KV tokens the engines recomputed at swaps, up to the last sync
 
     # --- what the RL loop calls (rollart.loop.LoopSystem) -----------------------------------------
     def start_rollout(self, batches: int) -> RolloutScheduler:
         self.scheduler = start_rollout(self.cfg, self.env_router, self.reward, batches=batches,
-                                       first_version=self.trainer.version, served_version=self.served_version,
+                                       first_version=self.trainer.version, inference_version=self.inference_version,
                                        gate=self.barrier, clock=self.clock)
         return self.scheduler
 
@@ -129,7 +129,7 @@ class SimSystem:
         return {"weights/recompute_tokens": float(recomputed)}
 
     async def now_serving(self, version: int) -> None:
-        self.served_version = version
+        self.inference_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
         await self.remapper.at_sync(version)

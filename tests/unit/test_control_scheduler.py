@@ -164,7 +164,7 @@ def test_a_group_dropped_stale_from_the_buffer_frees_its_admission_slot():
         # α = 0, two groups per batch and two admitted at a time; resumed at version 1 with a group of
         # version 0 ready in the buffer, so admission starts one group beside it, then must wait
         h = Harness(rollout_cfg(alpha=0, get_batch_timeout_s=5), steps=3, latency=lambda t: 0.002)
-        h.sched.next_batch = h.sched.inference_version = 1
+        h.sched.next_train_version = h.sched.inference_version = 1
         task = Task("old/0", "fast", "fast", 0, "old")
         old = tuple(Trajectory(f"old/{i}", task, 0, status=Status.COMPLETED, reward=1.0) for i in range(4))
         h.buffer.put(ReadyGroup("old", -1, "fast", old))

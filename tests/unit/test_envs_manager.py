@@ -209,7 +209,7 @@ def test_reset_gives_up_after_its_retries_under_injected_failures(tok, chat):
     envs = EnvsConfig(reset_retries=2, retry_backoff_s=0.0)
     llm = ScriptedLLM(tok, ["x"])
     traj = asyncio.run(make_manager(chat, llm, inject=inject, envs=envs).run())
-    assert traj.status is Status.FAILED and "failed 3 time(s)" in traj.status_reason
+    assert traj.status is Status.FAILED and "failed 3 times" in traj.status_reason
     assert traj.status_reason.count("injected env.reset failure") == 3
     assert traj.turns == () and llm.requests == []
 

@@ -14,7 +14,9 @@ reward the agent returned, if any; `reference` what it returned under that key):
 - COMPLETED: the agent returned;
 - TRUNCATED: a call hit `max_turns` or `max_total_tokens` (the agent may then return or raise);
 - FAILED: the agent raised, returned something unusable, timed out, made no model call, a generation
-  failed, or it returned no reward on a domain whose reward is `env` — with the reason;
+  failed, or it returned no reward on a domain whose reward is `env` — with the reason; when the agent's
+  own code is to blame (it raised, returned something unusable or no reward, made no call) with the
+  `Fault` too, which the rollout's per-domain circuit breaker counts;
 - ABORTED/STALE: cancelled (`cancel`): the gateway refuses further calls, the call in flight is aborted
   (its partial tokens kept), the agent's task is cancelled.
 
@@ -37,7 +39,7 @@ from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
 from rollart.envs.episode import error_text
 from rollart.envs.seeds import episode_seed, request_seed
-from rollart.types import AGENT_METRIC_PREFIX, SamplingParams, Span, Status, Task, Trajectory, TurnGate
+from rollart.types import AGENT_METRIC_PREFIX, Fault, SamplingParams, Span, Status, Task, Trajectory, TurnGate
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +118,16 @@ class AgentRunner:
             return await self._end(Status.ABORTED, "the agent's task was cancelled", start)
         exc = self._inner.exception()
         if exc is not None:
-            return await self._end(Status.FAILED, f"agent raised {error_text(exc)}", start, raised=True)
+            return await self._end(Status.FAILED, f"agent raised {error_text(exc)}", start, raised=True,
+                                   fault=Fault.of("agent", exc))
         try:
             outcome = agent_outcome(self._inner.result())
         except TypeError as err:
-            return await self._end(Status.FAILED, str(err), start)
+            return await self._end(Status.FAILED, str(err), start, fault=Fault("agent", str(err)))
         if outcome.reward is None and self.domain_cfg.reward.fn == "env":
-            return await self._end(Status.FAILED, "the agent returned no reward and the domain's reward is 'env' "
-                                   "(return a number, or set domains.<name>.reward)", start)
+            why = ("the agent returned no reward and the domain's reward is 'env' (return a number, or set "
+                   "domains.<name>.reward)")
+            return await self._end(Status.FAILED, why, start, fault=Fault("agent", why))
         return await self._end(Status.COMPLETED, "agent returned", start, outcome=outcome)
 
     async def _call_agent(self, base_url: str, key: str) -> Any:
@@ -154,6 +158,7 @@ class AgentRunner:
         *,
         outcome: AgentOutcome | None = None,
         raised: bool = False,
+        fault: Fault | None = None,
     ) -> Trajectory:
         """End the session, build the trajectory from its calls, leave the gate."""
         turns, counters, failure, truncated = (), {}, "", ""
@@ -165,14 +170,15 @@ class AgentRunner:
                 turns, counters, truncated = tuple(session.turns), session.counters, session.truncated
             except Exception as exc:
                 log.warning("ending the gateway session of %s failed: %s", self.trajectory_id, error_text(exc))
-                status, reason = Status.FAILED, f"gateway session lost: {error_text(exc)}"
+                status, reason, fault = Status.FAILED, f"gateway session lost: {error_text(exc)}", None
         if status in (Status.COMPLETED, Status.FAILED) and self._cancel is None:
-            if failure:
-                status, reason = Status.FAILED, failure
+            if failure:  # a generation of one of its calls failed: the infrastructure's, not the agent's fault
+                status, reason, fault = Status.FAILED, failure, None
             elif truncated and (status == Status.COMPLETED or raised):
                 status, reason = Status.TRUNCATED, truncated
         if status.trainable and not turns:
             status, reason = Status.FAILED, "the agent made no model call"
+            fault = Fault("agent", reason)
         end = time.time()
         spans: tuple[Span, ...] = ()
         if start is not None:
@@ -193,7 +199,7 @@ class AgentRunner:
             self.trajectory, turns=turns, spans=self.trajectory.spans + spans,
             env_return=float(outcome.reward) if outcome and outcome.reward is not None else 0.0,
             reference=dict(outcome.reference) if outcome else {},
-        ).finished(status, reason, metrics)
+        ).finished(status, reason, metrics, fault if status is Status.FAILED and self._cancel is None else None)
         if self.gate is not None:
             try:
                 await asyncio.wait_for(self.gate.leave(self.trajectory_id), GATE_TIMEOUT_S)
