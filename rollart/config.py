@@ -123,7 +123,17 @@ class TinyModelConfig(Section):
 class ModelConfig(Section):
     """The policy model: a local Hugging Face checkpoint, or the built-in tiny one."""
 
-    path: str = Field("", description="local Hugging Face checkpoint directory; empty = built-in tiny model")
+    path: str = Field(
+        "", description="a local Hugging Face checkpoint directory, or a hub id (org/name, e.g. Qwen/Qwen3-8B) "
+        "resolved through the Hugging Face cache (downloaded unless HF_HUB_OFFLINE is set); empty = built-in "
+        "tiny model. Safetensors weights only"
+    )
+    revision: str = Field("", description="hub ids: the branch, tag or commit to use; empty = the repo's default")
+    trust_remote_code: bool = Field(
+        False, description="let a checkpoint that names its own code (config.json or tokenizer_config.json "
+        "auto_map) run it when it loads (the run's own checkpoints of it too); off, such a checkpoint is refused",
+        json_schema_extra=TRUST_GUARD,
+    )
     adapter: str = Field(
         "", description="a PEFT LoRA adapter directory merged into model.path's weights when inference loads "
         "them (`rollart eval` sets it for a LoRA checkpoint); empty = none"
@@ -371,6 +381,7 @@ class DatasetConfig(Section):
 
     @model_validator(mode="after")
     def _check_columns(self) -> DatasetConfig:
+        import re
         import string
 
         if ("prompt" in self.columns) == ("messages" in self.columns):
@@ -384,7 +395,8 @@ class DatasetConfig(Section):
                 raise ValueError("data.prompt_format is for prompt columns; a messages column is the chat itself")
             return self
         try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
+            fields = {re.split(r"[.\[]", f, maxsplit=1)[0]
+                      for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
         except ValueError as exc:
             raise ValueError(f"data.prompt_format {self.prompt_format!r}: {exc} (write {{{{ and }}}} for braces)") from None
         unknown = sorted(f for f in fields if f not in self.columns)
@@ -823,7 +835,8 @@ class RewardConfig(Section):
         5.0, gt=0, le=HOUR_S, description="bound on checking one math answer (then it scores 0)"
     )
     math_workers: int = Field(1, ge=1, le=MAX_THREADS, description="processes of the math reward's pool")
-    judge_model: str = Field("", description="checkpoint of the `judge` reward; empty = the run's model")
+    judge_model: str = Field("", description="checkpoint of the `judge` reward (a local "
+        "directory or a hub id, like model.path); empty = the run's model")
     allow_plain_http: bool = Field(
         False, description="serve (reward.serverless.host) or send (reward.http.url) bearer tokens over plain HTTP "
         "on a non-loopback address; off, such a config is refused (use a TLS proxy, or allow it inside a "

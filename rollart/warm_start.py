@@ -40,7 +40,7 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
     domains = demonstrated(cfg)
     if not domains or not ws.steps:
         return
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
     chats = {d: ChatTokens(tokenizer) if cfg.domains[d].agent else
              ChatTokens(tokenizer, cfg.domains[d].system_prompt, cfg.domains[d].thinking) for d in domains}
     factories = {d: domain_env_factory(d, cfg.domains[d], chats[d], cfg.seed) for d in domains

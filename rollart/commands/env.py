@@ -276,7 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
         from rollart.envs.chat import ChatTokens
         from rollart.models import load_tokenizer, resolve_model_path
 
-        tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed))
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed), cfg.model.trust_remote_code)
         chat = ChatTokens(tokenizer, domain_cfg.system_prompt, domain_cfg.thinking)
     token = os.environ.get(server_cfg.token_env) or secrets.token_urlsafe(24)
     pool = cfg.envs.warm_pool.size if cfg.envs.pooled(args.domain, domain_cfg) else 0

@@ -49,7 +49,7 @@ def _sim(args: argparse.Namespace) -> int:
     else:
         if not args.hardware:
             raise ConfigError("rollart sim needs --hardware HW.yaml (or --preset 1000gpu)")
-        cfg = config_from_args(args, sources=False)  # the twin draws episodes from profiles, not rows
+        cfg = config_from_args(args, local=False)  # the twin needs no rows, checkpoint or vLLM here
         try:
             hw = load_hardware(args.hardware)
         except ValueError as exc:

@@ -89,7 +89,7 @@ class EnvWorker:
         self.cfg, self.name, self.turn_barrier = cfg, name, turn_barrier
         self.llm = as_llm_client(llm)
         path = model_path or resolve_model_path(cfg.model, cfg.seed)
-        tokenizer = load_tokenizer(path)
+        tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
         self.chat = ChatTokens(tokenizer)  # agents bring their own messages (and system prompts)
         self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
                       if not c.agent}

@@ -58,7 +58,7 @@ def test_an_integration_that_is_not_installed(tmp_path, capsys, monkeypatch, no_
 
 def test_a_model_path_that_is_not_a_checkpoint(tmp_path, capsys, no_ray_started) -> None:
     err = refused(tmp_path, capsys, f"model.path={tmp_path / 'nowhere'}")
-    assert "model.path=" in err and "no such directory; give a local Hugging Face checkpoint directory" in err
+    assert "model.path=" in err and "no such directory, and not a hub id (org/name); give a local Hugging Face checkpoint" in err
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text('{"model_type": "qwen3"}')
     (tmp_path / "half" / "pytorch_model.bin").write_bytes(b"\x80\x04")  # a pickle
