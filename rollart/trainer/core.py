@@ -92,7 +92,7 @@ class Trainer:
         self.cfg, self.objective = cfg, objective
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
         self.model_path = Path(model_path) if model_path else resolve_model_path(cfg.model, cfg.seed)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if cfg.model.adapter:
             raise ValueError(f"model.adapter={cfg.model.adapter!r} is for serving and evaluation; to continue a LoRA "

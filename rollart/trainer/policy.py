@@ -130,10 +130,11 @@ def build_policy(cfg: RunConfig, model_path: str | Path, strategy: Any, *, train
     """An empty (unloaded) policy, sharded by `strategy`, on its device (module docstring)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(model_path), local_files_only=True)
+    remote = cfg.model.trust_remote_code  # refused before this unless set (models/loading.py)
+    config = AutoConfig.from_pretrained(str(model_path), local_files_only=True, trust_remote_code=remote)
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, cfg.model.dtype),
-                                              attn_implementation=register_attention())
+                                              attn_implementation=register_attention(), trust_remote_code=remote)
         if cfg.train.lora is not None:
             lm = attach_lora(lm, cfg.train.lora)
     if trainable and cfg.train.activation_checkpointing:
