@@ -2,7 +2,6 @@
 
 - RL (decoupled PPO, four mini-batches per batch) raises the validation score of a trivially learnable user
   environment (`module.path:Class`), and the clip acts.
-- fsdp2 on two ranks trains packed micro-batches, and the run resumes on one rank from their checkpoint.
 - α = 0 with no barrier produces the same samples and losses as the batch-synchronous loop (α = 0,
   barrier=batch): the async pipeline degenerates exactly to sync.
 - Injected env faults and redundancy lose and duplicate nothing; every socket that run listens on, Serve's
@@ -121,24 +120,6 @@ def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_
     assert "step 11 · pick · worst" in shown and printable(last[0]["turns"][0]["response"]) in shown
     page = (run / "report" / "index.html").read_text()
     assert "<h2>Rollouts</h2>" in page and "<h3>step 11</h3>" in page and "step 11 · pick · best" in page
-
-
-def test_fsdp2_on_two_ranks_trains_and_resumes_on_one(tmp_path):
-    """train.strategy=fsdp2 train.workers=2 through the CLI: two sharded ranks train packed micro-batches (no
-    padding), and the run continues on one rank from the checkpoint two wrote. Kept short: that the sharded
-    trainer learns is the run above (fsdp2 is the default strategy) together with two ranks ≡ one rank
-    (tests/integration/test_trainer_strategies.py, test_trainer_ddp.py)."""
-    run = tmp_path / "fsdp2"
-    common = [*PICK, "train.lr=1e-3", "train.aggregation=seq_mean", "train.warm_start.steps=20",
-              "rollout.batch_size=16", "eval.episodes_per_domain=4", "eval.every=100"]
-    summary = rollart_train(run, *common, "train.steps=2", "train.strategy=fsdp2", "train.workers=2",
-                            "pools.train.capacity=2", cwd=USERENV)
-    assert summary["steps"] == 2
-    m = metrics_by_step(run)
-    assert all(m[s]["train/padding"] == 0 and m[s]["train/grad_norm"] > 0 for s in range(2))
-    resumed = rollart_train(run, *common, "train.steps=3", "train.strategy=fsdp2", "train.workers=1", "resume=true",
-                            cwd=USERENV)
-    assert resumed["steps"] == 3 and metrics_by_step(run)[2]["train/version"] == 23.0
 
 
 def test_alpha0_without_barrier_equals_the_synchronous_loop(tmp_path):
