@@ -58,6 +58,7 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
         return task.domain, None
 
     timeout = trajectory_timeout_s(cfg) * (retries + 1)
+    log.info("evaluation %s: %d validation episodes of %d domain(s)", tag, len(tasks), len(cfg.domains))
     try:
         results = await asyncio.wait_for(asyncio.gather(*(one(t) for t in tasks)), timeout)
     except asyncio.TimeoutError:
