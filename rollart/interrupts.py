@@ -29,6 +29,11 @@ GRACE_S = 8.0
 log = logging.getLogger("rollart")
 
 
+def handles(handler: Any) -> bool:
+    """Whether `handler` (a `signal.getsignal` result) is the SIGINT handler of a job `run` runs."""
+    return getattr(handler, "__self__", None).__class__ is _Interrupts
+
+
 def run(main: Coroutine[Any, Any, T], grace_s: float = GRACE_S) -> T:
     """`asyncio.run(main)`, stopped by Ctrl-C at any phase (see the module docstring)."""
     if threading.current_thread() is not threading.main_thread():
