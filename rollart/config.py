@@ -249,7 +249,8 @@ class CountConfig(Section):
 class DomainProfileConfig(Section):
     """What a domain's episodes look like to the hardware: turns, tokens and env/reward times. Declared here
     (or measured: `profile/<domain>/*` metrics of a run), read by the cluster twin (`rollart sim`) and the
-    planner (`rollart plan`); a running job compares it with what it measures to detect drift."""
+    planner (`rollart plan`); with `rollout.remap`, `rollart train` and the twin compare it with what they
+    measure to detect drift."""
 
     turns: CountConfig = Field(CountConfig(), description="turns per episode (the env ends it; ≤ max_turns)")
     prompt_tokens: CountConfig = Field(CountConfig(mean=256), description="tokens of the first turn's prompt")
@@ -431,6 +432,11 @@ class DomainConfig(Section):
     )
     end_on_format_error: bool = Field(False, description="end the episode (COMPLETED) on a malformed action")
     options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the env")
+    env_servers: int = Field(
+        0, ge=0, le=1024, description="run this domain's envs in N env servers that rollart places on the "
+        "env_server role's pool (env unless roles.env_server says otherwise), replaced when one dies, and reach "
+        "them over HTTP as remote envs; 0 = inside the env workers"
+    )
     inject: FaultInjectionConfig | None = Field(
         None, description="latency and failures injected around this domain's env; None = none"
     )
@@ -442,7 +448,9 @@ class DomainConfig(Section):
         "that have it"
     )
     profile: DomainProfileConfig | None = Field(
-        None, description="declared turns/tokens/latencies of an episode, for the twin and the planner"
+        None, description="declared turns/tokens/latencies of an episode: what the cluster twin simulates and the "
+        "planner plans for, and what a run with `rollout.remap` compares its measured profile with (None: the "
+        "twin and planner take its kind's default, a run what its first episodes measured)"
     )
 
     @field_validator("reward", mode="before")
@@ -455,6 +463,10 @@ class DomainConfig(Section):
         if bool(self.env) == bool(self.agent):
             raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
                              f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
+        if self.env_servers and (self.agent or self.env.startswith("remote:") or self.env.strip() == "dataset"):
+            raise ValueError("`env_servers` serves an env of this config (not an agent, not a dataset, whose rows "
+                             f"run in process, not remote:<url>, served already); got env={self.env!r}, "
+                             f"agent={self.agent!r}")
         if self.demonstrations and not self.agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")
@@ -866,13 +878,19 @@ class RolloutConfig(Section):
         "run stops with what it waited for"
     )
     remap: Literal["none", "propose", "auto"] = Field(
-        "none", description="online re-mapping when a domain's measured profile drifts from its declared one: "
-        "none; propose (log the mapping the planner's estimate prefers); auto (route that domain's new "
-        "trajectories to it at the next weight sync). The cluster twin does it; real runs need GPU kinds per pool"
+        "none", description="online re-mapping when a domain's measured profile drifts from the one its pool was "
+        "chosen for (its declared `profile`, else what it measured over its first episodes): none; propose (log "
+        "the new mapping); auto (route that domain's new trajectories to it at the next weight sync; in-flight "
+        "ones finish where they are). `rollart train` moves a drifted domain to the pool of the domain whose "
+        "workload it now resembles most; the cluster twin (`rollart sim`) takes its cost model's best mapping"
     )
     remap_drift: float = Field(
         0.5, gt=0, le=1000, description="drift (largest relative change of a domain's turn/token means) that triggers "
         "it"
+    )
+    remap_min_episodes: int = Field(
+        16, ge=1, le=1_000_000, description="episodes a domain's profile is measured over before it is trusted: for a baseline "
+        "(a domain without a declared profile) and again, after a drift is first seen, to confirm it"
     )
 
 

@@ -23,7 +23,6 @@ from typing import Any, Mapping, Sequence
 from rollart.config import RunConfig
 from rollart.config_loader import write_resolved
 from rollart.observability import (
-    DomainProfiler,
     MetricsLogger,
     Progress,
     Timeline,
@@ -54,7 +53,6 @@ class RunRecorder:
         self.timeline = Timeline(start_time=self.t0, max_trajectories=cfg.observability.timeline_max_trajectories)
         self.progress = Progress(cfg.observability.progress)
         self.workers = list(workers)
-        self.profiler = DomainProfiler()  # profile/<domain>/*: what episodes look like lately, per domain
         self.evals: dict[int, dict[str, float]] = {}
         self.eval_first = dict(eval_first) if eval_first is not None else None
         self.steps_done = 0
@@ -97,7 +95,6 @@ class RunRecorder:
         now = time.time()
         for t in batch:
             self.timeline.add_trajectory(t)
-            self.profiler.observe_trajectory(t)
         step_s = now - self._step_start
         tokens = sum(t.num_response_tokens for t in batch)
         record = {
@@ -105,7 +102,6 @@ class RunRecorder:
             **utilisation_metrics(self.timeline.window_spans(self._step_start), (self._step_start, now),
                                   self.workers),
             **system_metrics(tokens, step_s),
-            **self.profiler.metrics(),
             **metrics,
             **self._pending,
             "time/step": step_s,

@@ -39,10 +39,12 @@ from rollart.envs.router import EnvRouter
 from rollart.evaluation import evaluate
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
-from rollart.loop import TRAINER_LANE
 from rollart.models import resolve_model_path
+from rollart.loop import DRIVER_LANE, TRAINER_LANE
 from rollart.observability.ledger import LedgerFile
+from rollart.observability.profile import DomainProfiler
 from rollart.observability.timeline import Mark
+from rollart.remapping import Remapper
 from rollart.resources import Cluster, Resources, Runtime
 from rollart.resources.cluster import MemberEvent
 from rollart.reward.router import RewardRouter, new_run_id
@@ -83,6 +85,13 @@ class System:
     _stack: ExitStack = field(default_factory=ExitStack)
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's, where the scheduler lives
     _recomputed: float = 0.0  # KV tokens the engines recomputed at swaps, up to the last sync
+    # what each domain's trained episodes look like lately, and the re-mapping it drives (`rollout.remap`)
+    profiler: DomainProfiler = field(default_factory=DomainProfiler)
+    remapper: Remapper = field(init=False)
+
+    def __post_init__(self) -> None:
+        planned = {domain: domain_cfg.profile for domain, domain_cfg in self.cfg.domains.items()}
+        self.remapper = Remapper(self.cfg, self.profiler, planned, reroute=self._reroute)
     _unrecoverable: tuple[BaseException, str] | None = None  # found before rollout started
 
     # --- keeping the planes in step with the resource plane ---------------------------------------------
@@ -134,12 +143,16 @@ class System:
 
     async def metrics(self) -> dict[str, float]:
         """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries, trainer
-        restarts, env resets per domain."""
+        restarts, env resets per domain, the domains' profiles, re-mappings and where each domain's requests
+        were generated."""
         proxy = await _bounded(self.proxy.stats.remote(), 30, "LLMProxy.stats")
         resets = await _bounded(self.env_router.reset_metrics(), 60, "EnvRouter.reset_metrics")
+        routed = {f"rollout/routed/{domain}/{pool}": float(n)
+                  for domain, pools in proxy.get("routed_by_domain", {}).items() for pool, n in pools.items()}
         return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(), **resets,
                 **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
-                **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {})}
+                **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {}),
+                **self.profiler.metrics(), "rollout/remaps": float(len(self.remapper.remaps)), **routed}
 
     # --- what the RL loop calls (rollart.loop.LoopSystem) -------------------------------------------
     def start_rollout(self, batches: int) -> RolloutScheduler:
@@ -176,14 +189,26 @@ class System:
         return {"weights/recompute_tokens": max(recomputed, 0.0)}  # (a replaced worker starts from 0)
 
     async def now_serving(self, version: int) -> None:
+        """The rollout starts trajectories under `version`; a domain whose drift is confirmed now is re-mapped
+        (a mark on the timeline, `rollout/remaps` counts them)."""
         self.served_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
+        remap = await self.remapper.at_sync(version)
+        if remap is not None:
+            moves = ", ".join(f"{d} → {p}" for d, p in remap["moved"].items()) or "no move"
+            self.incidents.append(Mark("remap" if remap["applied"] else "remap proposed", time.time(), DRIVER_LANE,
+                                       f"drift {remap['drift']}: {moves}"))
+
+    async def _reroute(self, moved: dict[str, str]) -> None:
+        await _bounded(self.proxy.remap.remote(moved), 30, "LLMProxy.remap")
 
     # --- step 6: one train step, while rollout goes on ------------------------------------------------
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         """One optimizer step of the trainer on these trajectories, at policy `version` (it publishes
         version + 1); in a thread, so the event loop (and with it the rollout) goes on."""
+        for trajectory in batch:  # (before the first await: the step record taken next sees them)
+            self.profiler.observe_trajectory(trajectory)
         train_batch = build_train_batch(batch, version, self.cfg.train)
         start = time.time()
         metrics = await asyncio.to_thread(self.trainer.train_step, train_batch)

@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "sim": "rollart.bench.sim",
     "gateway": "rollart.bench.gateway",
     "sandbox": "rollart.bench.sandbox",
+    "envs": "rollart.bench.envs",
 }
 # option (its argparse dest, also the run() keyword) → the benchmarks that take it
 ONLY_FOR: dict[str, tuple[str, ...]] = {

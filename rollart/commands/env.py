@@ -165,15 +165,16 @@ def _serve(args: argparse.Namespace) -> int:
     from rollart.commands.common import config_from_args
     from rollart.config import is_loopback_host
     from rollart.config_loader import ConfigError
+    from rollart.envs.spec import DATASET_ENV, domain_env_factory
 
     cfg = config_from_args(args)
     server_cfg = cfg.envs.server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port))
                                                     if v is not None})
     domain_cfg = cfg.domains.get(args.domain)
-    if domain_cfg is None or domain_cfg.agent:
+    if domain_cfg is None or domain_cfg.agent or domain_cfg.env.strip() == DATASET_ENV:
         env_domains = sorted(d for d, dc in cfg.domains.items() if not dc.agent)
-        raise ConfigError(f"rollart env serve: {args.domain!r} is not an env domain of this config "
-                          f"(env domains: {env_domains})")
+        raise ConfigError(f"rollart env serve: {args.domain!r} is not an env domain of this config (dataset "
+                          f"domains are served in process; env domains: {env_domains})")
     if not is_loopback_host(server_cfg.host) and not server_cfg.allow_non_loopback:
         raise ConfigError(f"envs.server.host: {server_cfg.host!r} is not loopback; the protocol is plain HTTP, so "
                           "set envs.server.allow_non_loopback=true (with TLS or a private network in front of it)")

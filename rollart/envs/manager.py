@@ -104,8 +104,11 @@ class EnvManager:
         self._phase = "idle"
         self._started = False
         self._first_chat: list[dict[str, Any]] | None = None  # reset info's prompt_messages
+        # context_tokens / prefill_tokens: the turns' contexts and the part of them the engines computed (the
+        # rest came from a prefix cache), for the online profiler's prefix-hit rate
         self._metrics: dict[str, float] = dict.fromkeys(
-            ("reset_attempts", "format_errors", "env_time_s", "generate_time_s"), 0.0
+            ("reset_attempts", "format_errors", "env_time_s", "generate_time_s", "context_tokens", "prefill_tokens"),
+            0.0,
         )
 
     @property
@@ -350,4 +353,6 @@ class EnvManager:
             self._phase = "env"
         end = time.time()
         self._metrics["generate_time_s"] += end - start
+        self._metrics["context_tokens"] += result.prompt_tokens
+        self._metrics["prefill_tokens"] += result.prefill_tokens
         return result, Span("generate.wait", start, end, self.worker)

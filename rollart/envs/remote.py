@@ -12,6 +12,10 @@ server) or ends the trajectory FAILED with that reason, and the control plane re
 seed. A server that failed is skipped by resets for `DOWN_S` seconds, so new trajectories go to the
 servers that answer; nothing of a trajectory is lost but the unfinished one.
 
+Managed servers (`domains.<d>.env_servers`, rollart/envs/fleet.py): `directory` is the fleet's
+`ServerDirectory` actor, asked for the live URLs and the token (at most once a second per process, and
+again after a server failed), so a replaced server is used as soon as it joined.
+
 One keep-alive connection pool per process (httpx, thread-safe) serves every remote env.
 """
 
@@ -30,6 +34,7 @@ DOWN_S = 10.0
 _down: dict[str, float] = {}  # server url → when it failed (process-wide: every remote env learns it)
 _round_robin = itertools.count()
 _lock = threading.Lock()
+_failure_count = [0]  # server failures seen by this process (a managed directory is asked again after one)
 
 
 class RemoteEnvError(RuntimeError):
@@ -45,7 +50,12 @@ class RemoteEnv:
     """An env of a remote env server (see the module docstring)."""
 
     def __init__(self, url: str = "", urls: list[str] | tuple[str, ...] = (), token_env: str = "ROLLART_ENV_TOKEN",
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, directory: Any = None, domain: str = "") -> None:
+        self.timeout_s, self._directory, self._domain = timeout_s, directory, domain
+        self._server = self._session = self._session_token = ""
+        if directory is not None:
+            self.servers, self._token = [], ""
+            return
         servers = [u.rstrip("/") for u in ([url] if url else []) + list(urls)]
         if not servers or not all(s.startswith(("http://", "https://")) for s in servers):
             raise ValueError(f"remote: the env spec is remote:http://HOST:PORT of `rollart env serve` (more in "
@@ -53,10 +63,7 @@ class RemoteEnv:
         token = os.environ.get(token_env, "")
         if not token:
             raise ValueError(f"remote: set ${token_env} to the token `rollart env serve` prints (or runs with)")
-        self.servers, self.timeout_s, self._token = servers, timeout_s, token
-        self._server = ""
-        self._session = ""
-        self._session_token = ""
+        self.servers, self._token = servers, token
 
     # --- HTTP ----------------------------------------------------------------------------------------
     def _call(self, method: str, server: str, path: str, token: str, body: dict[str, Any] | None = None) -> Any:
@@ -66,6 +73,7 @@ class RemoteEnv:
         except httpx.HTTPError as exc:
             with _lock:
                 _down[server] = time.monotonic()
+                _failure_count[0] += 1
             raise RemoteEnvError(f"env server {server} did not answer {method} {path}: "
                                  f"{type(exc).__name__}: {exc} (did it die?)") from None
         try:
@@ -82,6 +90,11 @@ class RemoteEnv:
 
     def _servers_to_try(self) -> list[str]:
         """Every server, starting at the next in round-robin order, the ones that failed lately last."""
+        if self._directory is not None:
+            self.servers, self._token = _lookup(self._directory, self._domain)
+            if not self.servers:
+                raise RemoteEnvError(f"no env server of domain {self._domain!r} is alive (a replacement may be "
+                                     "starting)")
         start = next(_round_robin) % len(self.servers)
         ordered = self.servers[start:] + self.servers[:start]
         now = time.monotonic()
@@ -109,6 +122,9 @@ class RemoteEnv:
             raise RuntimeError("remote: step() before reset()")
         return self._call(method, self._server, f"/v1/sessions/{self._session}{path}", self._session_token, body)
 
+    def __getstate__(self) -> dict[str, Any]:  # picklable: a directory handle travels, a session does not
+        return {**self.__dict__, "_session": "", "_session_token": ""}
+
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         data = self._in_session("POST", "/step", {"action": action})
         return (str(data["observation"]), float(data["reward"]), bool(data["terminated"]), bool(data["truncated"]),
@@ -128,3 +144,22 @@ class RemoteEnv:
             except RemoteEnvError:
                 pass
             self._session = self._session_token = ""
+
+
+
+_answers: dict[tuple[str, str], tuple[float, int, list[str], str]] = {}  # (directory, domain) → when, failures, …
+
+
+def _lookup(directory: Any, domain: str) -> tuple[list[str], str]:
+    """The directory's (urls, token), asked again each second and after every new server failure."""
+    import ray
+
+    key = (directory._actor_id.hex(), domain)
+    with _lock:
+        cached, failures = _answers.get(key), _failure_count[0]
+    if cached is not None and time.monotonic() - cached[0] < 1.0 and cached[1] == failures:
+        return list(cached[2]), cached[3]
+    urls, token = ray.get(directory.get.remote(domain), timeout=30)
+    with _lock:
+        _answers[key] = (time.monotonic(), failures, list(urls), token)
+    return list(urls), token

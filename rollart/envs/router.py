@@ -10,7 +10,8 @@ Routing: a new trajectory goes to the alive worker with the fewest trajectories 
 object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `cancel` reaches the right
 worker — even if the cancel overtakes the `run` call (the worker remembers it). A cancel for an id this
 object never started (e.g. from a copy of the router) is sent to every worker.
-Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
+Domains with `env_servers` are served by env servers it places first (`envs/fleet.py`), which the
+env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
 only the creating process may shut down, is left behind: a copy routes over the workers placed first).
 
 Failures: a worker that dies ends the `run` calls it held with `WorkerDied` naming it (the control plane
@@ -51,6 +52,7 @@ class EnvRouter:
         self._where: dict[str, Any] = {}  # trajectory id → the handle running it
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
         self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
+        self.fleets: dict[str, Any] = {}  # domain → the EnvServerFleet serving it (domains.<d>.env_servers)
 
     @classmethod
     def place(
@@ -65,23 +67,37 @@ class EnvRouter:
         `@affinity("env")` unless `roles.env` says otherwise) and return the router over them. `llm` is
         what the workers generate with: an `LLMClient`, or a Ray actor handle (the LLMProxy's) they wrap
         in an `ActorLLMClient`."""
+        from rollart.envs.fleet import EnvServerFleet, ServerDirectory
         from rollart.envs.worker import EnvWorker
 
-        cluster = resources.place(
-            EnvWorker,
-            replicas=cfg.envs.workers,
-            kwargs={"cfg": cfg, "llm": llm, "gate": gate, "model_path": str(model_path) if model_path else None},
-            worker_kwargs=lambda p: {"name": p.worker},
-        )
+        fleets: dict[str, EnvServerFleet] = {}
+        try:
+            managed = [d for d, dc in cfg.domains.items() if dc.env_servers]
+            directory = resources.spawn(ServerDirectory, name="env_server_directory") if managed else None
+            for domain in managed:
+                fleets[domain] = EnvServerFleet.place(resources, cfg, domain, directory)
+            cluster = resources.place(
+                EnvWorker,
+                replicas=cfg.envs.workers,
+                kwargs={"cfg": cfg, "llm": llm, "gate": gate, "model_path": str(model_path) if model_path else None,
+                        "env_servers": {d: directory for d in fleets}},
+                worker_kwargs=lambda p: {"name": p.worker},
+            )
+        except BaseException:
+            for fleet in fleets.values():
+                fleet.shutdown()
+            raise
         # a replacement may take a placement and a constructor to join
         wait = cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s + cfg.cluster.health_interval_s
         for actor in cluster.actors:
             actor.ready.remote()  # warm pools begin filling before the first trajectory arrives
-        return cls(list(cluster.actors), cluster=cluster, wait_for_worker_s=wait)
+        router = cls(list(cluster.actors), cluster=cluster, wait_for_worker_s=wait)
+        router.fleets = fleets
+        return router
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(cluster=None, _where={}, _load=Counter())
+        state.update(cluster=None, _where={}, _load=Counter(), fleets={})
         return state
 
     def members(self) -> list[tuple[str, Any]]:
@@ -163,7 +179,11 @@ class EnvRouter:
         return list(answers.values())
 
     def shutdown(self) -> None:
-        """Kill the placed workers and free their pool slots (only for a router made by `place`)."""
+        """Kill the placed workers and env servers, and free their pool slots (only for a router made by
+        `place`)."""
         if self.cluster is not None:
             self.cluster.shutdown()
             self.cluster = None
+        for fleet in self.fleets.values():
+            fleet.shutdown()
+        self.fleets = {}

@@ -47,8 +47,8 @@ from starlette.routing import Route
 
 from rollart.config import EnvServerConfig, EnvsConfig
 from rollart.envs.expert import expert_action, random_action
+from rollart.envs.episode import error_text
 from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
-from rollart.envs.manager import error_text
 from rollart.envs.protocol import AsyncEnv, EnvFactory
 from rollart.envs.warm_pool import WarmPool, build_prepared
 

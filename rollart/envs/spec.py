@@ -1,7 +1,7 @@
 """Resolve an env spec (the `env` of a domain in config) to a factory of fresh environments.
 
 In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
-- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number, and `dataset`, whose
+- a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number, swe, and `dataset`, whose
   episodes are the rows of `domains.<name>.data`: `domain_env_factory` builds it);
 - `remote:<url>`: the envs an env server (`rollart env serve DOMAIN`) serves at that URL, e.g.
   `remote:http://127.0.0.1:8710` (options: `urls` for more servers, `token_env`, `timeout_s`);
@@ -34,6 +34,7 @@ from rollart.envs.domains.frozenlake import FrozenLakeEnv
 from rollart.envs.domains.guess_number import GuessNumberEnv
 from rollart.envs.domains.math_env import MathEnv
 from rollart.envs.domains.sokoban import SokobanEnv
+from rollart.envs.domains.swe.env import SweEnv
 from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
 from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
@@ -47,6 +48,7 @@ BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
     "math": MathEnv,
     "code": CodeEnv,
     "guess_number": GuessNumberEnv,
+    "swe": SweEnv,
     "dataset": DatasetEnv,
 }
 DATASET_ENV = "dataset"

@@ -36,12 +36,14 @@ from rollart.envs.agents.runner import AgentRunner
 from rollart.envs.chat import ChatTokens
 from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
+from rollart.envs.remote import RemoteEnv
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.spec import domain_env_factory, resolve_env
 from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
+from rollart.sandbox.workspace import reap_leftovers
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
@@ -82,6 +84,7 @@ class EnvWorker:
         gate: TurnGate | None = None,
         name: str = "env/env/0",
         model_path: str | Path | None = None,
+        env_servers: dict[str, Any] | None = None,
     ) -> None:
         self.cfg, self.name, self.gate = cfg, name, gate
         self.llm = as_llm_client(llm)
@@ -91,10 +94,13 @@ class EnvWorker:
         self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
                       if not c.agent}
         self.executor = ThreadPoolExecutor(cfg.envs.threads, thread_name_prefix=name.replace("/", "-"))
+        reap_leftovers()  # workspace sandboxes a dead predecessor (a worker killed mid-trajectory) left
         # checked now, so a bad spec (or a dataset with no row left) fails at start-up rather than mid-run
         self._factories: dict[str, EnvFactory] = {
             d: domain_env_factory(d, c, self.chats[d], cfg.seed) for d, c in cfg.domains.items() if not c.agent
         }
+        for domain, directory in (env_servers or {}).items():  # rollart's own env servers (envs/fleet.py)
+            self._factories[domain] = functools.partial(RemoteEnv, directory=directory, domain=domain)
         self._agents = {d: resolve_agent(c.agent) for d, c in cfg.domains.items() if c.agent}
         self.gateway = (
             AgentGateway(self.llm, self.chat, cfg.envs.gateway, worker=name,
@@ -105,7 +111,8 @@ class EnvWorker:
         self.pools = {
             d: WarmPool(d, factory, pool_cfg.size, executor=self.executor, prepare_timeout_s=pool_cfg.prepare_timeout_s,
                         backoff_s=cfg.envs.retry_backoff_s, backoff_max_s=cfg.envs.retry_backoff_max_s)
-            for d, factory in self._factories.items() if cfg.envs.pooled(d, cfg.domains[d])
+            for d, factory in self._factories.items()
+            if cfg.envs.pooled(d, cfg.domains[d]) and d not in (env_servers or {})  # those servers pool themselves
         }
         self.reset_stats = ResetStats()
         self._managers: dict[str, EnvManager | AgentRunner] = {}

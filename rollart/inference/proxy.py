@@ -68,6 +68,7 @@ class LLMProxy:
         self._aborted: OrderedDict[str, None] = OrderedDict()
         self._waiting = 0
         self._routed = 0
+        self._routed_by_domain: dict[str, dict[str, int]] = {}  # domain → pool → requests sent there
         self._turn_retries = 0
         self._workers_lost = 0
         self._workers_joined = 0
@@ -88,6 +89,8 @@ class LLMProxy:
                 continue
             self._router.started(key)
             self._routed += 1
+            by_pool = self._routed_by_domain.setdefault(request.domain, {})
+            by_pool[key[0]] = by_pool.get(key[0], 0) + 1
             try:
                 async with asyncio.timeout(self._call_timeout_s):  # (no extra task or waiter, as wait_for adds)
                     return await self._handle(key).generate.remote(request)
@@ -231,6 +234,7 @@ class LLMProxy:
             "suspended": self._suspended,
             "waiting_admission": self._waiting,
             "routed": self._routed,
+            "routed_by_domain": {domain: dict(pools) for domain, pools in self._routed_by_domain.items()},
             "turn_retries": self._turn_retries,
             "workers_lost": self._workers_lost,
             "workers_joined": self._workers_joined,

@@ -40,8 +40,10 @@ Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
   buffer/cancelled likewise if a plane counts it.
 - pools/<pool>/utilisation (`utilisation_metrics`), pools/fallbacks (the resource plane's count).
 - system/{tokens_per_s, rss_mb} (`system_metrics`).
-- profile/<d>/{turns, prompt_tokens, obs_tokens, response_tokens, env_s, reward_s} (and prefix_hit in the
-  cluster twin): what each domain's episodes look like lately (`DomainProfiler`, fed every trained batch).
+- profile/<d>/{turns, prompt_tokens, obs_tokens, response_tokens, prefix_hit, env_s, reward_s}: what each
+  domain's episodes look like lately (`DomainProfiler`: the system's, fed every trained batch; the twin's,
+  every turn); rollout/remaps and rollout/routed/<d>/<pool>: re-mappings on drift (`rollout.remap`) and where
+  each domain's requests were generated.
 """
 
 from rollart.observability.aggregate import (

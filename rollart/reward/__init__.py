@@ -1,7 +1,7 @@
 """rollart.reward — the reward plane: score finished trajectories, locally or as an elastic service.
 
 Public API (the driver needs only `RewardRouter`):
-- `RewardRouter(cfg, *, fns=None, service=None)` — implements `types.RewardScorer`: `start()`,
+- `RewardRouter(cfg, *, service=None)` — implements `types.RewardScorer`: `start()`,
   `await score(trajectory) -> RewardResult`, `metrics() -> dict[str, float]`, `stop()` (router.py).
 - `RewardService(cfg, *, token=None, port=None)` — the Ray Serve app: `start() -> url`, `stats()`,
   `scorings(key)`, `stop()` (service.py; `rollart serve-reward` runs one standalone).

@@ -35,7 +35,7 @@ import secrets
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 import httpx
 
@@ -249,3 +249,27 @@ class LocalRewardClient:
             return {"reward": out.reward, "details": details}, False, "", False
 
         return await self._tries.run(trajectory, self.backend, attempt)
+
+
+def backend_metrics(clients: Mapping[str, Any], alive_s: float) -> dict[str, float]:
+    """`reward/<backend>/…` of each client (by backend name; None: not used) that scored anything, the totals
+    `reward/{retries,failures,cold_starts}`, and for local scoring `reward/local/{busy_s,util}` — the time
+    with a scoring in progress, and its share of `alive_s`."""
+    out: dict[str, float] = {}
+    totals = {"retries": 0.0, "failures": 0.0, "cold_starts": 0.0}
+    for name, client in clients.items():
+        if client is None or not client.stats.requests:
+            continue
+        stats: BackendStats = client.stats
+        for k, v in stats.latency.summary().items():
+            out[f"reward/{name}/{k}"] = v
+        for k in ("requests", "failures", "retries", "cold_starts", "replays", "outage_retries"):
+            out[f"reward/{name}/{k}"] = float(getattr(stats, k))
+        for k in totals:
+            totals[k] += getattr(stats, k)
+    local = clients.get("local")
+    if local is not None and local.stats.requests:
+        out["reward/local/busy_s"] = local.stats.busy.busy_s
+        out["reward/local/util"] = local.stats.busy.busy_s / alive_s if alive_s > 0 else 0.0
+    out.update({f"reward/{k}": v for k, v in totals.items()})
+    return out

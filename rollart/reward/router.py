@@ -10,8 +10,6 @@ Dispatch: by `trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_rewa
   serve-reward`: the router attaches with a job token of its own), else to a Ray Serve `RewardService` this
   router starts (or one given);
 - `http`: `HttpRewardClient` to `reward.http.url`, bearer token from the env var `reward.http.token_env`.
-A callable passed in `fns={domain: callable}` replaces that domain's configured fn and is scored locally
-(a Python callable cannot be sent to a remote service).
 
 Run ids: remote scorings carry `Idempotency-Key: <run id>/<attempt>/<trajectory id>`. The run id is random
 per run (the driver keeps it in checkpoints, so a resumed run keeps it) and `attempt` counts the run's
@@ -34,11 +32,10 @@ import logging
 import os
 import secrets
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from rollart.config import RunConfig
-from rollart.reward.client import BackendStats, HttpRewardClient, LocalRewardClient
-from rollart.reward.protocol import RewardFn
+from rollart.reward.client import HttpRewardClient, LocalRewardClient, backend_metrics
 from rollart.reward.registry import RewardFns, check_spec, import_reward
 from rollart.sandbox import check_isolation
 from rollart.types import RewardResult, Trajectory
@@ -47,7 +44,6 @@ if TYPE_CHECKING:
     from rollart.reward.service import RewardService
 
 log = logging.getLogger("rollart.reward")
-_CUSTOM = "custom:"  # local fn name of a callable passed to the router for a domain
 _REVIVE_LOOK_S = 2.0
 
 
@@ -56,7 +52,6 @@ class RewardRouter:
         self,
         cfg: RunConfig,
         *,
-        fns: Mapping[str, RewardFn] | None = None,
         service: RewardService | None = None,
         seed: int | None = None,
         run_id: str | None = None,
@@ -68,15 +63,11 @@ class RewardRouter:
         self.cfg = cfg
         self.run_id, self.attempt = run_id or new_run_id(), attempt
         self.run_key = f"{self.run_id}/{attempt}"
-        self._custom = dict(fns or {})
-        unknown = sorted(set(self._custom) - set(cfg.domains))
-        if unknown:
-            raise ValueError(f"RewardRouter fns: domains {unknown} are not configured (domains: {sorted(cfg.domains)})")
         self.backends: dict[str, str] = {}
         for name, dom in cfg.domains.items():
-            self.backends[name] = "local" if name in self._custom else cfg.domain_reward_backend(name)
+            self.backends[name] = cfg.domain_reward_backend(name)
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=self.backends[name] != "http")
-            if self.backends[name] == "local" and ":" in dom.reward.fn and name not in self._custom:
+            if self.backends[name] == "local" and ":" in dom.reward.fn:
                 import_reward(dom.reward.fn)  # a class's constructor fails now, not on the first trajectory
         sl_pool = cfg.reward.serverless.pool
         if "serverless" in self.backends.values() and (sl_pool not in cfg.pools or cfg.pools[sl_pool].kind != "serverless"):
@@ -93,7 +84,7 @@ class RewardRouter:
         if http_domains and not cfg.reward.http.url:
             raise ValueError(f"reward.http.url is empty but domains {http_domains} use the http reward backend")
         self._fns = RewardFns(cfg)
-        self.local = LocalRewardClient(self._get_local_fn, cfg.reward, seed)
+        self.local = LocalRewardClient(self._fns.get, cfg.reward, seed)
         self.http: HttpRewardClient | None = None
         if http_domains:
             token = os.environ.get(cfg.reward.http.token_env)
@@ -111,11 +102,6 @@ class RewardRouter:
         self._started_at = time.monotonic()
         self._reviving: asyncio.Future | None = None
         self._last_revive_look = 0.0
-
-    def _get_local_fn(self, spec: str) -> RewardFn:
-        if spec.startswith(_CUSTOM):
-            return self._custom[spec[len(_CUSTOM):]]
-        return self._fns.get(spec)
 
     def _connect_serverless(self) -> None:
         assert self.service is not None and self.service.url, "the reward service is not started"
@@ -143,8 +129,7 @@ class RewardRouter:
     def start(self) -> RewardRouter:
         """Warm the local reward fns (process pools, models: the first trajectory must not pay for them) and
         start the serverless service if a domain uses it."""
-        local = sorted({self.cfg.domains[d].reward.fn for d, b in self.backends.items()
-                        if b == "local" and d not in self._custom})
+        local = sorted({self.cfg.domains[d].reward.fn for d, b in self.backends.items() if b == "local"})
         self._fns.warm(local)
         if self.serverless is None and "serverless" in self.backends.values():
             from rollart.reward.service import SHARED_APP, RewardService, join_shared_service
@@ -187,8 +172,6 @@ class RewardRouter:
         if backend is None:
             return RewardResult(trajectory.trajectory_id, 0.0, ok=False, attempts=0,
                                 error=f"no reward for domain {domain!r} (configured: {sorted(self.backends)})")
-        if domain in self._custom:
-            return await self.local.score(trajectory, _CUSTOM + domain)
         spec = self.cfg.domains[domain].reward.fn
         if backend == "local":
             return await self.local.score(trajectory, spec)
@@ -213,30 +196,14 @@ class RewardRouter:
         totals `reward/{retries,failures,cold_starts}`, and for the serverless service
         `reward/serverless/{replicas,replicas_max,replicas_mean,replica_starts,pool_util,...}`; for local
         scoring `reward/local/util` (time with a scoring in progress / time since the router was made)."""
-        out: dict[str, float] = {}
-        clients = {"local": self.local, "serverless": self.serverless, "http": self.http}
-        totals = {"retries": 0.0, "failures": 0.0, "cold_starts": 0.0}
-        for name, client in clients.items():
-            if client is None or not client.stats.requests:
-                continue
-            st: BackendStats = client.stats
-            for k, v in st.latency.summary().items():
-                out[f"reward/{name}/{k}"] = v
-            for k in ("requests", "failures", "retries", "cold_starts", "replays", "outage_retries"):
-                out[f"reward/{name}/{k}"] = float(getattr(st, k))
-            for k in totals:
-                totals[k] += getattr(st, k)
-        if self.local.stats.requests:
-            alive = time.monotonic() - self._started_at
-            out["reward/local/busy_s"] = self.local.stats.busy.busy_s
-            out["reward/local/util"] = self.local.stats.busy.busy_s / alive if alive > 0 else 0.0
+        out = backend_metrics({"local": self.local, "serverless": self.serverless, "http": self.http},
+                              time.monotonic() - self._started_at)
         if self.service is not None:
             stats = self.service.stats()
             for k in ("replicas", "replicas_max", "replicas_mean", "replica_starts", "replica_s", "busy_s",
                       "pool_util", "completed", "duplicates", "replays", "evicted", "restarts"):
                 if k in stats:
                     out[f"reward/serverless/{k}"] = float(stats[k])
-        out.update({f"reward/{k}": v for k, v in totals.items()})
         return out
 
 

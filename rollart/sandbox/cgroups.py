@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -277,19 +278,7 @@ class TreeGroup:
                 (self.dirs[0] / "cgroup.kill").write_text("1")
             except OSError:
                 pass
-        deadline = time.monotonic() + timeout_s
-        while True:
-            pids = self.pids()
-            if not pids:
-                return True
-            if time.monotonic() > deadline:
-                return False
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.005)
+        return all([_empty(d, timeout_s) for d in self.dirs])
 
     def remove(self) -> None:
         """Kill what is left in the group and delete its directories; idempotent."""
@@ -315,20 +304,59 @@ def new_group(memory_bytes: int, max_pids: int) -> TreeGroup:
     return TreeGroup.create(support(), f"rollart-{owner_tag()}-{next(_counter)}", memory_bytes, max_pids)
 
 
+_GROUP_NAME = re.compile(r"^rollart-(?:probe-)?(\d+-\d+)-\d+$")
+_REAP_DEPTH = 8  # how deep below a hierarchy's root sandbox groups are looked for
+
+
+def _group_dirs() -> list[Path]:
+    """Every sandbox group directory in every cgroup hierarchy this process can see: the group of a dead
+    process may sit below another cgroup than this process's own (another service, another session)."""
+    found: list[Path] = []
+    try:
+        points = [Path(point) for _, point, _, _ in _mounts()]
+    except OSError:
+        return found
+    for top in points:
+        for dirpath, dirnames, _ in os.walk(top):
+            depth = len(Path(dirpath).relative_to(top).parts)
+            keep = []
+            for d in dirnames:
+                if _GROUP_NAME.match(d):
+                    found.append(Path(dirpath) / d)
+                elif depth < _REAP_DEPTH:
+                    keep.append(d)
+            dirnames[:] = keep
+    return found
+
+
 def reap() -> int:
-    """Kill and remove every sandbox group whose creating process is gone; how many were removed."""
-    sup = support()
-    names: set[str] = set()
-    for base in sup.bases.values():
-        try:
-            names.update(p.name for p in base.iterdir() if p.is_dir() and p.name.startswith("rollart-"))
-        except OSError:
-            pass
+    """Kill and remove every sandbox group whose creating process is gone (in every hierarchy); how many
+    directories were removed."""
     removed = 0
-    for name in sorted(names):
-        tag = name.removeprefix("rollart-probe-").removeprefix("rollart-")
-        if owner_alive(tag):
+    for d in _group_dirs():
+        if owner_alive(_GROUP_NAME.match(d.name).group(1)):
             continue
-        TreeGroup(sup, name).remove()
-        removed += 1
+        _empty(d)
+        _rmdir(d)
+        removed += not d.exists()
     return removed
+
+
+def _empty(d: Path, timeout_s: float = 5.0) -> bool:
+    """SIGKILL every process in one group directory until it is empty; False if some outlived `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return True
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)

@@ -369,11 +369,17 @@ def open_workspace(limits: WorkspaceConfig, files: Mapping[str, str], *, owner: 
     iso = isolation.probe_isolation()
     disk_cap = iso.root and iso.namespaces  # the tree's tmpfs is mounted on the host: root only
     label = isolation.check_level(limits, uid=iso.root, disk_cap=disk_cap, setting=SETTING)
-    BASE.mkdir(mode=0o700, exist_ok=True)
-    parent = BASE / owner
-    parent.mkdir(mode=0o700, exist_ok=True)
-    directory = parent / f"{cgroups.owner_tag()}-{next(_counter)}-{secrets.token_hex(4)}"
-    directory.mkdir(mode=0o700)
+    directory = BASE / owner / f"{cgroups.owner_tag()}-{next(_counter)}-{secrets.token_hex(4)}"
+    for _ in range(3):  # a reaper may remove an empty owner dir between its mkdir and ours
+        BASE.mkdir(mode=0o700, exist_ok=True)
+        directory.parent.mkdir(mode=0o700, exist_ok=True)
+        try:
+            directory.mkdir(mode=0o700)
+            break
+        except FileNotFoundError:
+            continue
+    else:
+        directory.mkdir(mode=0o700)
     group = None
     try:
         (directory / "root").mkdir()
@@ -420,6 +426,10 @@ def reap_leftovers(owner: str | None = None) -> int:
                 continue
             _destroy(directory, None)
             removed += 1
+        try:
+            parent.rmdir()  # an owner with no workspace left leaves no directory either
+        except OSError:
+            pass
     cgroups.reap()  # their cgroups: named after the same dead creators
     return removed
 

@@ -1,9 +1,10 @@
 """`SimRewardPool`: the time reward scoring takes — reserved workers or an elastic serverless pool.
 
 In: a `RewardSpec` (mode, workers or replicas, concurrency, cold start, scale-down delay). Out: `fn(domain)`
-— an async reward function per domain that the production `RewardRouter` calls like any user reward
-(`RewardRouter(cfg, fns=...)`: the router's dispatch, retries and in-flight limit are the real ones) —
-and `stats()`: requests, mean wait, busy time, provisioned time and utilisation.
+— an async reward function per domain — and `stats()`: requests, mean wait, busy time, provisioned time
+and utilisation. `SimScorer` is the twin's `RewardScorer`: the production `LocalRewardClient` (its tries,
+timeouts and in-flight limit are the real ones) calling each domain's pool function, with the real
+router's `reward/*` metrics.
 
 Each trajectory's service time is the one its episode drew (`Trajectory.metrics["reward_s"]`, from the
 domain profile's `reward`). Modes:
@@ -18,12 +19,15 @@ domain profile's `reward`). Modes:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from rollart.config import RunConfig
+from rollart.reward.client import LocalRewardClient, backend_metrics
 from rollart.sim.hardware import RewardSpec
-from rollart.types import Trajectory
+from rollart.types import RewardResult, Trajectory
 
 
 @dataclass(eq=False)
@@ -159,3 +163,20 @@ class SimRewardPool:
             "replica_starts": st.replica_starts,
             "peak_replicas": st.peak_replicas if self.spec.mode == "serverless" else len(self._replicas),
         }
+
+
+class SimScorer:
+    """The twin's `RewardScorer`: every domain scored by the pool's function through the production
+    `LocalRewardClient`."""
+
+    def __init__(self, cfg: RunConfig, pool: SimRewardPool, seed: int | None = None) -> None:
+        fns = {domain: pool.fn(domain) for domain in cfg.domains}
+        self.client = LocalRewardClient(fns.__getitem__, cfg.reward, seed)
+        self._started_at = time.monotonic()
+
+    async def score(self, trajectory: Trajectory) -> RewardResult:
+        return await self.client.score(trajectory, trajectory.domain)
+
+    def metrics(self) -> dict[str, float]:
+        """The real router's `reward/local/*` metrics and totals."""
+        return backend_metrics({"local": self.client}, time.monotonic() - self._started_at)

@@ -152,6 +152,6 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
         reward=system.reward_pool.stats(now), counters=sched.metrics(), ledger_violations=sched.check_ledger(),
         staleness_violations=recorder.staleness_violations, sync_exposed_s=recorder.sync_exposed_s,
         trainer_busy_s=system.trainer.busy_s,
-        extra={"fates": dict(Counter(sched.fate.values())), "remaps": system.remaps, "profile": system.profiler.metrics(),
+        extra={"fates": dict(Counter(sched.fate.values())), "remaps": system.remapper.remaps, "profile": system.profiler.metrics(),
                "domain_pools": dict(system.proxy_impl.domain_pools())},
     )

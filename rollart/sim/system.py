@@ -8,10 +8,12 @@ calls for its six steps — plus `close()` and what the twin reports (`engine_st
   (`rollout.barrier=turn`), with the virtual clock;
 - the production `LLMProxy` (suspend/resume, abort, routing by domain → pool, sticky per trajectory) over
   one `SimEngine` per `tp` GPUs of each generation pool, reached through `LocalHandle`s;
-- the production `RewardRouter`, each domain scored by the `SimRewardPool`'s function;
+- the production reward client (`LocalRewardClient`: tries, timeouts, in-flight limit), each domain scored by
+  the `SimRewardPool`'s function (`SimScorer`);
 - `SimEnvRunner` (the env plane), `SimTrainer` and the `WeightChannel`;
 - the online profiler (`DomainProfiler`: `profile/<domain>/*` metrics from every turn) and, with
-  `rollout.remap`, the re-mapping it triggers at a weight sync (`_maybe_remap`).
+  `rollout.remap`, the re-mapping of a real run (`rollart.remapping.Remapper`), proposing the analytic
+  estimate's best mapping for the simulated hardware (or the re-mapper it is given).
 
 Everything runs in one `VirtualTimeLoop`; nothing here re-implements a decision of the control plane.
 """
@@ -19,28 +21,26 @@ Everything runs in one `VirtualTimeLoop`; nothing here re-implements a decision 
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import RolloutScheduler, TurnBarrier
 from rollart.control.rollout import start_rollout
 from rollart.inference.proxy import LLMProxy
 from rollart.loop import TRAINER_LANE
-from rollart.reward.router import RewardRouter
-from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
 from rollart.observability.profile import DomainProfiler
+from rollart.remapping import Remapper
+from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
 from rollart.sim.engine import LocalHandle, SimEngine
 from rollart.sim.estimate import best_mapping
 from rollart.sim.envs import SimEnvRunner
 from rollart.sim.hardware import SimHardware
-from rollart.sim.reward import SimRewardPool
+from rollart.sim.reward import SimRewardPool, SimScorer
 from rollart.sim.trainer import SimTrainer, WeightChannel
 from rollart.sim.workload import profile_of
 from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 
-log = logging.getLogger("rollart.sim")
 
 class SimResources:
     """What the driver reads of the resource plane: pool metrics (the twin places nothing)."""
@@ -57,12 +57,11 @@ class SimSystem:
                  shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
                  remapper: Callable[..., tuple[tuple[str, str], ...]] | None = None) -> None:
         self.cfg, self.hardware = cfg, hardware
-        self.remapper = remapper  # (cfg, hardware, pools, tp) → mapping; None: the analytic estimate's best
+        self.propose_mapping = remapper  # (cfg, hardware, pools, tp) → mapping; None: the analytic estimate's best
         self.profiler = DomainProfiler()
-        self.planned_for = {d: profile_of(dc) for d, dc in cfg.domains.items()}  # what the mapping was made for
-        self.domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
-        self.remaps: list[dict[str, Any]] = []
-        self._suspect: set[str] = set()  # domains whose drift awaits confirmation on fresh observations
+        # what each domain's mapping was made for: the profile its episodes are drawn from
+        self.remapper = Remapper(cfg, self.profiler, {d: profile_of(dc) for d, dc in cfg.domains.items()},
+                                 reroute=self._reroute, propose=self._propose)
         self.clock: Callable[[], float] = lambda: asyncio.get_running_loop().time()
         gen_pools = sorted({d.pool for d in cfg.domains.values()})
         for pool in gen_pools + [hardware.train_pool]:
@@ -93,7 +92,7 @@ class SimSystem:
         self.env_router = SimEnvRunner(cfg.domains, cfg.envs, self.proxy_impl, gate=self.gate, seed=cfg.seed,
                                        observer=self.profiler, shifts=shifts)
         self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
-        self.reward = RewardRouter(cfg, fns={d: self.reward_pool.fn(d) for d in cfg.domains}, seed=cfg.seed)
+        self.reward = SimScorer(cfg, self.reward_pool, seed=cfg.seed)
         train = hardware.pools[hardware.train_pool]
         self.trainer = SimTrainer(TrainerCost(hardware.model, hardware.gpu_kind(hardware.train_pool), train.count,
                                               hardware.trainer), self.weights)
@@ -133,44 +132,22 @@ class SimSystem:
         self.served_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
-        await self._maybe_remap(version)
+        await self.remapper.at_sync(version)
 
-    async def _maybe_remap(self, version: int) -> None:
-        """`rollout.remap`: when a domain's measured profile has drifted past `remap_drift` from the one the
-        mapping was made for, the estimate's best mapping for the measured profiles is proposed (logged in
-        `remaps`) and, with `auto`, new trajectories of the domains it moves go to their new pool."""
-        rollout = self.cfg.rollout
-        if rollout.remap == "none":
-            return
-        drifted = {d: self.profiler.drift(d, p) for d, p in self.planned_for.items()}
-        drifted = {d: x for d, x in drifted.items() if x > rollout.remap_drift}
-        # A drift seen for the first time is confirmed on fresh observations only (the window still mixes
-        # the old workload in): the domain's profile is reset and judged again at a later sync.
-        fresh = {d for d in drifted if d not in self._suspect}
-        for d in fresh:
-            self.profiler.reset(d)
-        self._suspect = {d for d in self._suspect if d in drifted} | fresh
-        drifted = {d: x for d, x in drifted.items() if d not in fresh and self.profiler.count(d) >= 16}
-        if not drifted:
-            return
-        self._suspect -= set(drifted)
-        measured = {d: self.profiler.measured(d, p) for d, p in self.planned_for.items()}
+    async def _propose(self, measured: Mapping[str, DomainProfileConfig],
+                       drifted: Mapping[str, float]) -> dict[str, str]:
+        """The mapping the estimate ranks first for the measured profiles on these pools (or the re-mapper's:
+        e.g. the planner's twin runs, in a thread, taking no virtual time)."""
         cfg = self.cfg.model_copy(update={"domains": {
             d: dc.model_copy(update={"profile": measured[d]}) for d, dc in self.cfg.domains.items()}})
         pools = tuple((p, self.hardware.pools[p].gpu, self.hardware.pools[p].count) for p in sorted(self.engines))
         tp = self.hardware.pools[pools[0][0]].tp
-        if self.remapper is not None:  # e.g. the planner's twin runs: in a thread, taking no virtual time
-            proposal = dict(await asyncio.to_thread(self.remapper, cfg, self.hardware, pools, tp))
-        else:
-            proposal = dict(best_mapping(cfg, self.hardware, pools, tp))
-        moved = {d: p for d, p in proposal.items() if self.domain_pools[d] != p}
-        self.remaps.append({"version": version, "drift": drifted, "moved": moved, "applied": rollout.remap == "auto"})
-        log.info("profile drift %s at version %d: the estimate moves %s%s", drifted, version, moved or "nothing",
-                 "" if rollout.remap == "auto" else " (proposed only: rollout.remap=propose)")
-        if rollout.remap == "auto" and moved:
-            await self.proxy.remap.remote(moved)
-            self.domain_pools.update(moved)
-        self.planned_for.update({d: measured[d] for d in drifted})
+        if self.propose_mapping is not None:
+            return dict(await asyncio.to_thread(self.propose_mapping, cfg, self.hardware, pools, tp))
+        return dict(best_mapping(cfg, self.hardware, pools, tp))
+
+    async def _reroute(self, moved: dict[str, str]) -> None:
+        await self.proxy.remap.remote(moved)
 
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         start = self.clock()

@@ -59,3 +59,71 @@ def test_the_twin_remaps_a_domain_whose_profile_drifted() -> None:
         final = report.extra["domain_pools"]["game"]
         assert final == ("h800" if mode == "auto" else "h20")
         assert report.ledger_violations == [] and report.staleness_violations == []
+
+
+def _episode(domain: str, turns: int, obs: int = 30) -> "Trajectory":
+    from rollart.types import Status, Task, Trajectory, Turn
+
+    task = Task(f"{domain}/{turns}/{obs}", domain, "x", seed=0, group_id="g")
+    shape = tuple(Turn((1,) * (100 if k == 0 else obs), (2,) * 8, (0.0,) * 8, (0,) * 8) for k in range(turns))
+    return Trajectory(task.trajectory_id, task, 0, shape, Status.COMPLETED,
+                      metrics={"context_tokens": 200.0, "prefill_tokens": 50.0})
+
+
+def test_drift_watch_takes_the_first_episodes_as_the_baseline_and_confirms_a_drift_on_fresh_ones() -> None:
+    from rollart.observability.profile import DriftWatch
+
+    prof = DomainProfiler()
+    watch = DriftWatch({"d": None}, threshold=0.5, min_episodes=2)
+    prof.observe_trajectory(_episode("d", 1))
+    assert watch.confirmed(prof) == {} and watch.planned["d"] is None  # one episode: no baseline yet
+    prof.observe_trajectory(_episode("d", 1))
+    assert watch.confirmed(prof) == {} and watch.planned["d"].turns.mean == 1.0
+    assert prof.metrics()["profile/d/prefix_hit"] == 0.75  # from the env runner's prefix-cache counts
+    for _ in range(2):
+        prof.observe_trajectory(_episode("d", 4))
+    assert watch.confirmed(prof) == {} and prof.count("d") == 0  # seen first: forgotten, to be confirmed
+    prof.observe_trajectory(_episode("d", 4))
+    assert watch.confirmed(prof) == {}  # still fewer fresh episodes than min_episodes
+    prof.observe_trajectory(_episode("d", 4))
+    assert watch.confirmed(prof) == {"d": 3.0}
+
+
+def test_a_real_run_moves_a_drifted_domain_to_the_pool_of_the_workload_it_now_resembles() -> None:
+    """The real `System`'s re-mapping at a weight sync (a stand-in proxy records what it is told): `a`
+    turns from one turn into `b`'s four-turn shape, and is routed to `b`'s pool once the drift is confirmed;
+    with `propose` it is only recorded."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from rollart.config_loader import load_config
+    from rollart.system import System
+
+    class Proxy:
+        def __init__(self) -> None:
+            self.told: list[dict] = []
+            self.remap = SimpleNamespace(remote=self._remap)
+
+        async def _remap(self, moved):
+            self.told.append(dict(moved))
+
+    for mode in ("auto", "propose"):
+        cfg = load_config(None, ["domains.frozenlake=null", "domains.math=null", "domains.a.env=frozenlake",
+                                 "domains.a.pool=gen_decode", "domains.b.env=frozenlake", "domains.b.pool=gen_prefill",
+                                 f"rollout.remap={mode}", "rollout.remap_min_episodes=2"])
+        proxy = Proxy()
+        system = System(cfg, None, None, None, SimpleNamespace(version=0), {}, proxy, None, None, None)  # type: ignore[arg-type]
+
+        async def syncs(system=system):
+            for version, turns in enumerate((1, 1, 4, 4), start=1):
+                for _ in range(2):
+                    system.profiler.observe_trajectory(_episode("a", turns))
+                    system.profiler.observe_trajectory(_episode("b", 4))
+                await system.now_serving(version)
+
+        asyncio.run(syncs())
+        remaps = system.remapper.remaps
+        assert len(remaps) == 1 and remaps[0]["version"] == 4 and remaps[0]["moved"] == {"a": "gen_prefill"}
+        assert proxy.told == ([{"a": "gen_prefill"}] if mode == "auto" else [])
+        assert [m.name for m in system.incidents] == ["remap" if mode == "auto" else "remap proposed"]
+        assert system.served_version == 4

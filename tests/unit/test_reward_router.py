@@ -96,13 +96,6 @@ def test_in_flight_is_bounded():
     assert STATE["peak"] == 3
 
 
-def test_custom_callable_replaces_the_domain_fn():
-    router = RewardRouter(config(math="math"), fns={"math": lambda t: 7.0})
-    assert asyncio.run(router.score(traj("math"))).reward == 7.0
-    with pytest.raises(ValueError, match="not configured"):
-        RewardRouter(config(math="math"), fns={"other": lambda t: 0.0})
-
-
 def test_config_errors_are_caught_before_scoring():
     with pytest.raises(ValueError, match="domains.m.reward.fn"):
         RewardRouter(config(m="mathx"))

@@ -16,7 +16,7 @@ from rollart.bench.rollout import bench_config
 from rollart.bench.sim import REAL_ROLLOUT, rollout_ratios_vs_real
 from rollart.control import RolloutScheduler, SampleBuffer, TurnBarrier
 from rollart.inference.proxy import LLMProxy
-from rollart.reward.router import RewardRouter
+from rollart.reward.client import LocalRewardClient
 from rollart.sim.calibration import build_machine, frozenlake_tiny, with_profiles
 from rollart.sim.clock import run_virtual
 from rollart.sim.system import SimSystem
@@ -33,7 +33,7 @@ def test_the_twin_wires_the_production_classes(tmp_path: Path) -> None:
 
     system = run_virtual(main())
     assert type(system.scheduler) is RolloutScheduler and type(system.scheduler.buffer) is SampleBuffer
-    assert type(system.proxy_impl) is LLMProxy and type(system.reward) is RewardRouter
+    assert type(system.proxy_impl) is LLMProxy and type(system.reward.client) is LocalRewardClient
     assert type(system.barrier) is TurnBarrier and system.scheduler.gate is system.barrier
 
 

@@ -40,7 +40,7 @@ from rollart.envs.domains.swe.templates import BY_NAME, TEMPLATES, TOPICS, Args,
 
 PACKAGES = ("ledger", "toolbox", "quill", "abacus", "tally", "sprout", "beacon", "harbor", "lumen", "orchard")
 MAX_DIFFICULTY = 3
-TEST_COMMAND = "python3 -m unittest discover -s tests -t . -q"
+TEST_COMMAND = "python3 -B -m unittest discover -s tests -t . -q"  # -B: no stale .pyc after an edit in the same second
 _STEP_LIMIT = 200_000  # traced lines per call while checking a mutant (a guard: templates cannot loop forever)
 
 

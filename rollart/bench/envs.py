@@ -1,0 +1,318 @@
+"""`rollart bench envs`: environments with slow, failing resets and sandboxed tools — the SWE repair domain
+on the real workspace sandbox, the warm pool, env servers. No Ray: the env plane's parts, as an env worker
+runs them.
+
+Measured side by side in one run:
+- `warm_pool_reset_p99_reduction` (target ≥ 5): `concurrency` trajectory loops each reset a SWE env, hold it
+  for `episode_s` (its turns), close it, and go again — the loops' k-th episodes are one GRPO group (one
+  seed, so its task is generated once); the reset latency (what a trajectory waits: build + prepare the
+  workspace + the task, or a pooled env + the task) with no pool and with a pool of `concurrency` prepared
+  envs, each arm with the task cache emptied. Also their p50s.
+- `sandbox_create_ms_p50`/`_p99`, `sandbox_destroy_ms_p50`/`_p99`: `open_workspace` and `close` of an empty
+  workspace (tmpfs, cgroup, private root are made and removed).
+- `remote_step_overhead_ms_p50` (target ≤ 5), `_p99`: an env step through `remote:<url>` (an env server in
+  this process, on its own thread) minus the same step in process, interleaved step by step on frozenlake.
+- `swe_trajectories_per_s`: SWE trajectories run by EnvManagers (`concurrency` at once, warm pool on) with
+  the scripted expert as the model (apply the fix as a patch, then submit: the hidden tests in a fresh
+  sandbox) — the env side's throughput here; generation is scripted. `expert_solve_rate` over them (1.0).
+- `leftover_processes_after_<N>`, `leftover_files_after_<N>` (target 0): after those N trajectories — one
+  in ten starts background processes meant to outlive it (`sleep 300 &`, `nohup`, `setsid`), one in
+  twenty is cancelled mid-episode — the processes of workspace uids and the entries left under the
+  workspaces' directory, once every env and pool is closed.
+- `cross_trajectory_reads` (target 0): pairs of open trajectories where one tries to read the other's
+  files on purpose (its host path with cat and find, read_file of it, /proc/*/root); a read counts if the
+  other's secret appears in what it got back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rollart.bench.common import BenchResult
+
+
+def _ms(values: list[float], q: int) -> float:
+    from rollart.envs.reset_stats import quantile
+
+    return round(quantile(sorted(values), q) * 1e3, 2)
+
+
+async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_size: int) -> list[float]:
+    from rollart.envs.domains.swe import env as swe_env
+    from rollart.envs.domains.swe.env import SweEnv
+    from rollart.envs.warm_pool import WarmPool, build_prepared
+
+    swe_env._task.cache_clear()  # each arm generates its tasks anew
+    executor = ThreadPoolExecutor(max(4, concurrency * 2))
+    pool = WarmPool("swe", SweEnv, pool_size, executor=executor) if pool_size else None
+    if pool is not None:  # a warm start: the pool filled before the first trajectory, as at worker start
+        pool.start()
+        while pool.ready < pool_size:
+            await asyncio.sleep(0.05)
+    latencies: list[float] = []
+
+    async def loop(index: int) -> None:
+        for k in range(episodes):
+            start = time.perf_counter()
+            env = (await pool.acquire())[0] if pool else await build_prepared(SweEnv, executor, 60.0)
+            await env.reset(k)  # the loops' k-th episodes are one GRPO group: one seed
+            latencies.append(time.perf_counter() - start)
+            await asyncio.sleep(episode_s)
+            await env.close()
+
+    await asyncio.gather(*(loop(i) for i in range(concurrency)))
+    if pool is not None:
+        await pool.close()
+    executor.shutdown()
+    return latencies
+
+
+def _sandbox_costs(count: int) -> tuple[list[float], list[float]]:
+    from rollart.config import WorkspaceConfig
+    from rollart.sandbox.workspace import open_workspace
+
+    create, destroy = [], []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        ws = open_workspace(WorkspaceConfig(), {}, owner="bench")
+        t1 = time.perf_counter()
+        ws.close()
+        create.append(t1 - t0)
+        destroy.append(time.perf_counter() - t1)
+    return create, destroy
+
+
+async def _remote_overhead(steps: int) -> list[float]:
+    from rollart.config import EnvServerConfig, EnvsConfig
+    from rollart.envs.expert import random_action
+    from rollart.envs.protocol import AsyncEnv
+    from rollart.envs.server import EnvServer
+    from rollart.envs.spec import make_env, resolve_env
+
+    token = "bench-envs"
+    os.environ.setdefault("ROLLART_ENV_TOKEN", token)
+    server = EnvServer("frozenlake", "frozenlake", resolve_env("frozenlake"), EnvServerConfig(port=0), EnvsConfig(),
+                       token=os.environ["ROLLART_ENV_TOKEN"]).start()
+    executor = ThreadPoolExecutor(2)
+    overheads: list[float] = []
+    try:
+        seed = 0
+        while len(overheads) < steps:
+            local = AsyncEnv(make_env("frozenlake"), executor)
+            remote = AsyncEnv(make_env(f"remote:{server.url}"), executor)
+            await local.reset(seed)
+            await remote.reset(seed)
+            for _ in range(8):
+                action = random_action(local)
+                t0 = time.perf_counter()
+                a = await local.step(action)
+                t1 = time.perf_counter()
+                b = await remote.step(action)
+                t2 = time.perf_counter()
+                assert a[:4] == b[:4], "the remote env must step exactly like the local one"
+                overheads.append((t2 - t1) - (t1 - t0))
+                if a[2] or a[3]:
+                    break
+            await local.close()
+            await remote.close()
+            seed += 1
+    finally:
+        server.stop()
+        executor.shutdown()
+    return overheads[:steps]
+
+
+UIDS: set[int] = set()  # every workspace uid this run used: a process of one of them is a leftover
+OWNER = f"bench-envs-{os.getpid()}"
+
+
+def _tracked_swe() -> Any:
+    from rollart.envs.domains.swe.env import SweEnv
+
+    class TrackedSweEnv(SweEnv):
+        def open_workspace(self, files: Any) -> Any:
+            workspace = super().open_workspace(files)
+            if workspace._uid is not None:
+                UIDS.add(workspace._uid)
+            return workspace
+
+    return lambda: TrackedSweEnv(owner=OWNER)
+
+
+class _ExpertLLM:
+    """The scripted expert as an `LLMClient`: it answers the expert's tool calls for the trajectory's task
+    (apply the fix as a patch, then submit), encoded with the real tokenizer and ended by the stop token;
+    for one trajectory in ten the first turn starts background processes meant to outlive it."""
+
+    def __init__(self, tokenizer: Any, difficulty: int) -> None:
+        self.tokenizer, self.difficulty = tokenizer, difficulty
+        self.stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    async def generate(self, request: Any) -> Any:
+        from rollart.envs.domains.swe.expert import expert_patch
+        from rollart.envs.domains.swe.generator import generate
+        from rollart.envs.domains.swe.tools import call_text
+        from rollart.types import GenerationResult
+
+        index = int(request.trajectory_id.split("-")[1])  # swe-<seed>: the episode's seed (train split)
+        turn = int(request.request_id.rsplit("/", 1)[1])
+        if index % 10 == 0:
+            turn -= 1
+            if turn < 0:
+                text = call_text("bash", command="(sleep 300 &); nohup sleep 300 >/dev/null 2>&1 & setsid sleep 300 & "
+                                                 "echo ok")
+        if turn == 0:
+            text = call_text("apply_patch", patch=expert_patch(generate(index, self.difficulty)))
+        elif turn > 0:
+            text = call_text("submit")
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.stop]
+        return GenerationResult(request.request_id, request.trajectory_id, tuple(ids), tuple([-1.0] * len(ids)),
+                                tuple([0] * len(ids)), "stop", len(request.prompt_token_ids), worker="bench/expert")
+
+    async def abort(self, trajectory_id: str) -> None:
+        pass
+
+
+async def _trajectories(count: int, concurrency: int) -> tuple[float, float, int]:
+    """(trajectories/s, solve rate over those not cancelled, cancelled) of `count` SWE trajectories."""
+    from rollart.config import DomainConfig, EnvsConfig
+    from rollart.envs.chat import ChatTokens
+    from rollart.envs.manager import EnvManager
+    from rollart.envs.warm_pool import WarmPool
+    from rollart.models.tiny import build_tokenizer
+    from rollart.types import SamplingParams, Status, Task
+
+    chat = ChatTokens(build_tokenizer())
+    executor = ThreadPoolExecutor(concurrency * 2)
+    factory = _tracked_swe()
+    pool = WarmPool("swe", factory, concurrency, executor=executor)
+    llm = _ExpertLLM(chat.tokenizer, difficulty=1)
+    domain = DomainConfig(env="swe", max_turns=4, max_new_tokens=4096, max_total_tokens=1 << 16)
+    sampling = SamplingParams(max_new_tokens=4096, stop_token_ids=chat.stop_token_ids)
+    results: list[Any] = []
+    queue = list(range(count))
+
+    async def worker() -> None:
+        while queue:
+            i = queue.pop(0)
+            task = Task(f"swe-{i}", "swe", "swe", i, f"g{i}")
+            manager = EnvManager(task, 0, make_env=factory, domain_cfg=domain, envs=EnvsConfig(), llm=llm, chat=chat,
+                                 sampling=sampling, executor=executor, pool=pool)
+            if i % 20 == 7:  # cancelled mid-episode, as a stale trajectory is
+                running = asyncio.ensure_future(manager.run())
+                await asyncio.sleep(0.05)
+                await manager.cancel(Status.ABORTED, "bench: cancelled")
+                results.append(await running)
+            else:
+                results.append(await manager.run())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - start
+    await pool.close()
+    executor.shutdown()
+    scored = [t for t in results if t.status is not Status.ABORTED]
+    solved = sum(1 for t in scored if t.env_return >= 1.0)
+    return count / wall, solved / max(1, len(scored)), len(results) - len(scored)
+
+
+def _leftovers() -> tuple[int, int]:
+    """(processes of this run's workspace uids, entries left in this run's workspace directory)."""
+    import psutil
+
+    from rollart.sandbox.workspace import BASE
+
+    processes = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in UIDS]
+    parent = BASE / OWNER
+    files = list(parent.iterdir()) if parent.exists() else []
+    return len(processes), len(files)
+
+
+def _cross_reads(pairs: int) -> tuple[int, int]:
+    """(reads that leaked, attempts) of trajectory A reading trajectory B's workspace on purpose."""
+    from rollart.envs.domains.swe.env import SweEnv
+    from rollart.envs.domains.swe.tools import call_text
+
+    leaks = attempts = 0
+    for k in range(pairs):
+        a, b = SweEnv(), SweEnv()
+        a.reset(2 * k)
+        b.reset(2 * k + 1)
+        try:
+            secret = f"secret-{random.getrandbits(64):x}"
+            b.step(call_text("write_file", path="notes.txt", content=secret))
+            b.step(call_text("bash", command="sleep 2 &"))
+            target = b._workspace.root / "notes.txt"
+            tries = [
+                call_text("bash", command=f"cat {target} 2>&1"),
+                call_text("bash", command=f"find / -name notes.txt -exec cat {{}} \\; 2>/dev/null"),
+                call_text("bash", command="cat /proc/*/root/workspace/notes.txt 2>/dev/null; ls /proc/*/root/ 2>/dev/null"),
+                call_text("bash", command=f"cat {target} {target.parent.parent} 2>&1"),
+                call_text("read_file", path=str(target)),
+                call_text("read_file", path=os.path.relpath(target, a._workspace.root)),
+            ]
+            for action in tries:
+                attempts += 1
+                leaks += secret in a.step(action)[0]
+        finally:
+            a.close()
+            b.close()
+    return leaks, attempts
+
+
+def run(quick: bool = False) -> BenchResult:
+    concurrency = 4
+    episodes, episode_s = (5, 0.5) if quick else (25, 1.0)
+    isolation = _isolation()  # probes the machine once, before anything is timed
+    cold = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=0))
+    warm = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency))
+    create, destroy = _sandbox_costs(10 if quick else 50)
+    overhead = asyncio.run(_remote_overhead(100 if quick else 1000))
+    count = 100 if quick else 1000
+    per_s, solve_rate, cancelled = asyncio.run(_trajectories(count, concurrency))
+    processes, files = _leftovers()
+    leaks, attempts = _cross_reads(3 if quick else 20)
+    ratios = {
+        "warm_pool_reset_p99_reduction": round(_ms(cold, 99) / _ms(warm, 99), 2),
+        "warm_pool_reset_p50_reduction": round(_ms(cold, 50) / _ms(warm, 50), 2),
+        "reset_ms_p50_without_pool": _ms(cold, 50), "reset_ms_p99_without_pool": _ms(cold, 99),
+        "reset_ms_p50_with_pool": _ms(warm, 50), "reset_ms_p99_with_pool": _ms(warm, 99),
+        "sandbox_create_ms_p50": _ms(create, 50), "sandbox_create_ms_p99": _ms(create, 99),
+        "sandbox_destroy_ms_p50": _ms(destroy, 50), "sandbox_destroy_ms_p99": _ms(destroy, 99),
+        "remote_step_overhead_ms_p50": _ms(overhead, 50), "remote_step_overhead_ms_p99": _ms(overhead, 99),
+        "swe_trajectories_per_s": round(per_s, 2),
+        "expert_solve_rate": round(solve_rate, 4),
+        f"leftover_processes_after_{count}": float(processes),
+        f"leftover_files_after_{count}": float(files),
+        "cross_trajectory_reads": float(leaks),
+    }
+    rows = [
+        {"what": "resets", "without_pool": len(cold), "with_pool": len(warm), "concurrency": concurrency,
+         "episode_s": episode_s},
+        {"what": "trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
+        {"what": "cross-trajectory reads", "attempts": attempts, "leaked": leaks},
+    ]
+    notes = [
+        "the SWE trajectories' model is the scripted expert (apply the fix, submit); their throughput is the env "
+        "side's: workspaces, tools, hidden-test scoring in fresh sandboxes",
+        f"workspace isolation here: {isolation}",
+        "remote: the env server runs in this process on its own thread (one machine: loopback HTTP)",
+    ]
+    return BenchResult("envs", ratios, rows, notes)
+
+
+def _isolation() -> str:
+    from rollart.config import WorkspaceConfig
+    from rollart.sandbox.workspace import open_workspace
+
+    ws = open_workspace(WorkspaceConfig(), {}, owner="bench")
+    try:
+        return ws.isolation
+    finally:
+        ws.close()
