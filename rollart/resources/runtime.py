@@ -23,10 +23,10 @@ a worker's warning reaches the console as `(EnvWorker pid=…) <time> WARNING ro
 message from Python's last-resort handler.
 
 Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt (or, in a job run by `rollart.interrupts`, stops it
-as that module says) and SIGTERM raises SystemExit(143) in the main thread, so the `with` block unwinds; on exit an embedded Ray is shut down and its processes waited for
-(a second signal during that shutdown is ignored), a joined one is disconnected. No Ray process this
-runtime started outlives it, nor any client state of it in this process (Ray Serve's): the next runtime in
-the same process starts from nothing.
+as that module says) and SIGTERM raises SystemExit(143) in the main thread, so the `with` block unwinds;
+on exit an embedded Ray is shut down and its processes waited for (a second signal during that shutdown is
+ignored), a joined one is disconnected. No Ray process this runtime started outlives it, nor any client
+state of it in this process (Ray Serve's): the next runtime in the same process starts from nothing.
 """
 
 from __future__ import annotations
@@ -106,8 +106,10 @@ class Runtime:
                 signal.signal(sig, signal.SIG_IGN)
         try:
             if mode in ("embedded", "joined") and ray.is_initialized():
-                ray.shutdown(wait_for_processes=True)
-                _forget_serve_client()
+                try:
+                    ray.shutdown(wait_for_processes=True)
+                finally:
+                    _forget_serve_client()
         finally:
             if own_signals:
                 for sig, handler in self._previous.items():
