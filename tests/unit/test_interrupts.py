@@ -55,3 +55,27 @@ def test_an_uninterrupted_job_returns_its_value(tmp_path):
     out = subprocess.run([sys.executable, str(tmp_path / "job.py"), "none"], capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.split() == ["value"], out.stdout + out.stderr
+
+
+def test_a_cancelled_wait_on_many_calls_leaves_no_exception_unretrieved(caplog):
+    """Ctrl-C cancels a job's task while it waits on many calls (an evaluation's episodes, a health check's
+    probes): asyncio logs nothing (CPython 3.11's wait_for left the cancelled gather's exception
+    unretrieved: "_GatheringFuture exception was never retrieved" and a traceback on the console)."""
+    import asyncio
+    import gc
+
+    from rollart.resources.health import gather_alive
+
+    async def job() -> None:
+        task = asyncio.create_task(gather_alive({i: asyncio.sleep(30) for i in range(3)}, 20, lambda k, e: None))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(TimeoutError):  # and its bound still holds
+            await gather_alive({0: asyncio.sleep(30)}, 0.05, lambda k, e: None)
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(job())
+        gc.collect()
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
