@@ -1,7 +1,7 @@
 """EnvWorker: an environment worker on the `env` hardware pool, running many trajectories at once.
 
 In: the `RunConfig`, an `LLMClient` (or a Ray actor handle with async `generate`/`abort` — the inference
-plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnGate`, the worker's name and the model
+plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnBarrier`, the worker's name and the model
 checkpoint whose tokenizer/chat template prompts are built with. Out: `run(task, start_version)` →
 the finished `Trajectory`; `cancel`, `progress`, `stats`.
 
@@ -44,7 +44,7 @@ from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
 from rollart.sandbox.workspace import reap_leftovers
-from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
+from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnBarrier
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
 
@@ -81,15 +81,15 @@ class EnvWorker:
         self,
         cfg: RunConfig,
         llm: Any,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         name: str = "env/env/0",
         model_path: str | Path | None = None,
         env_servers: dict[str, Any] | None = None,
     ) -> None:
-        self.cfg, self.name, self.gate = cfg, name, gate
+        self.cfg, self.name, self.turn_barrier = cfg, name, turn_barrier
         self.llm = as_llm_client(llm)
         path = model_path or resolve_model_path(cfg.model, cfg.seed)
-        tokenizer = load_tokenizer(path)
+        tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
         self.chat = ChatTokens(tokenizer)  # agents bring their own messages (and system prompts)
         self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
                       if not c.agent}
@@ -147,7 +147,7 @@ class EnvWorker:
         if agent is not None:
             assert self.gateway is not None
             return AgentRunner(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],
-                               gateway=self.gateway, sampling=sampling, gate=self.gate, worker=self.name)
+                               gateway=self.gateway, sampling=sampling, turn_barrier=self.turn_barrier, worker=self.name)
         own_env = task.env == domain_cfg.env  # a task naming another env is not served from the domain's pool
         pool = self.pools.get(task.domain) if own_env else None
         if pool is not None:
@@ -164,7 +164,7 @@ class EnvWorker:
             chat=chat,
             sampling=sampling,
             executor=self.executor,
-            gate=self.gate,
+            turn_barrier=self.turn_barrier,
             worker=self.name,
             generate_timeout_s=self._generate_timeout_s(),
         )
