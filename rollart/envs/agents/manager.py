@@ -1,4 +1,4 @@
-"""AgentRunner: one agent trajectory, from the first model call to a finished `Trajectory` — the agent-domain
+"""AgentManager: one agent trajectory, from the first model call to a finished `Trajectory` — the agent-domain
 counterpart of `EnvManager`, with the same `run` / `cancel` / `progress` contract, so the env worker, the
 pool and the scheduler treat both alike.
 
@@ -47,7 +47,7 @@ CANCEL_GRACE_S = 2.0  # for the aborted call to record its partial turn, and for
 GATE_TIMEOUT_S = 10.0
 
 
-class AgentRunner:
+class AgentManager:
     """Runs one agent trajectory. Create one per task; call `run()` once; `cancel()` from any task."""
 
     def __init__(
@@ -90,7 +90,7 @@ class AgentRunner:
     # --- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> Trajectory:
         if self._started:
-            raise RuntimeError(f"AgentRunner.run() called twice for trajectory {self.trajectory_id}")
+            raise RuntimeError(f"AgentManager.run() called twice for trajectory {self.trajectory_id}")
         self._started = True
         if self._cancel is not None:
             return await self._end(*self._cancel)
