@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 
 class Status(str, enum.Enum):
@@ -475,9 +475,9 @@ class TrajectoryRunner(Protocol):
 
 
 @runtime_checkable
-class TurnGate(Protocol):
+class TurnBarrier(Protocol):
     """A per-turn barrier (`rollout.barrier=turn`): a trajectory waits before each turn's generation until
-    every trajectory of its cohort has reached that turn or left. With no barrier the gate is absent.
+    every trajectory of its cohort has reached that turn or left. With no barrier there is none.
     The control plane's scheduler `join`s each trajectory to its cohort before it starts; the env plane
     calls `before_turn` and `leave`."""
 
@@ -500,11 +500,13 @@ class JournalSink(Protocol):
 @runtime_checkable
 class WeightPublisher(Protocol):
     """The trainer's side of the weight store: publish one policy version — the named tensors of the full
-    weights, or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish again a
-    version published before, with the same tensors (a trainer rebuilt after a rank died)."""
+    weights (a mapping, or (name, tensor) pairs consumed one at a time: a sharded trainer gathers each just
+    before it is taken), or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish
+    again a version published before, with the same tensors (a trainer rebuilt after a rank died)."""
 
     def publish(
-        self, version: int, weights: Mapping[str, Any] | LoraAdapter, replace: bool = False
+        self, version: int, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | LoraAdapter,
+        replace: bool = False,
     ) -> Mapping[str, float]: ...
 
 

@@ -3,18 +3,18 @@
 from rollart.control.buffer import BatchTimeout, ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.scheduler import DomainBroken, Fate, RolloutScheduler, SchedulerFailed
 from rollart.control.staleness import StalenessPolicy
-from rollart.control.turn_barrier import TurnBarrier, TurnGateClient
+from rollart.control.turn_barrier import ActorTurnBarrier, LocalTurnBarrier
 
 __all__ = [
+    "ActorTurnBarrier",
     "BatchTimeout",
     "DomainBroken",
     "Fate",
+    "LocalTurnBarrier",
     "ReadyGroup",
     "RolloutScheduler",
     "SchedulerFailed",
     "SampleBuffer",
     "StalenessPolicy",
-    "TurnBarrier",
-    "TurnGateClient",
     "domain_quotas",
 ]

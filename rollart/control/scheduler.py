@@ -70,7 +70,7 @@ from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
+from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnBarrier
 
 log = logging.getLogger("rollart.control")
 
@@ -117,7 +117,7 @@ class _Run:
 
     task: Task
     start_version: int
-    handle: asyncio.Task | None = None  # the `_run_one` task (None while it joins the turn gate)
+    handle: asyncio.Task | None = None  # the `_run_one` task (None while it joins the turn barrier)
     settled: bool = False  # its outcome is known: scored, or ended untrained
 
 
@@ -154,7 +154,7 @@ class RolloutScheduler:
         total_batches: int,
         first_version: int = 0,
         seed: int = 0,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         journal: JournalSink | None = None,
@@ -166,7 +166,7 @@ class RolloutScheduler:
         self.weights = {d: c.weight for d, c in self.domains.items()}
         self.runner, self.scorer, self.buffer, self.policy = runner, scorer, buffer, policy
         self.end_version = first_version + total_batches  # the last batch trains at end_version - 1
-        self.gate = gate
+        self.turn_barrier = turn_barrier
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
         self.journal = journal
@@ -396,8 +396,8 @@ class RolloutScheduler:
         self._hold(group)  # (again, if a replacement starts after its group closed and was released)
         self._set_fate(task, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
-        if self.gate:
-            await self.gate.join(task.trajectory_id, group.cohort)
+        if self.turn_barrier:
+            await self.turn_barrier.join(task.trajectory_id, group.cohort)
         run.handle = asyncio.create_task(self._run_one(group, run), name=task.trajectory_id)
         run.handle.add_done_callback(lambda done: self._task_done(done, f"the task of trajectory {task.trajectory_id}"))
 
@@ -425,8 +425,8 @@ class RolloutScheduler:
             del group.runs[trajectory_id]
             if group.closed and not group.runs:
                 self._release(group)
-            if self.gate:
-                await self.gate.leave(trajectory_id)
+            if self.turn_barrier:
+                await self.turn_barrier.leave(trajectory_id)
             self._wake.set()
 
     async def _score(self, traj: Trajectory) -> Trajectory:

@@ -6,7 +6,7 @@ Public API (what the driver and other planes call):
   `BUILTIN_ENVS`.
 - `EnvManager` — one trajectory's lifecycle → `Trajectory`.
 - `EnvWorker` — the actor (on the `env` hardware pool) holding many EnvManagers; `EnvRouter` — the
-  `TrajectoryRunner` that routes trajectories to several of them (`EnvRouter.place(resources, cfg, llm, gate)`).
+  `TrajectoryRunner` that routes trajectories to several of them (`EnvRouter.place(resources, cfg, llm, turn_barrier)`).
 - `ActorLLMClient` — the `LLMClient` over a Ray actor handle (the inference plane's LLMProxy).
 - `ChatTokens` — token-in/token-out prompt ids under a chat template (also lays out demonstrations).
 - `expert_action`, `random_action`, `demonstrations`, `Demonstration` — oracle policies for warm starts.

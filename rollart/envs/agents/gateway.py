@@ -80,7 +80,7 @@ from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_f
 from rollart.envs.chat import ChatTokens
 from rollart.envs.http_guard import HttpLimits
 from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
-from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnGate
+from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnBarrier
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,7 +102,7 @@ class _Entry:
     sampling: SamplingParams
     sampling_source: Literal["run", "request"]
     seed_for: Callable[[int], int]
-    gate: TurnGate | None
+    turn_barrier: TurnBarrier | None
     state: Literal["open", "cancelled", "finished"] = "open"
     failure: str = ""  # a generation that failed: the trajectory ends FAILED with this reason
     pending: int = 0  # calls in flight or queued
@@ -185,7 +185,7 @@ class AgentGateway:
         sampling: SamplingParams,
         sampling_source: Literal["run", "request"] = "run",
         seed_for: Callable[[int], int] = lambda k: k,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
     ) -> tuple[str, str]:
         """Open a session: (base URL, key) for the agent."""
         key = secrets.token_urlsafe(24)
@@ -197,7 +197,7 @@ class AgentGateway:
                                    "(envs.gateway.max_open_trajectories)")
             self._closed.pop(trajectory_id, None)
             session = AgentSession(trajectory_id, key, self.chat, limits)
-            self._entries[trajectory_id] = _Entry(session, domain, sampling, sampling_source, seed_for, gate)
+            self._entries[trajectory_id] = _Entry(session, domain, sampling, sampling_source, seed_for, turn_barrier)
         return self.base_url(trajectory_id), key
 
     async def cancel(self, trajectory_id: str, grace_s: float = 2.0) -> None:
@@ -411,8 +411,8 @@ class AgentGateway:
             sampling = sampling_for(req, entry.sampling, source=entry.sampling_source, seed=entry.seed_for(k),
                                     budget=session.budget(plan))
             agent_span = Span("agent.step", entry.last_call_end, time.time(), self.worker)
-            if entry.gate is not None:
-                await asyncio.wait_for(entry.gate.before_turn(trajectory_id, k), self.generate_timeout_s)
+            if entry.turn_barrier is not None:
+                await asyncio.wait_for(entry.turn_barrier.before_turn(trajectory_id, k), self.generate_timeout_s)
             result, wait_span = await self._generate(entry, GenerationRequest(
                 request_id=f"{trajectory_id}/{k}", trajectory_id=trajectory_id, domain=entry.domain,
                 prompt_token_ids=plan.context, sampling=sampling))

@@ -1,9 +1,9 @@
-"""AgentRunner: one agent trajectory, from the first model call to a finished `Trajectory` — the agent-domain
+"""AgentManager: one agent trajectory, from the first model call to a finished `Trajectory` — the agent-domain
 counterpart of `EnvManager`, with the same `run` / `cancel` / `progress` contract, so the env worker, the
 pool and the scheduler treat both alike.
 
 In: a `Task` of an agent domain, its start version, the user's agent function (`function.py`), the domain
-config, the worker's `AgentGateway`, the turn's run `SamplingParams` and optionally a `TurnGate`.
+config, the worker's `AgentGateway`, the turn's run `SamplingParams` and optionally a `TurnBarrier`.
 
 Run: open a gateway session (base URL + key) → call the agent with them and an `AgentTask`, bounded by
 `domains.<name>.agent_timeout_s` → end the session and turn its calls into turns (each model call is one
@@ -21,7 +21,7 @@ reward the agent returned, if any; `reference` what it returned under that key):
   (its partial tokens kept), the agent's task is cancelled.
 
 Guarantees: `run` returns exactly once and never raises for agent or LLM errors; the session is always
-ended and the gate left; every wait is bounded.
+ended and the turn barrier left; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
 from rollart.envs.episode import error_text
 from rollart.envs.seeds import episode_seed, request_seed
-from rollart.types import AGENT_METRIC_PREFIX, Fault, SamplingParams, Span, Status, Task, Trajectory, TurnGate
+from rollart.types import AGENT_METRIC_PREFIX, Fault, SamplingParams, Span, Status, Task, Trajectory, TurnBarrier
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ CANCEL_GRACE_S = 2.0  # for the aborted call to record its partial turn, and for
 GATE_TIMEOUT_S = 10.0
 
 
-class AgentRunner:
+class AgentManager:
     """Runs one agent trajectory. Create one per task; call `run()` once; `cancel()` from any task."""
 
     def __init__(
@@ -59,11 +59,11 @@ class AgentRunner:
         domain_cfg: DomainConfig,
         gateway: AgentGateway,
         sampling: SamplingParams,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         worker: str = "env/env/0",
     ) -> None:
         self.task, self.agent, self.domain_cfg, self.gateway = task, agent, domain_cfg, gateway
-        self.sampling, self.gate, self.worker = sampling, gate, worker
+        self.sampling, self.turn_barrier, self.worker = sampling, turn_barrier, worker
         self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         self._cancel: tuple[Status, str] | None = None
         self._inner: asyncio.Future[Any] | None = None
@@ -90,14 +90,14 @@ class AgentRunner:
     # --- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> Trajectory:
         if self._started:
-            raise RuntimeError(f"AgentRunner.run() called twice for trajectory {self.trajectory_id}")
+            raise RuntimeError(f"AgentManager.run() called twice for trajectory {self.trajectory_id}")
         self._started = True
         if self._cancel is not None:
             return await self._end(*self._cancel)
         base_url, key = self.gateway.open(
             self.trajectory_id, domain=self.task.domain,
             limits=SessionLimits(self.domain_cfg.max_turns, self.domain_cfg.max_total_tokens), sampling=self.sampling,
-            sampling_source=self.domain_cfg.agent_sampling, seed_for=lambda k: request_seed(self.task, k), gate=self.gate,
+            sampling_source=self.domain_cfg.agent_sampling, seed_for=lambda k: request_seed(self.task, k), turn_barrier=self.turn_barrier,
         )
         self._opened = True
         start = time.time()
@@ -160,7 +160,7 @@ class AgentRunner:
         raised: bool = False,
         fault: Fault | None = None,
     ) -> Trajectory:
-        """End the session, build the trajectory from its calls, leave the gate."""
+        """End the session, build the trajectory from its calls, leave the turn barrier."""
         turns, counters, failure, truncated = (), {}, "", ""
         if self._opened:
             self._opened = False
@@ -200,9 +200,9 @@ class AgentRunner:
             env_return=float(outcome.reward) if outcome and outcome.reward is not None else 0.0,
             reference=dict(outcome.reference) if outcome else {},
         ).finished(status, reason, metrics, fault if status is Status.FAILED and self._cancel is None else None)
-        if self.gate is not None:
+        if self.turn_barrier is not None:
             try:
-                await asyncio.wait_for(self.gate.leave(self.trajectory_id), GATE_TIMEOUT_S)
+                await asyncio.wait_for(self.turn_barrier.leave(self.trajectory_id), GATE_TIMEOUT_S)
             except Exception as exc:
-                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, error_text(exc))
+                log.warning("turn barrier leave of %s failed: %s", self.trajectory_id, error_text(exc))
         return self.trajectory
