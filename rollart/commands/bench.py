@@ -1,101 +1,66 @@
-"""`rollart bench NAME [--quick] [--json PATH] [options]`: run one benchmark and print (and save) its ratios.
+"""`rollart bench NAME [...]`, `rollart bench list`: run a benchmark of the source checkout this rollart runs from.
 
-Options that only some benchmarks take are declared once in `ONLY_FOR` (option → benchmarks); giving one to
-another benchmark is an error that names both. `staleness` is a long study run in resumable pieces:
-`--piece ARM/SEED|next` runs one arm × seed and adds it to the study file `--json`; `--report` only rebuilds
-the summary and curves from that file.
+The benchmarks are not part of the rollart package: they live in the repository's top-level `benchmarks/`
+package, beside their results (`benchmarks/RESULTS.md`, the JSON files), and the wheel does not ship them.
+This command finds the checkout from its own location — the directory holding the running `rollart`
+package, when it also holds `benchmarks/registry.py` and `pyproject.toml` (an editable install, or
+PYTHONPATH set to a checkout) — so the benchmarks always measure the rollart beside them. It puts that root
+first on `sys.path` and on `PYTHONPATH` (the subprocesses and Ray workers a benchmark starts import
+`benchmarks` too), then hands every argument after `bench` to `benchmarks.cli.main`, which owns the
+options, the list and the help. Without a checkout it says where the benchmarks live and exits 2.
+
+rollart imports nothing from `benchmarks` statically (`.importlinter` forbids it); this import by name is
+the one way in, and only at run time.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
-# CLI name → module under rollart.bench exposing run(quick: bool, **options) -> BenchResult
-BENCHES: dict[str, str] = {
-    "engine": "rollart.bench.engine",
-    "weights": "rollart.bench.weights",
-    "reward": "rollart.bench.reward",
-    "rollout": "rollart.bench.rollout",
-    "async": "rollart.bench.async_training",
-    "staleness": "rollart.bench.staleness",
-    "chaos": "rollart.bench.chaos",
-    "sim": "rollart.bench.sim",
-    "gateway": "rollart.bench.gateway",
-    "sandbox": "rollart.bench.sandbox",
-    "envs": "rollart.bench.envs",
-}
-# option (its argparse dest, also the run() keyword) → the benchmarks that take it
-ONLY_FOR: dict[str, tuple[str, ...]] = {
-    "engine": ("engine",),
-    "jobs": ("reward",),
-    "piece": ("staleness",),
-    "report": ("staleness",),
-    "lock": ("staleness",),
-    "nodes": ("chaos",),
-}
-STUDIES = {"staleness"}  # benches run piece by piece into their --json file (run() gets json_path)
+import rollart
+
+NO_CHECKOUT = ("rollart bench runs the benchmarks of a source checkout: they live in the repository's "
+               "benchmarks/ folder, beside rollart/, and are not installed with the package. This rollart "
+               "({where}) has no checkout around it: clone the repository, `pip install -e .` in it, and run "
+               "`rollart bench list` there.")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("bench", help="run a benchmark (ratios measured side by side)")
-    parser.add_argument("name", help=f"one of: {', '.join(sorted(BENCHES)) or '(none yet)'}")
-    parser.add_argument("--quick", action="store_true", help="smoke version, under a minute")
-    parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH (a study: its file, "
-                        "read and extended)")
-    parser.add_argument("--engine", choices=("builtin", "vllm"),
-                        help="engine bench only: builtin (default) vs generate, or vllm vs builtin vs generate "
-                             "(run it from .venv-vllm)")
-    parser.add_argument("--jobs", type=int, metavar="N", help="reward bench only: N jobs sharing one service")
-    parser.add_argument("--piece", metavar="ARM/SEED|next", help="staleness: run one arm × seed of the study "
-                        "(holding the heavy-job lock) and add it to --json; 'next' = the first one missing")
-    parser.add_argument("--report", action="store_true", default=None, help="staleness: rebuild the summary and "
-                        "PNG curves from --json without running anything")
-    parser.add_argument("--lock", metavar="PATH", help="staleness: file each piece holds an exclusive flock on "
-                        "while it runs (default /tmp/rollart-heavy.lock; '' = none)")
-    parser.add_argument("--nodes", type=int, metavar="N",
-                        help="chaos bench only: run on a loopback Ray cluster of N nodes and lose one")
+    parser = sub.add_parser("bench", add_help=False,
+                            help="run a benchmark from a source checkout's benchmarks/ (`rollart bench list`)")
+    parser.add_argument("-h", "--help", action="store_true", help="the benchmarks, their options")
+    parser.add_argument("name", nargs="?", help="a benchmark, or 'list'")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="its options (`rollart bench --help`)")
     parser.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from rollart.bench.common import to_json, write_json
+def checkout_root() -> Path | None:
+    """The source checkout the running rollart package sits in, if it holds the benchmarks."""
+    root = Path(rollart.__file__).resolve().parents[1]
+    if (root / "benchmarks" / "registry.py").is_file() and (root / "pyproject.toml").is_file():
+        return root
+    return None
 
-    if args.name not in BENCHES:
-        print(f"rollart: unknown benchmark '{args.name}'; choose one of: {', '.join(sorted(BENCHES))}",
-              file=sys.stderr)
+
+def _run(args: argparse.Namespace) -> int:
+    root = checkout_root()
+    if root is None:
+        print("rollart: " + NO_CHECKOUT.format(where=Path(rollart.__file__).resolve().parent), file=sys.stderr)
         return 2
-    options = {dest: getattr(args, dest) for dest in ONLY_FOR if getattr(args, dest, None) is not None}
-    for dest in options:
-        if args.name not in ONLY_FOR[dest]:
-            print(f"rollart: --{dest} applies to 'rollart bench {'|'.join(ONLY_FOR[dest])}' only, not "
-                  f"'{args.name}'", file=sys.stderr)
-            return 2
-    for dest in ("jobs", "nodes"):
-        if options.get(dest, 1) < 1:
-            print(f"rollart: --{dest} takes a count ≥ 1, not {options[dest]}", file=sys.stderr)
-            return 2
-    module = importlib.import_module(BENCHES[args.name])
-    if args.name in STUDIES:
-        try:
-            result = module.run(quick=args.quick, json_path=args.json, **options)
-        except ValueError as exc:  # a bad --piece or study file: the message names it
-            print(f"rollart: {exc}", file=sys.stderr)
-            return 2
-    else:  # a ValueError inside another benchmark is a bug: its traceback stays
-        result = module.run(quick=args.quick, **options)
-    argv = ["bench", args.name] + (["--quick"] if args.quick else []) + (["--json", args.json] if args.json else [])
-    for dest, value in options.items():
-        argv += [f"--{dest}"] if value is True else [f"--{dest}", str(value)]
-    payload = to_json(result, args.quick, argv)
-    for row in result.rows:
-        print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
-    for note in result.notes:
-        print(f"  note: {note}")
-    for name, value in result.ratios.items():
-        print(f"{name}: {value:.3f}")
-    if args.json:  # a study's file: its records so far (result.data), this piece's included
-        write_json(payload, args.json)
-        print(f"wrote {args.json}")
-    return 0
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(root) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, paths)])
+    cli = importlib.import_module("benchmarks.cli")
+    found = Path(cli.__file__).resolve().parents[1]
+    if found != root:  # another `benchmarks` package was imported first
+        print(f"rollart: `benchmarks` was imported from {found}, not this checkout ({root}); run without "
+              "that package on the path", file=sys.stderr)
+        return 2
+    argv = (["--help"] if args.help else []) + ([args.name] if args.name else []) + list(args.rest)
+    return int(cli.main(argv))

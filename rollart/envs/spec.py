@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 import inspect
 import logging
-import os
-import sys
 from typing import Any, Callable, Mapping
 
 from rollart.config import DomainConfig
@@ -39,6 +36,7 @@ from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
 from rollart.envs.gym_adapter import GymEnv
 from rollart.envs.protocol import EnvFactory
 from rollart.envs.remote import RemoteEnv
+from rollart.envs.user_object import import_user_object
 
 log = logging.getLogger("rollart.envs")
 
@@ -66,26 +64,6 @@ class EnvSpecError(ValueError):
     """An env spec that names nothing that can be built."""
 
 
-def import_user_object(spec: str, what: str = "env spec", accepted: str = ACCEPTED_FORMS,
-                       error: type[ValueError] = EnvSpecError) -> Any:
-    """The callable `module.path:attr` names (the current directory is importable); `error` names `what`."""
-    module_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise error(f"{what} {spec!r}: cannot import module {module_name!r} ({exc}). Accepted: {accepted}") from exc
-    target: Any = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise error(f"{what} {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise error(f"{what} {spec!r}: {attr!r} is not callable")
-    return target
-
-
 def env_constructor(spec: str) -> Callable[..., Any]:
     """The callable that builds an env of `spec` from keyword options (checked, not yet called)."""
     spec = spec.strip()
@@ -100,7 +78,7 @@ def env_constructor(spec: str) -> Callable[..., Any]:
         if kind == "remote":
             return functools.partial(RemoteEnv, rest)
         if kind and all(p.isidentifier() for p in kind.split(".")):
-            return _env_class(spec, import_user_object(spec))
+            return _env_class(spec, import_user_object(spec, "env spec", ACCEPTED_FORMS, EnvSpecError))
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
 
 

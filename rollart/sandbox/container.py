@@ -35,7 +35,7 @@ from rollart.config import WorkspaceConfig
 from rollart.sandbox import cgroups
 from rollart.sandbox.isolation import SandboxUnavailable
 from rollart.sandbox.process import Launched, encode_text, finish, pump
-from rollart.sandbox.workspace import OWNER_NAME, CommandResult, WorkspaceClosed, tree_parts
+from rollart.sandbox.workspace_api import OWNER_NAME, CommandResult, WorkspaceClosed, tree_parts
 
 _counter = itertools.count()
 USER = "65534:65534"

@@ -54,7 +54,6 @@ import errno
 import functools
 import itertools
 import os
-import re
 import secrets
 import shutil
 import stat
@@ -63,7 +62,6 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -71,6 +69,7 @@ from rollart.config import WorkspaceConfig
 from rollart.sandbox import cgroups, isolation
 from rollart.sandbox.isolation import UID_BASE
 from rollart.sandbox.process import Launched, cleanup, encode_text, finish, kill_group, launch, pump, tree_group
+from rollart.sandbox.workspace_api import OWNER_NAME, CommandResult, WorkspaceClosed, tree_parts
 
 BASE = Path(tempfile.gettempdir()) / "rollart-workspaces"
 # what commands may read (bound read-only into each command's private root)
@@ -78,7 +77,6 @@ WORKSPACE_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"
                   "/etc/alternatives", "/etc/localtime")
 PATH = "/usr/local/bin:/usr/bin:/bin"
 SETTING = "envs.workspace"
-OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _counter = itertools.count()
 _uids = itertools.count()
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -86,39 +84,7 @@ _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctype
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 
 
-class WorkspaceClosed(RuntimeError):
-    """The workspace was closed (its trajectory ended); nothing more runs in it."""
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_code: int | None  # None when killed by a signal
-    stdout: str  # at most max_output_kb, then "[truncated]"
-    stderr: str
-    timed_out: bool
-    limit_hit: str | None  # "memory" | "cpu" | "pids" | "disk" | None
-    duration_s: float
-    signal: int | None = None
-
-
 # --- host-side files: never through a symlink, never out of the tree ------------------------------------
-
-
-def tree_parts(path: str) -> list[str]:
-    """The components of a path inside the tree (relative, or absolute under /workspace); ValueError if it leaves."""
-    if not isinstance(path, str) or not path or "\0" in path:
-        raise ValueError(f"workspace path {path!r}: expected a non-empty path inside the workspace")
-    rel = path
-    if path.startswith("/"):
-        if path != "/workspace" and not path.startswith("/workspace/"):
-            raise ValueError(f"workspace path {path!r} leaves the workspace (absolute paths must be under /workspace)")
-        rel = path[len("/workspace"):]
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise ValueError(f"workspace path {path!r} leaves the workspace ('..')")
-    if not parts:
-        raise ValueError(f"workspace path {path!r} names the workspace itself, not a file in it")
-    return parts
 
 
 def _open_dir(root: Path, parts: list[str], path: str, create_as: int | None = None) -> int:

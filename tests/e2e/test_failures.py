@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from testutil import free_port
 
-from rollart.bench.faults import Fault, Injector
+from benchmarks.faults import Fault, Injector
 from rollart.config_loader import load_config
 from rollart.driver import train
 from rollart.observability import load_trace, read_metrics

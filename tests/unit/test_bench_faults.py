@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rollart.bench.faults import KINDS, logged_steps, plan
+from benchmarks.faults import KINDS, logged_steps, plan
 
 
 def test_the_plan_is_seeded_spread_and_inside_the_run():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rollart.bench import staleness as st
+from benchmarks import staleness as st
 
 
 def record(arm, seed, scores, walls=None, lag=(0.5, 1)):
@@ -63,3 +63,41 @@ def test_a_seed_that_fell_below_half_its_start_score_is_counted_as_collapsed_eve
             record("a2-trajectory-iw", 2, [0.34, 0.16, 0.5])]
     (row,) = st.summarize(runs, quick=False).rows
     assert row["collapsed_seeds"] == [0, 2]  # 0.18 is not below half of 0.34; 0.16 and 0.02 are
+
+
+def test_pieces_lock_a_file_in_the_studys_own_work_directory_by_default(tmp_path, monkeypatch):
+    locks = []
+
+    def piece(arm, seed, work, lock, quick):
+        locks.append(lock)
+        return record(arm, seed, [0.3, 0.5])
+
+    monkeypatch.setattr(st, "_run_piece", piece)
+    st.run(quick=True, workdir=str(tmp_path / "work"))
+    assert locks == [str(tmp_path / "work" / "heavy.lock")] * len(st.QUICK_ARMS)
+    st.run(quick=True, workdir=str(tmp_path / "work"), lock="")
+    assert locks[-1] == ""
+
+
+def test_the_lock_is_exclusive_and_a_planted_symlink_or_fifo_is_refused(tmp_path):
+    import fcntl
+    import os
+    import stat
+
+    path = tmp_path / "heavy.lock"
+    with st.heavy_lock(str(path)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.is_file()
+        with open(path, "rb") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(path, "rb") as other:  # released on exit
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    target = tmp_path / "victim"
+    (tmp_path / "link.lock").symlink_to(target)
+    with pytest.raises(ValueError, match="link.lock: is a symbolic link"):
+        with st.heavy_lock(str(tmp_path / "link.lock")):
+            pass
+    assert not target.exists()  # the link was not followed
+    os.mkfifo(tmp_path / "fifo.lock")
+    with pytest.raises(ValueError, match="fifo.lock: not a regular file"):  # and the open did not block on it
+        with st.heavy_lock(str(tmp_path / "fifo.lock")):
+            pass

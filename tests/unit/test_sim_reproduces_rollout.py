@@ -4,7 +4,7 @@ The real bench cannot run in a test (minutes of env latency). The comparison is 
 of a real run, `benchmarks/rollout.json` (its date and commit are in the file): the twin, with its cost
 models set to this machine's measured costs (`rollart.sim.calibration`: engine figures from `rollart bench
 engine`, token counts of the bench's FrozenLake prompts under the tiny tokenizer), runs the bench's own
-configuration and measuring function (`rollart.bench.rollout._measure`, through `rollart bench sim`'s
+configuration and measuring function (`benchmarks.rollout._measure`, through `rollart bench sim`'s
 `rollout_ratios_vs_real`), and every ratio "trajectory-level over turn barrier" must be within 15% of the
 real one.
 """
@@ -12,8 +12,8 @@ real one.
 import json
 from pathlib import Path
 
-from rollart.bench.rollout import bench_config
-from rollart.bench.sim import REAL_ROLLOUT, rollout_ratios_vs_real
+from benchmarks.rollout import bench_config
+from benchmarks.sim import REAL_ROLLOUT, rollout_ratios_vs_real
 from rollart.control import RolloutScheduler, SampleBuffer, TurnBarrier
 from rollart.inference.proxy import LLMProxy
 from rollart.reward.client import LocalRewardClient

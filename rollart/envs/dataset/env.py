@@ -28,6 +28,7 @@ from rollart.envs.dataset.rows import DatasetRows, PromptMeter, Row, build_rows,
 from rollart.envs.dataset.source import DataError, load_table
 from rollart.envs.protocol import METRICS_KEY, REFERENCE_KEY
 from rollart.envs.seeds import SPLIT_SIZE, VAL_OFFSET
+from rollart.envs.user_object import import_user_object
 
 
 def prompt_budget(domain_cfg: DomainConfig) -> int:
@@ -40,8 +41,6 @@ def episode_constructor(spec: str) -> Callable[..., Any]:
     """The class `data.episode` names: a built-in episode, or `module.path:Class`."""
     if spec in EPISODES:
         return EPISODES[spec]
-    from rollart.envs.spec import import_user_object
-
     if ":" not in spec:
         raise DataError(f"data.episode {spec!r}: a built-in ({', '.join(EPISODES)}) or 'module.path:Class'")
     target = import_user_object(spec, "data.episode", f"a built-in ({', '.join(EPISODES)}) or 'module.path:Class'",

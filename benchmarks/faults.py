@@ -9,7 +9,7 @@ phase began) and its pid.
 Victims are found in Ray's actor table by class (`InferenceWorker`, `EnvWorker`, `TrainerWorker`, the Ray
 Serve replica of the reward service), alive, one chosen by the plan's seed, and killed with SIGKILL: the
 process vanishes without a word, like an OOM kill or a hardware fault — nothing in rollart is told. A
-`node` fault kills every process of a loopback worker node (`rollart.bench.nodes`). The injector runs in
+`node` fault kills every process of a loopback worker node (`benchmarks.nodes`). The injector runs in
 the process that drives the job (it needs its Ray connection and this machine's processes).
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-log = logging.getLogger("rollart.bench")
+log = logging.getLogger("benchmarks")
 
 # fault kind → the Ray actor class whose process it kills, a regular expression (node: a whole worker node
 # instead); a job's own reward app is named rollart-reward-<run id prefix>, the shared service's rollart-reward

@@ -32,7 +32,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
 from rollart.config_loader import load_config
 from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits

@@ -1,7 +1,7 @@
 """What every `rollart bench NAME` shares: the result record, machine facts and the JSON file.
 
-A benchmark module under `rollart/bench/` exposes `run(quick: bool) -> BenchResult`; `rollart bench NAME
-[--quick] [--json PATH]` runs it, prints its ratios and rows, and writes
+A benchmark module under `benchmarks/` (listed in `registry.py`) exposes `run(quick: bool, **options) ->
+BenchResult`; `rollart bench NAME [--quick] [--json PATH]` runs it, prints its ratios and rows, and writes
 `{"bench", "ratios", "rows", "machine", "commit", "date", "command", "quick"}` to PATH.
 
 Ratios are measured side by side in one run (absolute times on shared machines are noise); `--quick` is a
@@ -46,7 +46,7 @@ def git_commit() -> str:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parent,
         )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):

@@ -46,7 +46,7 @@ from typing import Any
 import ray
 import torch
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
 from rollart.config import LoraConfig, ModelConfig, RunConfig, WeightsConfig
 from rollart.models import load_model, resolve_model_path
 from rollart.models.lora import adapter_of, attach_lora, merged_weights

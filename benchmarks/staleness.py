@@ -13,11 +13,21 @@ and cached under the work directory): the tiny model needs its warm start, and a
 warm start's variance and time from the comparison.
 
 Per piece (`--piece ARM/SEED`, or `--piece next` for the first missing one in priority order) the run goes
-through the real CLI in a subprocess while holding the heavy-job lock (`--lock`), and its record — the
+through the real CLI in a subprocess while holding the study's lock (`--lock`, below), and its record — the
 eval curve as (step, seconds since RL start, score) and the staleness actually trained — is appended to
 the `--json` file, whose summary (rows, ratios, notes, `missing`) and PNG curves (`<json stem>_steps.png`,
 `<json stem>_wall.png`, beside it) are rebuilt from every record so far. `--report` only rebuilds them.
 `--quick`: sync and a4-token-iw, one seed, 20 steps — a smoke run under 10 minutes, into `--json` if given.
+
+The lock exists so that a piece, a 10–30 minute training run whose wall-time curve is part of the result,
+never shares the machine with another heavy job it knows of, and so that two pieces never build the shared
+base at once. By default it is `heavy.lock` in the study's work directory (`runs/bench-staleness/`, the
+run's own output): every piece of every study in that directory queues on it. `--lock PATH` joins another
+lock instead — e.g. a machine-wide one that other heavy jobs take with `flock PATH …` — and `--lock ''`
+takes none. The default is not a fixed name under `/tmp`: in a world-writable directory another user can
+plant that name first (a symbolic link the open would follow, a FIFO that blocks it, a file they hold
+forever). Whatever the path, the lock file is opened without following a symbolic link and refused unless
+it is a regular file.
 
 Per arm (over seeds): score vs steps and vs wall time (mean ± standard deviation), final score,
 time-to-score (wall seconds since RL start and steps until the seed-mean curve first reaches the target:
@@ -31,11 +41,13 @@ prefer the score-vs-steps verdict.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
@@ -45,7 +57,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from rollart.bench.common import BenchResult, machine_info
+from benchmarks.common import BenchResult, machine_info
 from rollart.observability import read_metrics
 from rollart.run_dir import RunPaths
 
@@ -80,9 +92,13 @@ QUICK_ARMS = ("sync", "a4-token-iw")
 
 
 def run(quick: bool, piece: str | None = None, report: bool = False, json_path: str | None = None,
-        workdir: str = "runs/bench-staleness", lock: str = "/tmp/rollart-heavy.lock") -> BenchResult:
-    """`--quick`, one `--piece`, or `--report` (module docstring); returns the study's summary so far."""
+        workdir: str = "runs/bench-staleness", lock: str | None = None) -> BenchResult:
+    """`--quick`, one `--piece`, or `--report` (module docstring); returns the study's summary so far.
+    `lock`: None = `heavy.lock` in `workdir`, "" = none, else that file."""
     work = Path(workdir)
+    if lock is None:
+        work.mkdir(parents=True, exist_ok=True)
+        lock = str(work / "heavy.lock")
     if quick:
         records = [_run_piece(arm, 0, work, lock, quick=True) for arm in QUICK_ARMS]
         return summarize(records, quick=True)
@@ -170,16 +186,31 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def open_lock_file(path: str) -> int:
+    """A file descriptor for the lock file at `path`, created (0600) if missing. Never follows a symbolic
+    link (O_NOFOLLOW) and never blocks on a FIFO (O_NONBLOCK); anything but a regular file is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        kind = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"
+        raise ValueError(f"--lock {path}: {kind}; give a regular file, or '' for no lock") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"--lock {path}: not a regular file; give a regular file, or '' for no lock")
+    return fd
+
+
 @contextmanager
 def heavy_lock(path: str) -> Iterator[None]:
-    """Hold the machine's heavy-job lock (flock on `path`; "" = no lock) for one piece, saying while it waits.
+    """Hold the lock (flock on `path`; "" = no lock) for one piece, saying while it waits.
 
     A blocking flock (in a thread, so the wait can be bounded and reported): it queues fairly with other
     `flock` users, where polling with LOCK_NB would lose every race to them."""
     if not path:
         yield
         return
-    with open(path, "a") as f:
+    fd = open_lock_file(path)
+    with os.fdopen(fd, "rb") as f:
         acquired = threading.Event()
         threading.Thread(target=lambda: (fcntl.flock(f, fcntl.LOCK_EX), acquired.set()), daemon=True).start()
         start = time.time()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
 from rollart.config_loader import load_config
 from rollart.driver import train
 from rollart.observability import read_metrics

@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import Callable
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
 from rollart.config import SandboxConfig, WorkspaceConfig
 from rollart.sandbox import LEVELS, cgroups, isolation, open_workspace, run_sandboxed
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
 from rollart.config import RunConfig
 from rollart.config_loader import load_config
 from rollart.control.rollout import start_rollout

@@ -2,7 +2,7 @@
 
 Both arms run the default job (the one `make demo` runs, `train.steps` and the warm start shortened)
 through the real driver, in this process, with the same seed. The `faulty` arm gets a fault schedule
-(`rollart.bench.faults`): at seeded RL steps, and a seeded moment within each, SIGKILL of one inference
+(`benchmarks.faults`): at seeded RL steps, and a seeded moment within each, SIGKILL of one inference
 worker, one env worker, the reward service's replica and the trainer rank — and with `--nodes 2` a whole
 worker node. Nothing in rollart is told; it has to notice and recover.
 
@@ -11,7 +11,7 @@ bench, clean then faulty in `--quick` — so a load that drifts during the bench
 and times are means over an arm's runs. `RAY_worker_niceness=0`: workers are not outcompeted by the
 machine's other processes.
 
-With `--nodes 2` every run joins its own loopback two-node Ray (`rollart.bench.nodes`): the head holds the
+With `--nodes 2` every run joins its own loopback two-node Ray (`benchmarks.nodes`): the head holds the
 train, env, reward and gen_prefill pools (gen_prefill with a spare slot), the worker node holds gen_decode
 (the math domain's pool); losing it replaces its worker on gen_prefill through the pool's fallback.
 
@@ -35,15 +35,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rollart.bench.common import BenchResult
-from rollart.bench.faults import Injector, plan
-from rollart.bench.nodes import FAST_NODE_DEATH, LoopbackCluster
+from benchmarks.common import BenchResult
+from benchmarks.faults import Injector, plan
+from benchmarks.nodes import FAST_NODE_DEATH, LoopbackCluster
 from rollart.config_loader import load_config
 from rollart.driver import train
 from rollart.observability import read_metrics
 from rollart.observability.ledger import audit_ledger
 
-log = logging.getLogger("rollart.bench")
+log = logging.getLogger("benchmarks")
 
 SEED = 0
 KINDS = ["inference", "env", "reward", "trainer"]

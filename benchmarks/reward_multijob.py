@@ -39,11 +39,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from rollart.bench.common import BenchResult
-from rollart.bench.reward import NICE, _nice, _pin, _window_max, burn_cpu, generate
+from benchmarks.common import BenchResult
+from benchmarks.reward_workload import NICE, burn_cpu, generate, pin, set_niceness, window_max
 from rollart.types import Task, Trajectory, Turn
 
-FN_SPEC = "rollart.bench.reward_multijob:tagged_judge"
+FN_SPEC = "benchmarks.reward_multijob:tagged_judge"
 DOMAIN = "bench"
 
 
@@ -71,8 +71,8 @@ def run_job(job: int, arm: str, spec: dict[str, Any], ready: Any, go: Any, out: 
     report to `out`."""
     n, turns, gen_ms, reward_ms = spec["n"], spec["turns"], spec["gen_ms"], spec["reward_ms"]
     rollout_cores, reserved_cores = tuple(spec["rollout_cores"]), tuple(spec["reserved_cores"])
-    rollout = ProcessPoolExecutor(2, initializer=_nice, initargs=(NICE,))
-    reserved = ProcessPoolExecutor(1, initializer=_pin, initargs=(reserved_cores,)) if arm == "reserved" else None
+    rollout = ProcessPoolExecutor(2, initializer=set_niceness, initargs=(NICE,))
+    reserved = ProcessPoolExecutor(1, initializer=pin, initargs=(reserved_cores,)) if arm == "reserved" else None
     router = None
     try:
         list(rollout.map(generate, range(2), [0, 0], [0.0, 0.0], [rollout_cores] * 2))  # processes up first
@@ -217,7 +217,7 @@ def run(quick: bool, jobs: int) -> BenchResult:
                 summary = {"arm": "serverless-service", "rep": rep, "window_s": round(t1 - t0, 3),
                            "busy_s": round(busy, 3), "replica_s": round(replica_s, 3),
                            "reward_util": round(busy / replica_s, 4) if replica_s > 0 else 0.0,
-                           "replicas_max": _window_max(service.replica_timeline(), t0, t1),
+                           "replicas_max": window_max(service.replica_timeline(), t0, t1),
                            "replica_starts": after["replica_starts"] - before["replica_starts"],
                            "ledger_bytes": after["bytes"], "conflicts": after["conflicts"] - before["conflicts"]}
                 rows.extend({**r, "rep": rep} for r in serverless)

@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
 
 
 def _ms(values: list[float], q: int) -> float:

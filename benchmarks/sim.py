@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rollart.bench.common import BenchResult
-from rollart.bench.rollout import SIGMAS, _measure, bench_config, rollout_seconds
+from benchmarks.common import BenchResult
+from benchmarks.rollout import SIGMAS, _measure, bench_config, rollout_seconds
 from rollart.config import DomainProfileConfig
 from rollart.plan import plan
 from rollart.plan.search import twin_remapper
@@ -48,7 +48,7 @@ from rollart.sim.reward import SimRewardPool
 from rollart.sim.run import SimReport, simulate, simulate_async
 from rollart.sim.system import SimSystem
 
-REAL_ROLLOUT = Path(__file__).resolve().parents[2] / "benchmarks" / "rollout.json"
+REAL_ROLLOUT = Path(__file__).resolve().parent / "rollout.json"
 
 
 # --- the twin against the real bench -------------------------------------------------------------------

@@ -42,21 +42,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from rollart.bench.common import BenchResult
+from benchmarks.common import BenchResult
+from benchmarks.reward_workload import NICE, burn_cpu, generate, pin, set_niceness, window_max
 from rollart.types import Task, Trajectory, Turn
 
-FN_SPEC = "rollart.bench.reward:judge_stand_in"
-NICE = 10  # rollout priority in the `local` and `serverless` arms (see module docstring)
-
-
-def burn_cpu(ms: float) -> int:
-    """Spend `ms` milliseconds of this thread's CPU time (a fixed amount of work under any load)."""
-    end = time.thread_time() + ms / 1000.0
-    x = 1
-    while time.thread_time() < end:
-        for _ in range(2000):
-            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
-    return x
+FN_SPEC = "benchmarks.reward:judge_stand_in"
 
 
 def judge_stand_in(trajectory: Trajectory) -> float:
@@ -64,23 +54,6 @@ def judge_stand_in(trajectory: Trajectory) -> float:
     string comparison of the final action with `reference['answer']`."""
     burn_cpu(float(trajectory.reference.get("reward_ms", 0.0)))
     return 1.0 if trajectory.turns and trajectory.turns[-1].action == trajectory.reference.get("answer") else 0.0
-
-
-def _pin(cores: tuple[int, ...]) -> None:
-    os.sched_setaffinity(0, cores)
-
-
-def _nice(level: int) -> None:
-    """Rollout process priority (pool initializer): 0 = normal, > 0 = yields the CPU to reward work."""
-    os.setpriority(os.PRIO_PROCESS, 0, level)
-
-
-def generate(i: int, turns: int, gen_ms: float, cores: tuple[int, ...]) -> str:
-    """One trajectory's generation stand-in, in a rollout process pinned to `cores`."""
-    _pin(cores)
-    for _ in range(turns):
-        burn_cpu(gen_ms)
-    return f"\\boxed{{{i % 10}}}"
 
 
 def score_reserved(trajectory: Trajectory) -> tuple[float, float]:
@@ -110,12 +83,6 @@ async def _rollout(n: int, turns: int, gen_ms: float, reward_ms: float, cores: t
     return time.monotonic() - t0, list(results)
 
 
-def _window_max(points: list[tuple[float, float]], t0: float, t1: float) -> float:
-    before = [v for t, v in points if t <= t0]
-    inside = [v for t, v in points if t0 < t <= t1]
-    return max(([before[-1]] if before else []) + inside, default=0.0)
-
-
 def _serverless_arm(arm: str, rep: int, service: Any, router: Any, pool: ProcessPoolExecutor, n: int, turns: int,
                     gen_ms: float, reward_ms: float, cores: tuple[int, ...]) -> dict[str, Any]:
     deadline = time.monotonic() + 60
@@ -139,7 +106,7 @@ def _serverless_arm(arm: str, rep: int, service: Any, router: Any, pool: Process
     return {"arm": arm, "rep": rep, "rollout_s": round(t, 3), "cold_start_s": round(cold_start_s, 3),
             "reward_busy_s": round(busy, 3),
             "reward_util": round(busy / replica_s, 4) if replica_s > 0 else 0.0, "replica_s": round(replica_s, 3),
-            "replicas_max": _window_max(service.replica_timeline(), w0, time.time()),
+            "replicas_max": window_max(service.replica_timeline(), w0, time.time()),
             "cold_starts": sum(bool(r.details.get("cold_start")) for r in results),
             "reward_p50_s": round(lat[len(lat) // 2], 4),
             "reward_p95_s": round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 4),
@@ -149,7 +116,7 @@ def _serverless_arm(arm: str, rep: int, service: Any, router: Any, pool: Process
 def run(quick: bool, jobs: int = 1) -> BenchResult:
     """The single-job comparison below; `jobs` > 1: N jobs on one shared service (reward_multijob.py)."""
     if jobs > 1:
-        from rollart.bench.reward_multijob import run as run_multijob
+        from benchmarks.reward_multijob import run as run_multijob
 
         return run_multijob(quick, jobs)
     from rollart.config import DomainConfig, RunConfig
@@ -181,9 +148,9 @@ def run(quick: bool, jobs: int = 1) -> BenchResult:
         f"rollout at nice {NICE} in the local and serverless arms (reward at 0), nice 0 in serverless_equal_priority",
         f"load average at start: {os.getloadavg()[0]:.2f} (the machine is shared; ratios are side by side)",
     ]
-    with Runtime(cfg) as _rt, ProcessPoolExecutor(procs, initializer=_nice, initargs=(NICE,)) as rollout, \
-            ProcessPoolExecutor(procs, initializer=_nice, initargs=(0,)) as rollout_equal, \
-            ProcessPoolExecutor(1, initializer=_pin, initargs=(reserved,)) as reward_worker:
+    with Runtime(cfg) as _rt, ProcessPoolExecutor(procs, initializer=set_niceness, initargs=(NICE,)) as rollout, \
+            ProcessPoolExecutor(procs, initializer=set_niceness, initargs=(0,)) as rollout_equal, \
+            ProcessPoolExecutor(1, initializer=pin, initargs=(reserved,)) as reward_worker:
         for pool in (rollout, rollout_equal):  # start the processes before timing anything
             list(pool.map(generate, range(procs), [0] * procs, [0.0] * procs, [cores] * procs))
         reward_worker.submit(score_reserved, make_trajectory(0, "", 0.0)).result()

@@ -29,22 +29,21 @@ from typing import Any
 
 import torch
 
-from rollart.bench.common import BenchResult
-from rollart.bench.engine import (
+from benchmarks.common import BenchResult
+from benchmarks.engine_workloads import (
     BATCH,
-    _engine_turn,
-    _generate_turn,
-    _multiturn,
-    _prompts,
-    _run_generate,
-    _spread_lengths,
-    _timed,
-    _worker_peak_rss,
     drive,
+    engine_turn,
+    generate_turn,
+    multiturn,
+    random_prompts,
+    run_generate,
+    spread_lengths,
+    timed,
+    worker_peak_rss,
 )
 from rollart.config import ModelConfig, VLLMConfig
 from rollart.models import load_model, load_tokenizer, resolve_model_path
-from rollart.types import GenerationRequest, SamplingParams
 
 FULL = dict(rounds=3, uniform=48, mixed=(6, 48), mixed_requests=64, convs=8, turns=8, worker_requests=32)
 QUICK = dict(rounds=1, uniform=48, mixed=(6, 48), mixed_requests=32, convs=4, turns=4, worker_requests=8)
@@ -92,20 +91,20 @@ def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import
 
     def systems(work):
         return {
-            "generate": lambda: _run_generate(model, work),
+            "generate": lambda: run_generate(model, work),
             "hf": lambda: drive(fresh_hf(), work),
             "vllm": lambda: (vllm_engine.reset_prefix_cache(), drive(vllm_engine, work)),
         }
 
-    warm = [(p, 8) for p in _prompts(4, 8, 16, vocab, seed=1)]
+    warm = [(p, 8) for p in random_prompts(4, 8, 16, vocab, seed=1)]
     for fn in systems(warm).values():  # first calls pay one-time costs (vLLM's logprob kernels, allocators)
         fn()
 
     ratios: dict[str, float] = {}
     n = size["mixed_requests"]
     cases = {
-        "uniform": [(p, size["uniform"]) for p in _prompts(BATCH, 32, 32, vocab, seed=2)],
-        "mixed": list(zip(_prompts(n, 16, 48, vocab, seed=3), _spread_lengths(n, *size["mixed"], seed=4))),
+        "uniform": [(p, size["uniform"]) for p in random_prompts(BATCH, 32, 32, vocab, seed=2)],
+        "mixed": list(zip(random_prompts(n, 16, 48, vocab, seed=3), spread_lengths(n, *size["mixed"], seed=4))),
     }
     for case, work in cases.items():
         tokens = sum(k for _, k in work)
@@ -118,9 +117,9 @@ def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import
 
     convs, turns = size["convs"], size["turns"]
     multiturn = {
-        "generate": lambda: _multiturn(lambda req, k: _generate_turn(model, req, k), vocab, convs, turns),
-        "hf": lambda: _multiturn(_turns_of(fresh_hf(reuse=True)), vocab, convs, turns),
-        "vllm": lambda: (vllm_engine.reset_prefix_cache(), _multiturn(_turns_of(vllm_engine), vocab, convs, turns))[1],
+        "generate": lambda: multiturn(lambda req, k: generate_turn(model, req, k), vocab, convs, turns),
+        "hf": lambda: multiturn(_turns_of(fresh_hf(reuse=True)), vocab, convs, turns),
+        "vllm": lambda: (vllm_engine.reset_prefix_cache(), multiturn(_turns_of(vllm_engine), vocab, convs, turns))[1],
     }
     results: dict[str, list] = {s: [] for s in SYSTEMS}
     for r in range(size["rounds"]):
@@ -136,7 +135,7 @@ def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import
     ratios["prefill_reduction_multiturn_vllm"] = round(results["generate"][0][1] / results["vllm"][0][1], 3)
 
     for engine in ("builtin", "vllm"):
-        rss = _worker_peak_rss(resolve_model_path(ModelConfig()), size["worker_requests"], engine=engine)
+        rss = worker_peak_rss(resolve_model_path(ModelConfig()), size["worker_requests"], engine=engine)
         rows.append({"case": "worker", "system": "hf" if engine == "builtin" else "vllm",
                      "requests": size["worker_requests"], "peak_rss_mb": round(rss, 1)})
         ratios[f"peak_rss_mb_worker_{'hf' if engine == 'builtin' else 'vllm'}"] = round(rss, 1)
@@ -155,7 +154,7 @@ def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import
 
 
 def _turns_of(engine):
-    return lambda requests, n: _engine_turn(engine, requests, n)
+    return lambda requests, n: engine_turn(engine, requests, n)
 
 
 def _rounds(systems: dict[str, Any], rounds: int) -> dict[str, float]:
@@ -163,5 +162,5 @@ def _rounds(systems: dict[str, Any], rounds: int) -> dict[str, float]:
     times: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     for r in range(rounds):
         for system in SYSTEMS[r % 3 :] + SYSTEMS[: r % 3]:
-            times[system].append(_timed(systems[system])[0])
+            times[system].append(timed(systems[system])[0])
     return {s: statistics.median(t) for s, t in times.items()}

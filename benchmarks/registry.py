@@ -1,0 +1,110 @@
+"""The one list of benchmarks: what `rollart bench NAME` runs, and the options only some of them take.
+
+Each `Benchmark` names a module under `benchmarks/` that exposes `run(quick: bool, **options) ->
+BenchResult` (`common.py`), a one-line summary (`rollart bench list` and `rollart bench --help` print it),
+and the options it alone takes. A study (`study=True`) also gets `json_path`: it is run piece by piece into
+its `--json` file. This module imports nothing heavy: `rollart bench --help` reads it without loading
+torch or Ray; a benchmark's module is imported only when it runs.
+
+To add a benchmark: write `benchmarks/NAME.py` with `run(quick, **options)`, add one `Benchmark` to
+`BENCHMARKS` below (its options with it), and record its figures in `benchmarks/RESULTS.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+def count(text: str) -> int:
+    """An option's count, ≥ 1 (argparse `type=`: its error names the option and the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a count ≥ 1, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a count ≥ 1, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One `--FLAG` of some benchmarks: argparse's keywords, given once. Its dest is the `run()` keyword."""
+
+    flag: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    switch: bool = False  # a flag without a value (True when given)
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # `rollart bench NAME`
+    module: str  # exposes run(quick: bool, **options) -> BenchResult
+    summary: str  # one line
+    options: tuple[Option, ...] = field(default=())
+    study: bool = False  # run() also gets json_path (the study file it reads and extends)
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("engine", "benchmarks.engine",
+              "the built-in continuous-batching engine vs transformers generate (--engine vllm: vLLM vs both)",
+              (Option("--engine", "builtin (default) vs generate, or vllm vs builtin vs generate (run it from "
+                      ".venv-vllm)", choices=("builtin", "vllm")),)),
+    Benchmark("weights", "benchmarks.weights",
+              "how much of a weight sync stays exposed when the store path overlaps rollout (full and LoRA)"),
+    Benchmark("reward", "benchmarks.reward",
+              "a reserved local reward worker vs the serverless reward service (--jobs N: N jobs sharing one)",
+              (Option("--jobs", "N jobs sharing one reward service", type=count, metavar="N"),)),
+    Benchmark("rollout", "benchmarks.rollout",
+              "trajectory-level rollout vs a turn barrier under env-step latency N(μ, σ)"),
+    Benchmark("async", "benchmarks.async_training",
+              "bounded-staleness asynchronous training (α = 1) vs the synchronous loop on the default job"),
+    Benchmark("staleness", "benchmarks.staleness",
+              "the validation score vs α, staleness mode and importance weights over seeds (resumable study)",
+              (Option("--piece", "run one arm × seed of the study (holding --lock) and add it to --json; "
+                      "'next' = the first one missing", metavar="ARM/SEED|next"),
+               Option("--report", "rebuild the summary and PNG curves from --json without running anything",
+                      switch=True),
+               Option("--lock", "file each piece holds an exclusive flock on while it runs (default: heavy.lock "
+                      "in the study's work directory; '' = none); a symlink or a non-regular file is refused",
+                      metavar="PATH")),
+              study=True),
+    Benchmark("chaos", "benchmarks.chaos",
+              "the default job, shortened, run clean and under a fault schedule (--nodes N: lose a Ray node)",
+              (Option("--nodes", "run on a loopback Ray cluster of N nodes and lose one", type=count,
+                      metavar="N"),)),
+    Benchmark("sim", "benchmarks.sim",
+              "the paper's scale experiments on the cluster twin, and the twin's own speed and accuracy"),
+    Benchmark("gateway", "benchmarks.gateway",
+              "what the OpenAI-compatible agent gateway adds to a turn, and whether it holds many open ones"),
+    Benchmark("sandbox", "benchmarks.sandbox",
+              "what the sandbox costs per run at each isolation level, a cgroup and a workspace, side by side"),
+    Benchmark("envs", "benchmarks.envs",
+              "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers"),
+)
+
+
+def by_name() -> dict[str, Benchmark]:
+    return {b.name: b for b in BENCHMARKS}
+
+
+def options() -> dict[str, tuple[Option, tuple[str, ...]]]:
+    """Every option once: its dest → (the option, the benchmarks that take it). Two benchmarks may share an
+    option only if they declare it identically."""
+    seen: dict[str, tuple[Option, tuple[str, ...]]] = {}
+    for bench in BENCHMARKS:
+        for option in bench.options:
+            if option.dest in seen and seen[option.dest][0] != option:
+                raise ValueError(f"benchmarks {seen[option.dest][1]} and '{bench.name}' declare {option.flag} "
+                                 "differently: declare it identically or name it apart")
+            previous = seen.get(option.dest, (option, ()))[1]
+            seen[option.dest] = (option, (*previous, bench.name))
+    return seen
