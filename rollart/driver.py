@@ -77,7 +77,7 @@ async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:
         workers = [n for c in system.inference.values() for n in c.names] + system.trainer.names
         recorder = RunRecorder(cfg, resume_step=system.resumed.step or None, workers=workers,
                                started_at=started_at, incidents=system.incidents,
-                               eval_first=system.resumed.eval_first)
+                               eval_first=system.resumed.eval_first, model_path=system.model_path)
         try:
             if system.resumed.step == 0:  # a fresh run: the supervised warm start, one span on the timeline
                 began = time.time()

@@ -53,8 +53,8 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
             if result.ok:
                 return task.domain, min(max(result.reward, 0.0), 1.0)
             why = f"reward: {result.error}"
-        log.warning("evaluation episode %s failed %d time(s), not scored (last: %s)", task.trajectory_id,
-                    retries + 1, why)
+        log.warning("evaluation episode %s failed %d time%s, not scored (last: %s)", task.trajectory_id,
+                    retries + 1, "s" * (retries > 0), why)
         return task.domain, None
 
     timeout = trajectory_timeout_s(cfg) * (retries + 1)

@@ -9,17 +9,21 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   for the `http` backend, whose service has its own);
 - `domains.<d>.data` — for a dataset domain, that its train and validation rows can be read: the files exist
   in a known format (or the hub id is cached or reachable), the mapped columns are there with a type a row can
-  carry, no split is empty, and `data.episode` names an episode (`sources=False` skips it: `rollart sim`
-  needs no rows);
+  carry, no split is empty, and `data.episode` names an episode; then (everything else being right), under
+  the model's chat template, that the domain's `thinking` switch exists and rows are left after the filters;
 - the env class of every domain the warm start demonstrates — complete: `reset` and `step`, and under a
   warm start (`train.warm_start.steps` > 0 on a run that has no checkpoint yet) `expert_action`, plus
   `random_action` when `expert_prob` < 1; a missing method is named with both ways out (add it, or
   `train.warm_start.steps=0`);
 - `model.path`, `model.adapter`, `reward.judge_model` — checkpoints that load (config, safetensors weights,
-  tokenizer; `models.loading.checkpoint_problem`), read without loading weights;
+  tokenizer, no code of their own unless `model.trust_remote_code`; `models.loading.model_problem`), read
+  without loading weights; a hub id must be cached or downloadable (offline, an uncached id is named with the
+  cache directory and HF_HUB_OFFLINE);
 - the optional integrations the config turns on are installed: wandb (`observability.wandb_project`),
   mlflow (`observability.mlflow_uri`), vllm (`inference.engine=vllm`);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
+`local=False` skips what only the machines that run it need — dataset rows, checkpoints, optional packages:
+`rollart sim` judges a run meant for another cluster.
 Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
 Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
 started.
@@ -44,7 +48,7 @@ from rollart.control.scheduler import decode_state
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
-from rollart.models.loading import adapter_problem, checkpoint_problem
+from rollart.models.loading import adapter_problem, model_problem
 from rollart.reward.registry import check_spec
 from rollart.run_dir import RunPaths
 from rollart.trainer.checkpoint import (
@@ -98,6 +102,27 @@ def data_problems(name: str, dom: DomainConfig) -> list[str]:
     return problems
 
 
+def filter_problems(cfg: RunConfig) -> list[str]:
+    """What the model's chat template says of each dataset domain (read without problems so far): its thinking
+    switch exists, and rows are left after the filters (a prompt over the budget, an empty column)."""
+    from rollart.envs.chat import ChatTokens
+    from rollart.envs.dataset import DataError, open_dataset_domain
+    from rollart.models import load_tokenizer, resolve_model_path
+
+    tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed), cfg.model.trust_remote_code)
+    problems: list[str] = []
+    for name, dom in cfg.domains.items():
+        if dom.data is None:
+            continue
+        try:
+            open_dataset_domain(name, dom, ChatTokens(tokenizer, dom.system_prompt, dom.thinking), cfg.seed)
+        except DataError as exc:
+            problems.append(f"domains.{name}.data: {exc}")
+        except ValueError as exc:  # a thinking switch the template does not have
+            problems.append(f"domains.{name}.thinking: {exc}")
+    return problems
+
+
 def installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -143,11 +168,11 @@ def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, warm_start: 
     return ""
 
 
-def check_config(cfg: RunConfig, *, sources: bool = True) -> None:
+def check_config(cfg: RunConfig, *, local: bool = True) -> None:
     problems: list[str] = []
     warm_start = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
-        if dom.data is not None and sources:
+        if dom.data is not None and local:
             problems += data_problems(name, dom)
         try:
             if dom.agent:
@@ -167,13 +192,17 @@ def check_config(cfg: RunConfig, *, sources: bool = True) -> None:
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
         except ValueError as exc:
             problems.append(str(exc))
-    if cfg.model.path and (problem := checkpoint_problem(cfg.model.path)):
+    if local and cfg.model.path and (problem := model_problem(cfg.model)):
         problems.append(problem)
     if cfg.model.adapter and (problem := adapter_problem(cfg.model.adapter)):
         problems.append(problem)
-    if cfg.reward.judge_model and (problem := checkpoint_problem(cfg.reward.judge_model, "reward.judge_model")):
+    judge = cfg.model.model_copy(update={"path": cfg.reward.judge_model, "revision": "", "adapter": ""})
+    if local and cfg.reward.judge_model and (problem := model_problem(judge, "reward.judge_model")):
         problems.append(problem)
-    problems += integration_problems(cfg)
+    if local:
+        problems += integration_problems(cfg)
+    if local and not problems and any(d.data is not None for d in cfg.domains.values()):
+        problems += filter_problems(cfg)  # needs the model's tokenizer, so only once everything else holds
     if problem := run_dir_problem(cfg.run_dir):
         problems.append(problem)
     if problems:

@@ -2,8 +2,10 @@
 
 In: from the driver, per step the trained batch, its phases' `TimedMetrics` (metrics and timeline span)
 and plane metrics; evaluation scores; warm-start progress. Out (the run directory contract of
-`rollart.run_dir.RunPaths`): config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured), timeline.json (Chrome trace),
-summary.json, report/index.html; and live progress on the terminal (rich, plain or quiet).
+`rollart.run_dir.RunPaths`): config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured),
+samples.jsonl (a few trained trajectories per domain and step, as text: `observability.samples_per_domain`),
+timeline.json (Chrome trace), summary.json, report/index.html; and live progress on the terminal (rich,
+plain or quiet).
 
 It is the real run's `rollart.loop.LoopRecorder` (`rl_starts`, `phase`, `train_step_done`, `step`,
 `evaluation`); the driver adds the warm start's progress, the final counters and the summary. The ledger
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rollart.config import RunConfig
@@ -31,6 +34,8 @@ from rollart.observability import (
     utilisation_metrics,
     write_summary,
 )
+from rollart.models import load_tokenizer
+from rollart.observability.samples import SampleLog
 from rollart.run_dir import RunPaths
 from rollart.observability.timeline import Mark
 from rollart.types import Evaluation, TimedMetrics, Trajectory
@@ -41,9 +46,10 @@ log = logging.getLogger("rollart")
 class RunRecorder:
     def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = (),
                  started_at: float | None = None, incidents: Sequence[Mark] = (),
-                 eval_first: Mapping[str, float] | None = None) -> None:
+                 eval_first: Mapping[str, float] | None = None, model_path: str | Path | None = None) -> None:
         """`eval_first`: the first evaluation's scores of the run a resume continues (the summary's
-        baseline); a fresh run's is its own first evaluation."""
+        baseline); a fresh run's is its own first evaluation. `model_path`: the checkpoint whose tokenizer
+        decodes the samples (`observability.samples_per_domain`); None writes none."""
         self.cfg = cfg
         self.t0 = started_at or time.time()  # wall_s counts from the start of the run (start-up included)
         self.paths = RunPaths.of(cfg.run_dir)
@@ -52,6 +58,7 @@ class RunRecorder:
                                     hparams=cfg.model_dump(mode="json"), resume_step=resume_step)
         self.timeline = Timeline(start_time=self.t0, max_trajectories=cfg.observability.timeline_max_trajectories)
         self.progress = Progress(cfg.observability.progress)
+        self.samples = self._sample_log(model_path, resume_step)
         self.workers = list(workers)
         self.evals: dict[int, dict[str, float]] = {}
         self.eval_first = dict(eval_first) if eval_first is not None else None
@@ -61,6 +68,15 @@ class RunRecorder:
         self._incidents = incidents  # the system's deaths, joins, rebuilds: appended to while the run goes on
         self._marked = 0
         self._closed = False
+
+    def _sample_log(self, model_path: str | Path | None, resume_step: int | None) -> SampleLog | None:
+        obs = self.cfg.observability
+        if not obs.samples_per_domain or model_path is None:
+            return None
+        tokenizer = load_tokenizer(model_path)  # special tokens kept: the chat template as the model saw it
+        return SampleLog(self.paths.samples, obs.samples_per_domain,
+                         decode=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+                         max_chars=obs.sample_max_chars, text=self.logger.text, resume_step=resume_step)
 
     def _add_span(self, phase: TimedMetrics) -> None:
         if phase.span is not None and phase.span.end > phase.span.start:
@@ -109,6 +125,8 @@ class RunRecorder:
         self._pending = {}
         self._mark_incidents()
         self.logger.log(step, record)
+        if self.samples is not None:
+            self.samples.write(step, version, batch)
         self.progress.update(step + 1, self.cfg.train.steps, record)
         self.steps_done = step + 1
         self._step_start = now
@@ -130,7 +148,8 @@ class RunRecorder:
         log.info("eval after %d steps: mean %s %s%s", step,
                  "—" if evaluation.mean is None else f"{evaluation.mean:.3f}",
                  " ".join(f"{d}={s:.3f}" for d, s in sorted(scores.items())),
-                 f" ({failed} episode(s) failed, not scored: {dict(evaluation.failed)})" if failed else "")
+                 f" ({failed} episode{'s' * (failed != 1)} failed, not scored: {dict(evaluation.failed)})"
+                 if failed else "")
         self.flush()
 
     def summary(self) -> dict[str, Any]:
@@ -166,5 +185,7 @@ class RunRecorder:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self.samples is not None:
+                self.samples.close()
             self.logger.close()
             self.progress.close()

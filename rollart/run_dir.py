@@ -5,6 +5,7 @@ In: a run directory path. Out: `RunPaths`, the one place these file names are sp
 
     RUN_DIR/config.yaml        resolved config (`config_loader.write_resolved`)
     RUN_DIR/metrics.jsonl      one JSON object per log call: {"step", "wall_s", "time", "<ns>/<name>": number}
+    RUN_DIR/samples.jsonl      a few trained trajectories per domain and step, as text (`observability.samples`)
     RUN_DIR/timeline.json      Chrome trace of every trajectory's life (opens in Perfetto)
     RUN_DIR/ledger.jsonl       every trajectory's moves, one JSON object each: {"time", "id", "group", "domain",
                                "fate": running|ready|trained|aborted|failed|stale, "reason", "digest", "batch"}
@@ -64,6 +65,10 @@ class RunPaths:
     @property
     def ledger(self) -> Path:
         return self.root / "ledger.jsonl"
+
+    @property
+    def samples(self) -> Path:
+        return self.root / "samples.jsonl"
 
     @property
     def timeline(self) -> Path:

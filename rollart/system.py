@@ -33,7 +33,7 @@ from typing import Any, Awaitable, TypeVar
 
 from rollart.algo import PolicyObjective, build_train_batch
 from rollart.config import RunConfig
-from rollart.control import RolloutScheduler, TurnBarrier, TurnGateClient
+from rollart.control import ActorTurnBarrier, LocalTurnBarrier, RolloutScheduler
 from rollart.control.rollout import start_rollout
 from rollart.envs.router import EnvRouter
 from rollart.evaluation import evaluate
@@ -75,12 +75,12 @@ class System:
     proxy: Any  # LLMProxy actor handle
     env_router: EnvRouter
     reward: RewardRouter
-    gate: TurnGateClient | None
+    turn_barrier: ActorTurnBarrier | None
     # where this start goes on from (a fresh run: step 0), under this start's run id and attempt
     resumed: RunState = field(default_factory=RunState)
     journal: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
     scheduler: RolloutScheduler | None = None
-    served_version: int = 0
+    inference_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
     _stack: ExitStack = field(default_factory=ExitStack)
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's, where the scheduler lives
@@ -160,7 +160,7 @@ class System:
         resumed run had scored or running taken up again, every ledger move into the run's ledger file."""
         self.scheduler = start_rollout(
             self.cfg, self.env_router, self.reward, batches=batches, first_version=self.trainer.version,
-            served_version=self.served_version, gate=self.gate, resume_from=self.resumed.scheduler,
+            inference_version=self.inference_version, turn_barrier=self.turn_barrier, resume_from=self.resumed.scheduler,
             journal=self.journal,
         )
         self._loop = asyncio.get_running_loop()
@@ -191,7 +191,7 @@ class System:
     async def now_serving(self, version: int) -> None:
         """The rollout starts trajectories under `version`; a domain whose drift is confirmed now is re-mapped
         (a mark on the timeline, `rollout/remaps` counts them)."""
-        self.served_version = version
+        self.inference_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
         remap = await self.remapper.at_sync(version)
@@ -220,12 +220,12 @@ class System:
         rollout callbacks keep running while it is written."""
         assert self.scheduler is not None and self.journal is not None
         cut = replace(state, scheduler=self.scheduler.state_dict(), ledger_bytes=self.journal.size())
-        await asyncio.to_thread(self.trainer.save_checkpoint, cut.to_checkpoint())
+        await asyncio.to_thread(self.trainer.save_checkpoint, cut.step, cut.to_checkpoint())
 
     async def evaluate(self, tag: str) -> Evaluation:
         """Scores per domain on its validation split, at the served weights (`rollart.evaluation`); an
         evaluation is a run of its own for the reward's idempotency keys."""
-        return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.served_version,
+        return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.inference_version,
                               tag)
 
     async def close(self) -> None:
@@ -265,7 +265,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         # every domain's pool, weight 0 included: such a domain is still evaluated
         for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
             inference[pool] = res.place(
-                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_per_pool, args=(cfg,),
+                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_of(pool), args=(cfg,),
                 num_gpus=gpus_per_worker(cfg, pool),
                 kwargs={"subscriber": store.subscriber() if store else None},
                 worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
@@ -275,17 +275,17 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         fallbacks = {name: pool.fallback for name, pool in cfg.pools.items()}
         proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
                           cfg.inference, fallbacks, name="llm_proxy")
-        gate = None
+        turn_barrier = None
         if cfg.rollout.barrier == "turn":
             timeout = cfg.rollout.get_batch_timeout_s
-            gate = TurnGateClient(res.spawn(TurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
-        env_router = EnvRouter.place(res, cfg, proxy, gate=gate, model_path=model_path)
+            turn_barrier = ActorTurnBarrier(res.spawn(LocalTurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
+        env_router = EnvRouter.place(res, cfg, proxy, turn_barrier=turn_barrier, model_path=model_path)
         stack.callback(env_router.shutdown)
         log.info("run id %s, attempt %d", resumed.run_id, resumed.attempt)
         reward = RewardRouter(cfg, run_id=resumed.run_id, attempt=resumed.attempt).start()
         # an embedded Ray ends with the run, and Serve with it: only the app is deleted (see RewardService.stop)
         stack.callback(reward.stop, shutdown_serve=runtime.mode != "embedded")
-        system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, gate, resumed,
+        system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, turn_barrier, resumed,
                         journal, _stack=stack)
         system.watch_membership()
         return system

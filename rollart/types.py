@@ -16,6 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -151,6 +152,30 @@ AGENT_METRIC_PREFIX = "agent/"
 DATA_METRIC_PREFIX = "data/"
 
 
+MAX_TRACEBACK_CHARS = 8000
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why a FAILED trajectory failed when its domain's own code raised — the env (`reset`, `step`, its
+    constructor) or the agent (it raised, returned nothing usable, called no model) — as opposed to the
+    infrastructure (a worker that died, generation or a reward service out, a timeout): what the rollout's
+    per-domain circuit breaker counts (`rollout.circuit_breaker`)."""
+
+    where: str  # what raised: "env.step", "env.reset", "agent", …
+    error: str  # "TypeError: create() got an unexpected keyword argument 'n'"
+    traceback: str = ""  # the formatted traceback, its end kept when long
+
+    @classmethod
+    def of(cls, where: str, exc: BaseException) -> Fault:
+        import traceback
+
+        text = "".join(traceback.format_exception(exc)).rstrip()
+        if len(text) > MAX_TRACEBACK_CHARS:
+            text = "[…]\n" + text[-MAX_TRACEBACK_CHARS:]
+        return cls(where, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, text)
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """A whole episode, from reset to its end, as the env plane hands it to reward and the buffer."""
@@ -162,6 +187,8 @@ class Trajectory:
     status: Status | None = None  # None while running
     status_reason: str = ""
     reward: float | None = None  # the trajectory's score, set by the reward plane
+    reward_details: Mapping[str, Any] = field(default_factory=dict)  # why that score (the reward's details)
+    fault: Fault | None = None  # FAILED by its domain's own code: what raised, and its traceback
     env_return: float = 0.0  # sum of per-step environment rewards
     reference: Mapping[str, Any] = field(default_factory=dict)  # from env reset info: answer, tests …
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -179,13 +206,17 @@ class Trajectory:
         return replace(self, turns=self.turns + (turn,))
 
     def finished(
-        self, status: Status, reason: str = "", metrics: Mapping[str, float] | None = None
+        self, status: Status, reason: str = "", metrics: Mapping[str, float] | None = None,
+        fault: Fault | None = None,
     ) -> Trajectory:
         merged = {**self.metrics, **(metrics or {})}
-        return replace(self, status=status, status_reason=reason, metrics=merged)
+        return replace(self, status=status, status_reason=reason, metrics=merged, fault=fault or self.fault)
 
-    def scored(self, reward: float, spans: Sequence[Span] = ()) -> Trajectory:
-        return replace(self, reward=float(reward), spans=self.spans + tuple(spans))
+    def scored(self, reward: float, spans: Sequence[Span] = (), details: Mapping[str, Any] | None = None
+               ) -> Trajectory:
+        # a reward fn's details are its own data: kept as far as JSON holds them (checkpoints, samples)
+        kept = json.loads(json.dumps(dict(details), default=str)) if details else self.reward_details
+        return replace(self, reward=float(reward), spans=self.spans + tuple(spans), reward_details=kept)
 
     # --- token views used by the trainer and the staleness policy ---------------------------------
     def segments(self) -> tuple[Trajectory, ...]:
@@ -444,9 +475,9 @@ class TrajectoryRunner(Protocol):
 
 
 @runtime_checkable
-class TurnGate(Protocol):
+class TurnBarrier(Protocol):
     """A per-turn barrier (`rollout.barrier=turn`): a trajectory waits before each turn's generation until
-    every trajectory of its cohort has reached that turn or left. With no barrier the gate is absent.
+    every trajectory of its cohort has reached that turn or left. With no barrier there is none.
     The control plane's scheduler `join`s each trajectory to its cohort before it starts; the env plane
     calls `before_turn` and `leave`."""
 

@@ -12,6 +12,7 @@ Used by `rollart train` before its first RL step (a resumed run skips it) and by
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
@@ -22,6 +23,8 @@ from rollart.envs.chat import ChatTokens
 from rollart.envs.expert import demonstrate
 from rollart.envs.spec import domain_env_factory
 from rollart.models import load_tokenizer
+
+log = logging.getLogger("rollart")
 
 
 class SupervisedTrainer(Protocol):
@@ -34,10 +37,10 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
     tokenizer at `model_path`, the domain's system prompt and thinking switch (a dataset domain's rows are
     read here)."""
     ws = cfg.train.warm_start
-    domains = sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
+    domains = demonstrated(cfg)
     if not domains or not ws.steps:
         return
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
     chats = {d: ChatTokens(tokenizer) if cfg.domains[d].agent else
              ChatTokens(tokenizer, cfg.domains[d].system_prompt, cfg.domains[d].thinking) for d in domains}
     factories = {d: domain_env_factory(d, cfg.domains[d], chats[d], cfg.seed) for d in domains
@@ -56,9 +59,28 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
         yield [sample(d) for d in picks]
 
 
+def demonstrated(cfg: RunConfig) -> list[str]:
+    """The domains the warm start demonstrates: the trained ones, agent domains only when they name
+    `demonstrations`."""
+    return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
+
+
+def undemonstrated(cfg: RunConfig) -> list[str]:
+    """The trained agent domains the warm start leaves out: they name no `demonstrations`."""
+    return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and c.agent and not c.demonstrations)
+
+
 def warm_start(cfg: RunConfig, trainer: SupervisedTrainer, model_path: str | Path,
                on_step: Callable[[int, int, Mapping[str, float]], None] | None = None) -> None:
-    """`train.warm_start.steps` supervised steps of `trainer` on the demonstrations."""
+    """`train.warm_start.steps` supervised steps of `trainer` on the demonstrations; an agent domain that
+    names none is said to be left out (one line each), and a warm start with nothing to demonstrate too."""
+    if cfg.train.warm_start.steps:
+        for domain in undemonstrated(cfg):
+            log.info("warm start: agent domain %s names no demonstrations (domains.%s.demonstrations): it starts RL "
+                     "from the model as it is", domain, domain)
+        if not demonstrated(cfg):
+            log.info("warm start skipped: no trained domain has demonstrations (train.warm_start.steps=%d)",
+                     cfg.train.warm_start.steps)
     for step, samples in enumerate(demonstration_batches(cfg, model_path)):
         metrics = trainer.sft_step(samples)
         if on_step is not None:

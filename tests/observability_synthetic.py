@@ -26,6 +26,7 @@ from rollart.observability import (
     utilisation_metrics,
     write_summary,
 )
+from rollart.observability.samples import SampleLog
 from rollart.run_dir import RunPaths
 from rollart.types import Span, Status, Task, Trajectory, Turn
 
@@ -78,6 +79,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
     clock = t0 + 1.0
     wasted = 0
     profiler = DomainProfiler()
+    samples = SampleLog(paths.samples, 3, decode=lambda ids: " ".join(f"tok{i}" for i in ids), text=logger.text)
     resets = ResetStats()  # what the env workers record and the EnvRouter turns into metrics
     for step in range(1, steps + 1):
         step_start = clock
@@ -128,12 +130,14 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
             "pools/fallbacks": 1.0, "pools/gen_decode/fallbacks_in": 1.0, "pools/gen_prefill/fallbacks_out": 1.0,
         }
         logger.log(step, metrics, at=clock)
+        samples.write(step, version, trajs)
         if step == 1 or step % 2 == 0:
             scores = {"frozenlake": 0.1 * step, "math": 0.05 * step}
             logger.log(step, {**{f"eval/{d}/score": v for d, v in scores.items()},
                               "eval/mean": sum(scores.values()) / 2}, at=clock)
     timeline.write(paths.timeline)
     write_summary(run_dir, {"completed": True})
+    samples.close()
     logger.close()
     return paths
 

@@ -16,9 +16,9 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace, *, sources: bool = True) -> RunConfig:
-    """The run config of a command line, checked down to what it names (preflight.py; `sources=False`: not
-    the rows of dataset domains): exit 2 if not."""
+def config_from_args(args: argparse.Namespace, *, local: bool = True) -> RunConfig:
+    """The run config of a command line, checked down to what it names (preflight.py; `local=False`: not what
+    only the machines that run it need): exit 2 if not."""
     from rollart.config_loader import load_config
 
     items = list(args.items)
@@ -27,5 +27,5 @@ def config_from_args(args: argparse.Namespace, *, sources: bool = True) -> RunCo
 
     from rollart.preflight import check_config  # resolving env specs imports the env plane (and Ray)
 
-    check_config(cfg, sources=sources)
+    check_config(cfg, local=local)
     return cfg

@@ -10,6 +10,13 @@ current directory importable) and prints each observation, action, reward and th
 come from `--actions 'a;b;c'`, from `--policy expert|random`, or from the prompt. A bare action such as
 `Right` is sent as `\\boxed{Right}` (the format the built-ins and GEM expect); `--raw` sends it verbatim.
 For math and code the env's reference (answer, hidden tests) is shown: scoring is the reward plane's.
+
+`--policy model --model RUN_DIR|CHECKPOINT` lets a trained checkpoint play (the run's newest, as `rollart
+eval` finds it): the episode runs through the rollout's own code — an `EnvWorker` with the run's config,
+its chat template token-in/token-out, the engine the run generates with, in this process, no Ray — so the
+model sees exactly the prompts it was trained on. SPEC may name one of the run's domains (its env, options
+and limits) or any env spec (the run's defaults for a domain). `--split val` (the default for a model)
+samples at `eval.temperature`, `train` at the rollout's.
 """
 
 from __future__ import annotations
@@ -28,9 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     play = inner.add_parser("play", help="play one episode of an env spec")
     play.add_argument("spec", help="built-in name, gem:<id>, gym:<id> or module.path:Class")
     play.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
-    play.add_argument("--split", choices=["train", "val"], default="train", help="seed range (default train)")
+    play.add_argument("--split", choices=["train", "val"], default=None,
+                      help="seed range (default train; val for --policy model)")
     play.add_argument("--actions", help="actions separated by ';' (else --policy, else the prompt)")
-    play.add_argument("--policy", choices=["expert", "random"], help="let the expert or a random policy play")
+    play.add_argument("--policy", choices=["expert", "random", "model"],
+                      help="let the expert, a random policy or a trained model (--model) play")
+    play.add_argument("--model", metavar="RUN_DIR|CHECKPOINT", help="--policy model: the run or checkpoint that plays")
+    play.add_argument("--trust-run-config", action="store_true",
+                      help="--model RUN_DIR: use what its config.yaml names beyond the run (code to import, a URL, "
+                      "a weakened safeguard) without giving it again: only for a run directory you trust")
     play.add_argument("--raw", action="store_true", help="send actions verbatim (no \\boxed{} wrapping)")
     play.add_argument("--max-turns", type=int, default=50, help="stop after this many turns (default 50)")
     play.add_argument(
@@ -153,7 +166,84 @@ async def _episode(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    return asyncio.run(_episode(args))
+    if args.model and args.policy in (None, "model"):
+        args.policy = "model"
+    elif args.policy == "model" or args.model:
+        print("rollart: --policy model needs --model RUN_DIR|CHECKPOINT (and --model goes with --policy model)",
+              file=sys.stderr)
+        return EXIT_BAD_SPEC
+    args.split = args.split or ("val" if args.policy == "model" else "train")
+    return asyncio.run(_model_episode(args) if args.policy == "model" else _episode(args))
+
+
+class _EngineClient:
+    """The `LLMClient` an env worker generates through, over an engine in this process (`EngineLoop`)."""
+
+    def __init__(self, loop: Any, timeout_s: float) -> None:
+        self.loop, self.timeout_s = loop, timeout_s
+
+    async def generate(self, request: Any) -> Any:
+        return await self.loop.generate(request, self.timeout_s)
+
+    async def abort(self, trajectory_id: str) -> None:
+        self.loop.abort_trajectory(trajectory_id)
+
+
+async def _model_episode(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rollart.commands.eval import checkpoint_config
+    from rollart.config import DomainConfig
+    from rollart.envs.spec import EnvSpecError, check_env_spec
+    from rollart.envs.worker import EnvWorker
+    from rollart.inference.engine_loop import EngineLoop
+    from rollart.inference.worker import build_engine
+    from rollart.models.loading import resolve_model_path
+    from rollart.types import Task
+
+    checkpoint, cfg = checkpoint_config(Path(args.model), [], args.trust_run_config)
+    domain = args.spec if args.spec in cfg.domains else next(
+        (d for d, c in cfg.domains.items() if c.env == args.spec and not c.agent), None)
+    if domain is None or args.option:  # an env the run did not train on: the run's defaults for a domain
+        try:
+            check_env_spec(args.spec)
+        except EnvSpecError as exc:
+            print(f"rollart: {exc}", file=sys.stderr)
+            return EXIT_BAD_SPEC
+        first_pool = next(iter(cfg.domains.values())).pool
+        base = cfg.domains[domain] if domain else DomainConfig(env=args.spec, pool=first_pool)
+        domain = domain or "play"
+        cfg = cfg.model_copy(update={"domains": {**cfg.domains, domain: base.model_copy(
+            update={"env": args.spec, "options": {**base.options, **_options(args.option)}})}})
+    domain_cfg = cfg.domains[domain]
+    engine = build_engine(cfg, domain_cfg.pool, "inference/play/0")
+    loop = EngineLoop(engine, "inference/play/0")
+    try:
+        worker = EnvWorker(cfg, _EngineClient(loop, cfg.inference.request_timeout_s), name="env/play/0",
+                           model_path=resolve_model_path(cfg.model, cfg.seed))
+        task = Task(trajectory_id="play", domain=domain, env=domain_cfg.env or domain_cfg.agent, seed=args.seed,
+                    group_id="play", split=args.split)
+        temperature = cfg.eval.temperature if args.split == "val" else cfg.rollout.temperature
+        what = f"its domain {domain} ({domain_cfg.env})" if domain != "play" else \
+            f"{domain_cfg.env} (not one of its domains: a domain's default limits)"
+        turns = domain_cfg.max_turns
+        print(f"== {checkpoint} plays {what}, seed {args.seed} ({args.split}, temperature {temperature:g}, at most "
+              f"{turns} turn{'s' * (turns != 1)})")
+        traj = await worker.run(task, start_version=0)
+    finally:
+        loop.close()
+    from rollart.observability.samples import printable
+
+    if traj.reference:
+        print(f"reference: {traj.reference}")
+    for i, turn in enumerate(traj.turns, start=1):
+        note = "" if turn.format_ok else "  (malformed action)"
+        print(printable(f"\n-- observation {i}\n{turn.observation}\n-- action {i} ({len(turn.response_token_ids)} "
+                        f"tokens, {turn.finish_reason}): {turn.action}\n-- reward {turn.reward:g}{note}"))
+    reason = f" ({traj.status_reason})" if traj.status_reason else ""
+    print(f"\n== end: {traj.status.value if traj.status else 'running'}{reason}; return {traj.env_return:g} after "
+          f"{len(traj.turns)} turn{'s' * (len(traj.turns) != 1)}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -186,7 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
         from rollart.envs.chat import ChatTokens
         from rollart.models import load_tokenizer, resolve_model_path
 
-        tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed))
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed), cfg.model.trust_remote_code)
         chat = ChatTokens(tokenizer, domain_cfg.system_prompt, domain_cfg.thinking)
     token = os.environ.get(server_cfg.token_env) or secrets.token_urlsafe(24)
     pool = cfg.envs.warm_pool.size if cfg.envs.pooled(args.domain, domain_cfg) else 0

@@ -37,10 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_eval)
 
 
-def _eval(args: argparse.Namespace) -> int:
+def checkpoint_config(target: Path, overrides: list[str], trust_run_config: bool = False) -> tuple[Path, RunConfig]:
+    """The checkpoint a run directory or checkpoint directory names, and the run config that serves it
+    (`model.path`, or the run's base and `model.adapter` for a LoRA checkpoint), refusing what a run
+    directory's config names beyond the run unless `trust_run_config` (see the module docstring)."""
     from rollart.models.lora import ADAPTER_CONFIG
 
-    target = Path(args.target)
     run_config = RunPaths.of(target).config
     if run_config.is_file():  # a run directory
         from rollart.trainer.checkpoint import latest_checkpoint
@@ -63,16 +65,21 @@ def _eval(args: argparse.Namespace) -> int:
             model.append(f"model.path={base}")
     else:
         model = [f"model.path={checkpoint}"]
-    cfg = load_config(config_file, [*model, "resume=false", *args.overrides], resolved=True)
+    cfg = load_config(config_file, [*model, "resume=false", *overrides], resolved=True)
     if config_file is not None:  # a run directory's checkpoint: no link, no pickle (a HF cache may hold links)
-        if not args.trust_run_config:
-            refuse_untrusted(cfg, config_file, args.overrides)
+        if not trust_run_config:
+            refuse_untrusted(cfg, config_file, overrides)
         from rollart.trainer.checkpoint import UnsafeCheckpointError, check_checkpoint_files
 
         try:
             check_checkpoint_files(checkpoint)
         except UnsafeCheckpointError as exc:
             raise ConfigError(str(exc)) from None
+    return checkpoint, cfg
+
+
+def _eval(args: argparse.Namespace) -> int:
+    checkpoint, cfg = checkpoint_config(Path(args.target), args.overrides, args.trust_run_config)
     configure_logging(cfg.observability.log_level)
     from rollart.driver import evaluate
 
@@ -98,7 +105,7 @@ def refuse_untrusted(cfg: RunConfig, config_file: Path, overrides: list[str]) ->
         lines = "\n  - ".join(f"{v.key}={v.value} ({v.does})" for v in taken)
         again = " ".join(shlex.quote(f"{v.key}={v.value}") for v in taken)
         raise ConfigError(
-            f"{config_file} names what reaches beyond the run; a run directory is data, so rollart eval does not "
+            f"{config_file} names what reaches beyond the run; a run directory is data, so rollart does not "
             f"take these from it:\n  - {lines}\nGive them again if you mean them ({again}), or pass "
             "--trust-run-config if you trust whoever wrote this run directory"
         )

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from typing import TYPE_CHECKING, Sequence
+import time
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from rollart.commands.common import add_run_args, config_from_args
 from rollart.config_loader import ConfigError
@@ -48,15 +49,15 @@ def _sim(args: argparse.Namespace) -> int:
     else:
         if not args.hardware:
             raise ConfigError("rollart sim needs --hardware HW.yaml (or --preset 1000gpu)")
-        cfg = config_from_args(args, sources=False)  # the twin draws episodes from profiles, not rows
+        cfg = config_from_args(args, local=False)  # the twin needs no rows, checkpoint or vLLM here
         try:
             hw = load_hardware(args.hardware)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     try:
         cfg, notes = with_profiles(cfg)
-        print(describe(cfg, hw, notes))
-        report = simulate(cfg, hw)
+        print(describe(cfg, hw, notes), flush=True)
+        report = simulate(cfg, hw, on_step=StepProgress(cfg.train.steps))
     except ValueError as exc:  # the run config and the hardware file disagree (a pool without GPUs …)
         raise ConfigError(str(exc)) from None
     print(render(report, cfg))
@@ -66,6 +67,22 @@ def _sim(args: argparse.Namespace) -> int:
                        "reward": report.reward, "counters": report.counters}, f, indent=2, default=str)
         print(f"wrote {args.json}")
     return 0 if not report.ledger_violations and not report.staleness_violations else 1
+
+
+class StepProgress:
+    """One line per simulated step: its cluster time, the wall time so far and an estimate of what is left
+    (a large twin runs for minutes)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.started = steps, time.monotonic()
+
+    def __call__(self, step: int, record: Mapping[str, float]) -> None:
+        from rollart.observability.progress import format_duration
+
+        done, wall = step + 1, time.monotonic() - self.started
+        left = wall / done * (self.steps - done)
+        print(f"  step {done}/{self.steps}: {record['step_s']:.1f} s of cluster time, {record['trajectories']:.0f} "
+              f"trajectories; {format_duration(wall)} so far, about {format_duration(left)} left", flush=True)
 
 
 def describe(cfg: RunConfig, hardware: SimHardware, notes: Sequence[str] = ()) -> str:

@@ -1,9 +1,13 @@
 """`rollart train [RUN.yaml] [overrides]`: run a training job; `resume=true` continues the run in run_dir.
 
-A run that stops on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
+It says at start where the run goes, how to read its samples and the TensorBoard command that shows it
+live (Ray's dashboard URL follows once Ray is up, when there is one: `cluster.dashboard`). A run that stops
+on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
 exact command that continues it from its last checkpoint: the same run file and overrides, with
 `run_dir=<its run dir> resume=true`. An expected failure (the trainer group past `train.restarts`, a
-resource-plane error) is told in one message; anything else with its traceback.
+resource-plane error) is told in one message; anything else with its traceback. A domain whose env or
+agent keeps failing (`DomainBroken`, the rollout's circuit breaker) is a bug, not an outage: one message
+with the domain, the count and the first error's traceback, and no resume command.
 """
 
 from __future__ import annotations
@@ -30,15 +34,25 @@ def _train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config stops here, before anything starts
     configure_logging(cfg.observability.log_level)
     from rollart.config_loader import ConfigError
+    from rollart.control import DomainBroken
     from rollart.driver import train
     from rollart.observability.report import build_report
     from rollart.resources.errors import ResourceError
     from rollart.trainer import TrainerFailed
 
+    from rollart.run_dir import RunPaths
+
+    paths = RunPaths.of(cfg.run_dir)
+    print(f"rollart: training into {paths.root} — `rollart samples {paths.root}` shows what the model writes"
+          + (f"; watch it live: tensorboard --logdir {paths.tensorboard}" if cfg.observability.tensorboard else ""),
+          flush=True)
     try:
         summary = train(cfg)
     except ConfigError:
         raise  # refused before anything started: nothing to resume
+    except DomainBroken as exc:  # a bug in a domain's env or agent: the message says what; no resume for it
+        print(f"rollart: training stopped: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"rollart: interrupted. {resume_hint(args.items, cfg)}", file=sys.stderr)
         return 130

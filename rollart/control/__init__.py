@@ -1,19 +1,20 @@
 """Control plane: rollout scheduler, sample buffer, staleness policy, turn barrier (docs/architecture.md §2–6)."""
 
 from rollart.control.buffer import BatchTimeout, ReadyGroup, SampleBuffer, domain_quotas
-from rollart.control.scheduler import Fate, RolloutScheduler, SchedulerFailed
+from rollart.control.scheduler import DomainBroken, Fate, RolloutScheduler, SchedulerFailed
 from rollart.control.staleness import StalenessPolicy
-from rollart.control.turn_barrier import TurnBarrier, TurnGateClient
+from rollart.control.turn_barrier import ActorTurnBarrier, LocalTurnBarrier
 
 __all__ = [
+    "ActorTurnBarrier",
     "BatchTimeout",
+    "DomainBroken",
     "Fate",
+    "LocalTurnBarrier",
     "ReadyGroup",
     "RolloutScheduler",
     "SchedulerFailed",
     "SampleBuffer",
     "StalenessPolicy",
-    "TurnBarrier",
-    "TurnGateClient",
     "domain_quotas",
 ]

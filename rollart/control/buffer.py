@@ -121,15 +121,15 @@ class SampleBuffer:
     def ready_trajectories(self) -> int:
         return sum(len(g.trajectories) for g in self._ready)
 
-    def drop_stale(self, next_batch: int) -> list[ReadyGroup]:
-        """Drop ready groups that can no longer serve batch `next_batch` or later."""
-        if next_batch <= self._min_fresh_until:
+    def drop_stale(self, next_train_version: int) -> list[ReadyGroup]:
+        """Drop ready groups that can no longer serve batch `next_train_version` or later."""
+        if next_train_version <= self._min_fresh_until:
             return []
-        dropped = [g for g in self._ready if self._fresh_until[g.group_id] < next_batch]
+        dropped = [g for g in self._ready if self._fresh_until[g.group_id] < next_train_version]
         self._remove({g.group_id for g in dropped})
         for g in dropped:
             if self.on_drop:
-                self.on_drop(g, f"stale: trained at version {next_batch} > behaviour version + α")
+                self.on_drop(g, f"stale: trained at version {next_train_version} > behaviour version + α")
         return dropped
 
     def try_take(self, num_groups: int, train_version: int) -> list[ReadyGroup] | None:

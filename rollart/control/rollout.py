@@ -2,7 +2,7 @@
 
 In: a `RunConfig` (its `rollout` section and domains), the env plane's `TrajectoryRunner`, the reward
 plane's `RewardScorer`, the number of batches to fill and the versions the run stands at; optionally a
-`TurnGate` (`rollout.barrier=turn`), a checkpointed scheduler state to go on from, a `JournalSink` for
+`TurnBarrier` (`rollout.barrier=turn`), a checkpointed scheduler state to go on from, a `JournalSink` for
 the ledger moves, and the clock (the cluster twin's is virtual). Out: a started `RolloutScheduler` whose
 buffer holds the configured staleness policy, selection and domain weights.
 
@@ -20,7 +20,7 @@ from rollart.config import RunConfig
 from rollart.control.buffer import SampleBuffer
 from rollart.control.scheduler import RolloutScheduler
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import JournalSink, RewardScorer, TrajectoryRunner, TurnGate
+from rollart.types import JournalSink, RewardScorer, TrajectoryRunner, TurnBarrier
 
 
 def trajectory_timeout_s(cfg: RunConfig) -> float:
@@ -37,23 +37,23 @@ def start_rollout(
     *,
     batches: int,
     first_version: int = 0,
-    served_version: int = 0,
-    gate: TurnGate | None = None,
+    inference_version: int = 0,
+    turn_barrier: TurnBarrier | None = None,
     resume_from: Mapping[str, Any] | None = None,
     journal: JournalSink | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RolloutScheduler:
     """A started scheduler that fills `batches` batches, the first trained at `first_version`, with the
-    engines serving `served_version`; `resume_from`: a `RolloutScheduler.state_dict()` to go on from."""
+    engines serving `inference_version`; `resume_from`: a `RolloutScheduler.state_dict()` to go on from."""
     policy = StalenessPolicy(cfg.rollout.alpha, cfg.rollout.staleness)
     weights = {domain: domain_cfg.weight for domain, domain_cfg in cfg.domains.items() if domain_cfg.weight > 0}
     buffer = SampleBuffer(policy, cfg.rollout.redundancy.selection, weights, clock=clock)
     scheduler = RolloutScheduler(
         cfg.rollout, cfg.domains, runner, scorer, buffer, policy, total_batches=batches,
-        first_version=first_version, seed=cfg.seed, gate=gate, trajectory_timeout_s=trajectory_timeout_s(cfg),
+        first_version=first_version, seed=cfg.seed, turn_barrier=turn_barrier, trajectory_timeout_s=trajectory_timeout_s(cfg),
         clock=clock, journal=journal,
     )
-    scheduler.set_inference_version(served_version)
+    scheduler.set_inference_version(inference_version)
     if resume_from is not None:
         scheduler.load_state_dict(resume_from)
     scheduler.start()

@@ -28,7 +28,9 @@ Failure: a background task of the scheduler that raises (the admission loop, a c
 trajectory's own task) — or a failure reported with `fail()` — stops rollout: the batch the driver waits
 for (or asks for next) raises `SchedulerFailed` at once, naming the task, with the task's own exception
 and traceback as its cause. A worker's death is not such a failure: the trajectory ends FAILED and is
-replaced with the same seed.
+replaced with the same seed. A domain whose own code keeps failing (the per-domain circuit breaker,
+breaker.py: `rollout.circuit_breaker`) stops rollout the same way, with `DomainBroken` — the domain, the
+count and its first error with its traceback — within seconds instead of a batch timeout.
 
 Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
 `rollart.codec`), the sequence numbers and seeds of the groups still running and each dataset domain's next
@@ -65,15 +67,25 @@ from typing import Any, Callable, Mapping, NoReturn
 from rollart.background import unless_fails
 from rollart.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
+from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnGate
+from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnBarrier
 
 log = logging.getLogger("rollart.control")
 
 
 class SchedulerFailed(RuntimeError):
     """A background task of the rollout scheduler failed, so rollout cannot go on; its cause is chained."""
+
+
+class DomainBroken(SchedulerFailed):
+    """A domain's own code (env or agent) kept failing (`rollout.circuit_breaker`): a bug to fix, not an
+    outage to resume from. Its message says which domain, how often, and the first error with its traceback."""
+
+    def __init__(self, trip: Trip) -> None:
+        super().__init__(trip.message())
+        self.trip = trip
 
 
 def trajectory_digest(traj: Trajectory) -> str:
@@ -105,7 +117,7 @@ class _Run:
 
     task: Task
     start_version: int
-    handle: asyncio.Task | None = None  # the `_run_one` task (None while it joins the turn gate)
+    handle: asyncio.Task | None = None  # the `_run_one` task (None while it joins the turn barrier)
     settled: bool = False  # its outcome is known: scored, or ended untrained
 
 
@@ -142,7 +154,7 @@ class RolloutScheduler:
         total_batches: int,
         first_version: int = 0,
         seed: int = 0,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         journal: JournalSink | None = None,
@@ -154,7 +166,7 @@ class RolloutScheduler:
         self.weights = {d: c.weight for d, c in self.domains.items()}
         self.runner, self.scorer, self.buffer, self.policy = runner, scorer, buffer, policy
         self.end_version = first_version + total_batches  # the last batch trains at end_version - 1
-        self.gate = gate
+        self.turn_barrier = turn_barrier
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
         self.journal = journal
@@ -166,7 +178,7 @@ class RolloutScheduler:
         extra_q = domain_quotas(self.weights, rollout.redundancy.extra_groups)
         self.admission_quotas = {d: batch_q.get(d, 0) + extra_q.get(d, 0) for d in self.weights}
         self.inference_version = first_version
-        self.next_batch = first_version  # batches are named by the version they train at
+        self.next_train_version = first_version  # batches are named by the version they train at
         self.paused = False
         self.next_seq = 0
         self._groups: dict[str, _Group] = {}  # admitted, until closed and every member returned
@@ -180,6 +192,7 @@ class RolloutScheduler:
         self.ordinals: Counter[str] = Counter()  # per dataset domain: groups drawn so far (its next row)
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
+        self.breaker = DomainBreaker(rollout.circuit_breaker)
         # ledger and counters
         self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
@@ -200,6 +213,11 @@ class RolloutScheduler:
         self.failure = SchedulerFailed(f"{what} failed: {type(error).__name__}: {error}")
         self.failure.__cause__ = error
         log.error("rollout stops: %s", self.failure, exc_info=error)
+        self._stop_admitting()
+
+    def _stop_admitting(self) -> None:
+        """Rollout is over: the batch waited for raises `self.failure`, and nothing new starts."""
+        self.paused = True
         self._failed.set()
 
     def _task_done(self, task: asyncio.Task, what: str) -> None:
@@ -256,7 +274,7 @@ class RolloutScheduler:
         for d in self.weights:
             self.counts[f"mix_actual/{d}"] = mix.get(d, 0)
             self.counts[f"mix_target/{d}"] = target.get(d, 0)
-        self.next_batch = train_version + 1
+        self.next_train_version = train_version + 1
         await self._cancel_stale()
         self._wake.set()
         return [t for g in groups for t in g.trajectories]
@@ -280,7 +298,7 @@ class RolloutScheduler:
 
     def window(self) -> int:
         return self.policy.admission_window(
-            self.inference_version, self.next_batch, self.end_version - self.next_batch
+            self.inference_version, self.next_train_version, self.end_version - self.next_train_version
         )
 
     def allowed_groups(self) -> int:
@@ -378,8 +396,8 @@ class RolloutScheduler:
         self._hold(group)  # (again, if a replacement starts after its group closed and was released)
         self._set_fate(task, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
-        if self.gate:
-            await self.gate.join(task.trajectory_id, group.cohort)
+        if self.turn_barrier:
+            await self.turn_barrier.join(task.trajectory_id, group.cohort)
         run.handle = asyncio.create_task(self._run_one(group, run), name=task.trajectory_id)
         run.handle.add_done_callback(lambda done: self._task_done(done, f"the task of trajectory {task.trajectory_id}"))
 
@@ -407,8 +425,8 @@ class RolloutScheduler:
             del group.runs[trajectory_id]
             if group.closed and not group.runs:
                 self._release(group)
-            if self.gate:
-                await self.gate.leave(trajectory_id)
+            if self.turn_barrier:
+                await self.turn_barrier.leave(trajectory_id)
             self._wake.set()
 
     async def _score(self, traj: Trajectory) -> Trajectory:
@@ -420,7 +438,7 @@ class RolloutScheduler:
         if not result.ok:
             return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}")
         span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
-        return traj.scored(result.reward, spans=(span,))
+        return traj.scored(result.reward, spans=(span,), details=result.details)
 
     def _settle(self, run: _Run) -> None:
         if not run.settled:
@@ -429,6 +447,12 @@ class RolloutScheduler:
 
     def _on_finished(self, group: _Group, run: _Run, traj: Trajectory) -> None:
         self._settle(run)
+        trip = self.breaker.record(traj)
+        if trip is not None and self.failure is None:  # told once, by whoever stops the run (its caller)
+            self.failure = DomainBroken(trip)
+            log.info("rollout stops: domain %s is broken (%d trajectories failed in its own code)", trip.domain,
+                     trip.failed)
+            self._stop_admitting()
         status = traj.status or Status.FAILED
         if group.closed and status.trainable:
             # finished in the instant between the group closing and its cancel arriving
@@ -519,10 +543,10 @@ class RolloutScheduler:
                     v = progress.get(trajectory_id)
                 else:
                     v = group.runs[trajectory_id].start_version
-                if not self.policy.version_is_fresh(v, self.next_batch):
-                    await self._cancel_group(group, Status.STALE, f"stale for batch {self.next_batch}")
+                if not self.policy.version_is_fresh(v, self.next_train_version):
+                    await self._cancel_group(group, Status.STALE, f"stale for batch {self.next_train_version}")
                     break
-        self.buffer.drop_stale(self.next_batch)
+        self.buffer.drop_stale(self.next_train_version)
 
     def _on_buffer_drop(self, group: ReadyGroup, reason: str) -> None:
         for t in group.trajectories:
@@ -563,7 +587,7 @@ class RolloutScheduler:
     def describe(self) -> str:
         running = Counter(g.domain for g in self._open_groups() for _ in g.running())
         return (
-            f"Scheduler: version {self.inference_version}, next batch {self.next_batch}, "
+            f"Scheduler: version {self.inference_version}, next batch {self.next_train_version}, "
             f"{sum(running.values())} trajectories running ({dict(running)}), "
             f"{self.pending_groups()} groups pending of {self.allowed_groups()} allowed"
             f"{', admission paused' if self.paused else ''}; "

@@ -64,10 +64,10 @@ class StalenessPolicy:
         """(1): may this trajectory be trained at `train_version`?"""
         return self.staleness(trajectory, train_version) <= self.alpha
 
-    def version_is_fresh(self, behaviour_version: int | None, next_batch: int) -> bool:
-        """Can a trajectory with this behaviour version still serve batch `next_batch` or a later one?"""
-        return behaviour_version is None or behaviour_version + self.alpha >= next_batch
+    def version_is_fresh(self, behaviour_version: int | None, next_train_version: int) -> bool:
+        """Can a trajectory with this behaviour version still serve batch `next_train_version` or a later one?"""
+        return behaviour_version is None or behaviour_version + self.alpha >= next_train_version
 
-    def admission_window(self, inference_version: int, next_batch: int, batches_left: int) -> int:
+    def admission_window(self, inference_version: int, next_train_version: int, batches_left: int) -> int:
         """(2): how many upcoming batches a trajectory admitted now could serve."""
-        return max(0, min(inference_version + self.alpha + 1 - next_batch, batches_left))
+        return max(0, min(inference_version + self.alpha + 1 - next_train_version, batches_left))

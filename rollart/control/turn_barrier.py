@@ -5,9 +5,9 @@ In: cohort membership from the scheduler (`join(trajectory_id, cohort)`), and fr
 Out: `before_turn` returns once every member of the trajectory's cohort has reached turn k or left — the
 lock-step advance of monolithic systems, where the slowest environment holds every trajectory at each turn.
 
-With `rollout.barrier=none` (rollart's default) there is no gate at all: trajectories advance on their
-own. The class is plain asyncio; the driver runs it as a Ray actor (`ray.remote(TurnBarrier)`) and env
-workers reach it through `TurnGateClient`.
+With `rollout.barrier=none` (rollart's default) there is no barrier at all: trajectories advance on their
+own. The class is plain asyncio; the driver runs it as a Ray actor (`ray.remote(LocalTurnBarrier)`) and env
+workers reach it through `ActorTurnBarrier`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import asyncio
 from collections import defaultdict
 
 
-class TurnBarrier:
+class LocalTurnBarrier:
     def __init__(self, timeout_s: float = 600.0) -> None:
         self.timeout_s = timeout_s
         self._cohort: dict[str, int] = {}
@@ -62,8 +62,8 @@ class TurnBarrier:
         return all(self._turn[m] >= turn_index for m in self._members.get(cohort, ()))
 
 
-class TurnGateClient:
-    """Implements `rollart.types.TurnGate` over a TurnBarrier actor handle (picklable into env workers).
+class ActorTurnBarrier:
+    """Implements `rollart.types.TurnBarrier` over a LocalTurnBarrier actor handle (picklable into env workers).
 
     Every call is bounded: membership changes by `call_timeout_s`, a turn by the barrier's own timeout
     (`barrier_timeout_s`, after which the barrier raises and names the late trajectories) plus that margin.

@@ -3,7 +3,7 @@
 In: the env-runtime config (`envs.reset_retries`, `retry_backoff_s`, `retry_backoff_max_s`), one try at a
 reset (a coroutine function of the attempt number) and the sleep to back off with; the facts of a turn
 (terminated, truncated, a malformed action) or of its failure. Out: `reset_with_retries(...)` → the reset's
-result, or `EpisodeEnds(FAILED, "env.reset failed N time(s): …")` once out of tries; `EpisodeEnds` — every way
+result, or `EpisodeEnds(FAILED, "env.reset failed N times: …")` once out of tries; `EpisodeEnds` — every way
 an episode ends, each with its status and reason, made by one of its constructors or by `after_step`.
 
 The rules:
@@ -11,7 +11,10 @@ The rules:
   `envs.reset_retries` times; then the episode is FAILED with every try's error;
 - after an env step: terminated → COMPLETED; a malformed action with `end_on_format_error` → COMPLETED;
   truncated → TRUNCATED; else the episode goes on (until `max_turns` or `max_total_tokens`: TRUNCATED);
-- a generation that fails or times out, an env step that fails or times out → FAILED with the error;
+- a generation that fails or times out, an env step that fails or times out → FAILED with the error; an
+  env that raised (step, or every reset try) also carries the `Fault` (what raised, its traceback) that
+  the rollout's per-domain circuit breaker counts — a timeout or a generation failure does not: slow is
+  not broken, and generation is the infrastructure's;
 - a generation aborted → the cancel's status (ABORTED or STALE) if the trajectory was cancelled, else
   ABORTED by the inference plane.
 
@@ -25,7 +28,7 @@ import asyncio
 from typing import Awaitable, Callable, TypeVar
 
 from rollart.config import EnvsConfig
-from rollart.types import Status
+from rollart.types import Fault, Status
 
 T = TypeVar("T")
 
@@ -37,9 +40,9 @@ def error_text(exc: BaseException) -> str:
 class EpisodeEnds(Exception):
     """The episode ends, with this status and reason (raised inside an episode, caught once by its runner)."""
 
-    def __init__(self, status: Status, reason: str) -> None:
+    def __init__(self, status: Status, reason: str, fault: Fault | None = None) -> None:
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.fault = status, reason, fault
 
     @classmethod
     def max_turns(cls, max_turns: int) -> EpisodeEnds:
@@ -64,7 +67,7 @@ class EpisodeEnds(Exception):
 
     @classmethod
     def step_failed(cls, exc: BaseException) -> EpisodeEnds:
-        return cls(Status.FAILED, f"env.step failed: {error_text(exc)}")
+        return cls(Status.FAILED, f"env.step failed: {error_text(exc)}", Fault.of("env.step", exc))
 
     @classmethod
     def step_timed_out(cls, timeout_s: float) -> EpisodeEnds:
@@ -101,6 +104,7 @@ async def reset_with_retries(
     to wait out a backoff (None: `asyncio.sleep`)."""
     tries = envs.reset_retries + 1
     errors: list[str] = []
+    fault: Fault | None = None  # the last try's, when it raised (a timeout is no fault of the env's code)
     for attempt in range(tries):
         try:
             return await try_reset(attempt)
@@ -108,11 +112,14 @@ async def reset_with_retries(
             raise
         except TimeoutError:
             errors.append(f"timed out after {envs.reset_timeout_s:g}s")
+            fault = None
         except Exception as exc:
             errors.append(error_text(exc))
+            fault = Fault.of("env.reset", exc)
         if attempt + 1 < tries:
             delay = retry_delay_s(envs, attempt)
             if on_retry is not None:
                 on_retry(errors[-1], delay)
             await (sleep or asyncio.sleep)(delay)
-    raise EpisodeEnds(Status.FAILED, f"env.reset failed {tries} time(s): " + "; ".join(errors))
+    raise EpisodeEnds(Status.FAILED, f"env.reset failed {tries} time{'s' * (tries != 1)}: " + "; ".join(errors),
+                      fault)

@@ -2,10 +2,10 @@
 
 In: a `Task`, the policy version it starts under, an env factory, the domain and env-runtime config, an
 `LLMClient` (the inference plane's proxy, injected), a `ChatTokens` for the model's chat template, the
-turn's `SamplingParams`, and optionally a `TurnGate` (rollout.barrier=turn).
+turn's `SamplingParams`, and optionally a `TurnBarrier` (rollout.barrier=turn).
 
 Loop: reset (with timeout; a failed or timed-out reset is retried on a fresh env with bounded exponential
-backoff: the episode policy, `rollart.envs.episode`, which the cluster twin's env runner follows too) → per turn (`_turn`): [gate.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
+backoff: the episode policy, `rollart.envs.episode`, which the cluster twin's env runner follows too) → per turn (`_turn`): [turn_barrier.before_turn] → prompt ids (token-in/token-out, see chat.py) → generate → the
 decoded response goes to env.step (with timeout) → until the env terminates or truncates, or `max_turns`
 or `max_total_tokens` is reached.
 
@@ -18,7 +18,7 @@ out, or generation failed, ABORTED/STALE when cancelled (`cancel`), with every t
 turn gets the domain's `format_penalty`).
 
 Guarantees: `run` returns exactly once per manager, never raises for env/LLM errors, and always closes
-the env and leaves the gate; every wait on an env or the LLM has a timeout.
+the env and leaves the turn barrier; every wait on an env or the LLM has a timeout.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from rollart.envs.warm_pool import WarmPool, build_prepared
 from rollart.envs.seeds import episode_seed, request_seed
 from rollart.types import (
     DATA_METRIC_PREFIX,
+    Fault,
     GenerationRequest,
     GenerationResult,
     LLMClient,
@@ -57,12 +58,12 @@ from rollart.types import (
     Task,
     Trajectory,
     Turn,
-    TurnGate,
+    TurnBarrier,
 )
 
 log = logging.getLogger(__name__)
 
-ABORT_TIMEOUT_S = 10.0  # for LLMClient.abort and the gate's leave
+ABORT_TIMEOUT_S = 10.0  # for LLMClient.abort and the turn barrier's leave
 ABORT_GRACE_S = 2.0  # how long an aborted generation may take to come back with its partial tokens
 CLOSE_TIMEOUT_S = 10.0
 
@@ -82,14 +83,14 @@ class EnvManager:
         chat: ChatTokens,
         sampling: SamplingParams,
         executor: Executor | None = None,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         worker: str = "env/env/0",
         generate_timeout_s: float = 300.0,
         pool: WarmPool | None = None,
         reset_stats: ResetStats | None = None,
     ) -> None:
         self.task, self.domain_cfg, self.envs = task, domain_cfg, envs
-        self.llm, self.chat, self.sampling, self.gate = llm, chat, sampling, gate
+        self.llm, self.chat, self.sampling, self.turn_barrier = llm, chat, sampling, turn_barrier
         self.worker, self.generate_timeout_s = worker, generate_timeout_s
         self._make_env, self._executor = make_env, executor
         self._pool, self._reset_stats = pool, reset_stats
@@ -170,11 +171,11 @@ class EnvManager:
         env, self._env = self._env, None
         if env is not None:
             await self._close_quietly(env)
-        if self.gate is not None:
+        if self.turn_barrier is not None:
             try:
-                await asyncio.wait_for(self.gate.leave(self.trajectory_id), ABORT_TIMEOUT_S)
+                await asyncio.wait_for(self.turn_barrier.leave(self.trajectory_id), ABORT_TIMEOUT_S)
             except Exception as exc:
-                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, error_text(exc))
+                log.warning("turn barrier leave of %s failed: %s", self.trajectory_id, error_text(exc))
 
     async def _close_quietly(self, env: AsyncEnv | FaultInjectingEnv) -> None:
         try:
@@ -182,7 +183,7 @@ class EnvManager:
         except Exception as exc:
             log.warning("env.close of %s failed: %s", self.trajectory_id, error_text(exc))
 
-    def _finish(self, status: Status, reason: str = "") -> Trajectory:
+    def _finish(self, status: Status, reason: str = "", fault: Fault | None = None) -> Trajectory:
         turns = self.trajectory.turns
         metrics = {
             **self._metrics,
@@ -192,7 +193,7 @@ class EnvManager:
         }
         self.trajectory = replace(
             self.trajectory, env_return=float(sum(t.reward for t in turns))
-        ).finished(status, reason, metrics)
+        ).finished(status, reason, metrics, fault)
         return self.trajectory
 
     # --- the episode ----------------------------------------------------------------------------------
@@ -264,15 +265,15 @@ class EnvManager:
             for turn_index in range(self.domain_cfg.max_turns):
                 observation = await self._turn(turn_index, observation)
         except EpisodeEnds as end:
-            return self._finish(end.status, end.reason)
+            return self._finish(end.status, end.reason, end.fault)
         end = EpisodeEnds.max_turns(self.domain_cfg.max_turns)
         return self._finish(end.status, end.reason)
 
     async def _turn(self, turn_index: int, observation: str) -> str:
-        """One turn: [gate] → prompt ids → generate → env.step. Returns the next observation, or raises
+        """One turn: [turn barrier] → prompt ids → generate → env.step. Returns the next observation, or raises
         `EpisodeEnds`. Once generation has returned, the turn is on the trajectory however it ends."""
-        if self.gate is not None:
-            await self.gate.before_turn(self.trajectory_id, turn_index)
+        if self.turn_barrier is not None:
+            await self.turn_barrier.before_turn(self.trajectory_id, turn_index)
         if turn_index == 0:
             prompt = self.chat.initial_messages(self._first_chat) if self._first_chat else self.chat.initial(observation)
         else:

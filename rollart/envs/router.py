@@ -35,7 +35,7 @@ from rollart.config import RunConfig
 from rollart.envs.reset_stats import ResetStats
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import death_cause, gather_alive, is_worker_death
-from rollart.types import SamplingParams, Status, Task, Trajectory, TurnGate
+from rollart.types import SamplingParams, Status, Task, Trajectory, TurnBarrier
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class EnvRouter:
         resources: Any,
         cfg: RunConfig,
         llm: Any,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         model_path: str | Path | None = None,
     ) -> EnvRouter:
         """Place `cfg.envs.workers` EnvWorkers with `resources` (a `rollart.resources` Resources; pool from
@@ -79,7 +79,7 @@ class EnvRouter:
             cluster = resources.place(
                 EnvWorker,
                 replicas=cfg.envs.workers,
-                kwargs={"cfg": cfg, "llm": llm, "gate": gate, "model_path": str(model_path) if model_path else None,
+                kwargs={"cfg": cfg, "llm": llm, "turn_barrier": turn_barrier, "model_path": str(model_path) if model_path else None,
                         "env_servers": {d: directory for d in fleets}},
                 worker_kwargs=lambda p: {"name": p.worker},
             )

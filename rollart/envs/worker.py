@@ -1,14 +1,14 @@
 """EnvWorker: an environment worker on the `env` hardware pool, running many trajectories at once.
 
 In: the `RunConfig`, an `LLMClient` (or a Ray actor handle with async `generate`/`abort` — the inference
-plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnGate`, the worker's name and the model
+plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnBarrier`, the worker's name and the model
 checkpoint whose tokenizer/chat template prompts are built with. Out: `run(task, start_version)` →
 the finished `Trajectory`; `cancel`, `progress`, `stats`.
 
 Each `run` is one `EnvManager` driven as an asyncio task on the actor's event loop (Ray runs async actor
 methods concurrently), so one worker holds many environment lifecycles; sync env calls go to a thread
 pool of `envs.threads` threads so a CPU-heavy env does not stall the others. A task of an agent domain
-(`domains.<name>.agent`) runs an `AgentRunner` instead: the worker serves those agents an OpenAI-compatible
+(`domains.<name>.agent`) runs an `AgentManager` instead: the worker serves those agents an OpenAI-compatible
 `AgentGateway` on 127.0.0.1 (started with the worker when the config has an agent domain). The class is
 plain Python, placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see
 `EnvRouter.place`) and
@@ -32,7 +32,7 @@ from typing import Any
 from rollart.config import DomainConfig, RunConfig
 from rollart.envs.agents.function import resolve_agent
 from rollart.envs.agents.gateway import AgentGateway
-from rollart.envs.agents.runner import AgentRunner
+from rollart.envs.agents.manager import AgentManager
 from rollart.envs.chat import ChatTokens
 from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
@@ -44,7 +44,7 @@ from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
 from rollart.sandbox.workspace import reap_leftovers
-from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnGate
+from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnBarrier
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
 
@@ -81,15 +81,15 @@ class EnvWorker:
         self,
         cfg: RunConfig,
         llm: Any,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         name: str = "env/env/0",
         model_path: str | Path | None = None,
         env_servers: dict[str, Any] | None = None,
     ) -> None:
-        self.cfg, self.name, self.gate = cfg, name, gate
+        self.cfg, self.name, self.turn_barrier = cfg, name, turn_barrier
         self.llm = as_llm_client(llm)
         path = model_path or resolve_model_path(cfg.model, cfg.seed)
-        tokenizer = load_tokenizer(path)
+        tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
         self.chat = ChatTokens(tokenizer)  # agents bring their own messages (and system prompts)
         self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
                       if not c.agent}
@@ -115,7 +115,7 @@ class EnvWorker:
             if cfg.envs.pooled(d, cfg.domains[d]) and d not in (env_servers or {})  # those servers pool themselves
         }
         self.reset_stats = ResetStats()
-        self._managers: dict[str, EnvManager | AgentRunner] = {}
+        self._managers: dict[str, EnvManager | AgentManager] = {}
         self._early_cancels: OrderedDict[str, tuple[Status, str]] = OrderedDict()
         self._counts = {"started": 0, "finished": 0}
 
@@ -136,8 +136,8 @@ class EnvWorker:
 
     def manager(
         self, task: Task, start_version: int, sampling: SamplingParams | None = None
-    ) -> EnvManager | AgentRunner:
-        """What a `run` of `task` drives: an EnvManager, or an AgentRunner for an agent domain."""
+    ) -> EnvManager | AgentManager:
+        """What a `run` of `task` drives: an EnvManager, or an AgentManager for an agent domain."""
         agent = self._agents.get(task.domain)
         if agent is None:
             domain_cfg, factory = self._domain_cfg_and_factory(task)
@@ -146,8 +146,8 @@ class EnvWorker:
             sampling = domain_sampling(self.cfg, task.domain, chat.stop_token_ids, task.split)
         if agent is not None:
             assert self.gateway is not None
-            return AgentRunner(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],
-                               gateway=self.gateway, sampling=sampling, gate=self.gate, worker=self.name)
+            return AgentManager(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],
+                               gateway=self.gateway, sampling=sampling, turn_barrier=self.turn_barrier, worker=self.name)
         own_env = task.env == domain_cfg.env  # a task naming another env is not served from the domain's pool
         pool = self.pools.get(task.domain) if own_env else None
         if pool is not None:
@@ -164,7 +164,7 @@ class EnvWorker:
             chat=chat,
             sampling=sampling,
             executor=self.executor,
-            gate=self.gate,
+            turn_barrier=self.turn_barrier,
             worker=self.name,
             generate_timeout_s=self._generate_timeout_s(),
         )

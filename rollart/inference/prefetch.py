@@ -28,12 +28,12 @@ from rollart.types import WeightSubscriber
 
 class WeightPrefetcher:
     def __init__(
-        self, subscriber: WeightSubscriber, served_version: int, poll_s: float = 0.5, wait_s: float = 300.0,
+        self, subscriber: WeightSubscriber, inference_version: int, poll_s: float = 0.5, wait_s: float = 300.0,
         prepare: Callable[[Any], Any] | None = None,
     ) -> None:
         self._subscriber = subscriber
         self._prepare = prepare
-        self._served = served_version
+        self._inference_version = inference_version
         self._poll_s = poll_s
         self._wait_s = wait_s
         self._ready: tuple[int, Any] | None = None  # the prefetched version and its tensors
@@ -56,7 +56,7 @@ class WeightPrefetcher:
             await asyncio.sleep(self._poll_s)
             try:
                 latest = await self._subscriber.latest_version()
-                if latest > max(self._served, self._ready[0] if self._ready else -1):
+                if latest > max(self._inference_version, self._ready[0] if self._ready else -1):
                     await self._pull_in_background(latest)
             except Exception as exc:  # noqa: BLE001 — reported in stats, retried at the next poll
                 self.last_error = f"{type(exc).__name__}: {exc}"
@@ -71,7 +71,7 @@ class WeightPrefetcher:
             self._pulling = None
         self.background_pull_s += time.perf_counter() - start
         self.background_pulls += 1
-        if version > self._served and (self._ready is None or version > self._ready[0]):
+        if version > self._inference_version and (self._ready is None or version > self._ready[0]):
             self._ready = (version, tensors)
 
     async def _pull_and_prepare(self, version: int) -> Any:
@@ -90,7 +90,7 @@ class WeightPrefetcher:
         ready = self._ready
         if ready is not None and ready[0] <= version:
             self._ready = None
-        self._served = max(self._served, version)
+        self._inference_version = max(self._inference_version, version)
         if tensors is None and ready is not None and ready[0] == version:
             tensors = ready[1]
         if tensors is None:

@@ -71,6 +71,7 @@ def engine_args(
     enforce_eager: bool | None,
     seed: int,
     block_size: int = 0,
+    trust_remote_code: bool = False,
 ) -> dict[str, Any]:
     """vLLM `EngineArgs` for one engine on `device` ("cpu" or "cuda…")."""
     on_cuda = device.startswith("cuda")
@@ -85,6 +86,7 @@ def engine_args(
     args: dict[str, Any] = dict(
         model=str(model_path),
         tokenizer=str(model_path),
+        trust_remote_code=trust_remote_code,
         dtype=dtype,
         seed=seed,
         max_num_seqs=max_batch_size,
@@ -171,6 +173,7 @@ class VLLMEngine:
         seed: int = 0,
         on_update: OnUpdate = "recompute",
         transfer_bucket_mb: float = 64.0,
+        trust_remote_code: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} is invalid: it must be >= 1")
@@ -179,6 +182,7 @@ class VLLMEngine:
             model_path, device=device, dtype=dtype, max_batch_size=max_batch_size, kv_cache_mb=kv_cache_mb,
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
             max_model_len=max_model_len, enforce_eager=enforce_eager, seed=seed, block_size=block_size,
+            trust_remote_code=trust_remote_code,
         )
         vllm = _import_vllm()
         from vllm.sampling_params import RequestOutputKind

@@ -57,12 +57,14 @@ def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> Infe
             enforce_eager=inf.vllm.enforce_eager, block_size=inf.vllm.block_size, version=version, worker=name,
             seed=cfg.seed,
             on_update=inf.on_update, transfer_bucket_mb=cfg.weights.bucket_mb,
+            trust_remote_code=cfg.model.trust_remote_code,
         )
     from rollart.inference.hf_engine import HFEngine
 
     return HFEngine(
-        load_model(path, cfg.model.dtype, device, adapter=cfg.model.adapter),
-        load_tokenizer(path),
+        load_model(path, cfg.model.dtype, device, adapter=cfg.model.adapter,
+                   trust_remote_code=cfg.model.trust_remote_code),
+        load_tokenizer(path, cfg.model.trust_remote_code),
         max_batch_size=inf.max_batch_size,
         prefix_cache_mb=inf.prefix_cache_mb,
         version=version,

@@ -42,7 +42,7 @@ class LoopSystem(Protocol):
 
     resumed: RunState  # where this start goes on from, under this start's run id and attempt
     trainer: TrainedVersion
-    served_version: int  # the version every engine serves
+    inference_version: int  # the version every engine serves
 
     def start_rollout(self, batches: int) -> Rollout:
         """Start the control plane for `batches` batches, from the trainer's version on."""

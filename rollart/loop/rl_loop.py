@@ -50,7 +50,7 @@ class RLLoop:
 
     async def _steps(self) -> None:
         cfg, first_step, steps = self.cfg, self.state.step, self.cfg.train.steps
-        overlap = cfg.rollout.barrier != "batch"
+        admits_while_training = cfg.rollout.barrier != "batch"
         await self.serve_latest_weights()  # start-up (a resumed trainer is ahead): not a step's phase
         first_version = self.system.trainer.version  # the policy version step `first_step` trains
         if self.state.eval_first is None:
@@ -62,18 +62,18 @@ class RLLoop:
             checkpoint_due = step > first_step and step % cfg.train.checkpoint_every == 0
             # The α gate: with the engines older than version − α nothing they start can join this batch, so
             # the train step in flight must land first (α = 0: every step; α ≥ 1: never, by steps 2–5).
-            if checkpoint_due or self.system.served_version < version - cfg.rollout.alpha:
+            if checkpoint_due or self.system.inference_version < version - cfg.rollout.alpha:
                 await self.land_train_step()
             if checkpoint_due:  # after landing: the checkpoint holds every step before `step`
                 await self.save_checkpoint(step)
             batch = await self.get_batch(version)                         # 1
-            if not overlap:
+            if not admits_while_training:
                 rollout.pause_admission()
             await self.land_train_step()                                  # 2–5 (one train step at a time)
             if step > first_step and step % cfg.eval.every == 0:
                 await self.evaluate(step, f"step{step}")
             self.start_train_step(step, batch, version)                   # 6, overlapping the next batch's rollout
-            if overlap:
+            if admits_while_training:
                 self.land_in_background()
             else:
                 await self.land_train_step()
@@ -95,7 +95,7 @@ class RLLoop:
     async def serve_latest_weights(self) -> TimedMetrics:
         """Steps 2–5: every engine serves the trainer's newest version (nothing to do, no span, if it does)."""
         system, version = self.system, self.system.trainer.version
-        if version <= system.served_version:
+        if version <= system.inference_version:
             return TimedMetrics({})
         began = self.clock()
         await system.suspend()                                            # 2

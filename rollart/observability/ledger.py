@@ -80,13 +80,13 @@ def audit_ledger(path: str | Path) -> LedgerAudit:
         if not line.strip():
             continue
         entry = json.loads(line)
-        tid, fate = entry["id"], entry["fate"]
-        current = state.get(tid)
+        trajectory_id, fate = entry["id"], entry["fate"]
+        current = state.get(trajectory_id)
         if fate not in _ALLOWED.get(current, set()):
-            broken.append(f"{tid}: {current} → {fate}")
-        state[tid] = fate
+            broken.append(f"{trajectory_id}: {current} → {fate}")
+        state[trajectory_id] = fate
         if fate == "trained":
-            trained[tid] = (int(entry.get("batch", -1)), str(entry.get("digest", "")))
+            trained[trajectory_id] = (int(entry.get("batch", -1)), str(entry.get("digest", "")))
     return LedgerAudit(
         started=len(state),
         fates=Counter(state.values()),

@@ -84,6 +84,13 @@ class MetricsLogger:
             sink.write(record)
         return record
 
+    def text(self, step: int, tag: str, markdown: str) -> None:
+        """Markdown at `step` in every sink that shows text (TensorBoard's text tab); the others skip it."""
+        for sink in self._sinks or ():
+            show = getattr(sink, "text", None)
+            if show is not None:
+                show(step, tag, markdown)
+
     def close(self) -> None:
         sinks, self._sinks = self._sinks, None
         for sink in sinks or ():

@@ -1,14 +1,17 @@
 """`rollart report RUN_DIR`: one self-contained HTML page about a run.
 
-In: RUN_DIR/{config.yaml, metrics.jsonl, timeline.json, summary.json} — any of them may be missing.
-Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data URIs: summary table, validation
-score and training reward per domain over steps and wall time, step-time breakdown as stacked bars,
-utilisation and fallbacks per pool, staleness histogram and rollout losses, env resets per domain
-(totals, retries, warm-pool hits, latency percentiles), and the Gantt charts of trajectories and workers.
+In: RUN_DIR/{config.yaml, metrics.jsonl, samples.jsonl, timeline.json, summary.json} — any of them may be
+missing. Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data URIs: summary table,
+validation score and training reward per domain over steps and wall time, rollouts as text (the worst, a
+median and the best trajectory of each domain at the first, a middle and the last step with samples),
+step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness histogram and rollout
+losses, env resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt charts
+of trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
 data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
-unreadable turns its section into a sentence saying what is missing, never a failed report.
+unreadable turns its section into a sentence saying what is missing, never a failed report; what a policy
+wrote is escaped text, never markup.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import yaml
 
 from rollart.observability import plots
 from rollart.observability.records import COUNTERS, Record, domains_with, read_metrics, series
+from rollart.observability.samples import headline, read_samples
 from rollart.run_dir import RunPaths
 from rollart.observability.timeline import Trace, load_trace
 from rollart.observability.utilisation import pool_utilisation
@@ -41,6 +45,9 @@ table { border-collapse: collapse; font-size: .9em; }
 td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 .missing { color: #a15c00; background: #fff6e5; padding: .5em .8em; border-left: 3px solid #f0a030; }
 .note { color: #666; font-size: .85em; }
+details { margin: .3em 0; } summary { cursor: pointer; font-size: .9em; }
+pre { background: #f6f6f6; padding: .5em; white-space: pre-wrap; word-break: break-all; font-size: .8em;
+      max-height: 30em; overflow: auto; }
 """
 
 
@@ -48,6 +55,7 @@ td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 class _Inputs:
     paths: RunPaths
     records: list[Record] | None
+    samples: list[dict[str, Any]] | None
     trace: Trace | None
     summary: dict[str, Any] | None
     config: dict[str, Any] | None
@@ -74,6 +82,7 @@ def _load(paths: RunPaths) -> _Inputs:
     return _Inputs(
         paths=paths,
         records=records,
+        samples=attempt("samples", paths.samples, read_samples),
         trace=attempt("timeline", paths.timeline, load_trace),
         summary=attempt("summary", paths.summary, lambda p: json.loads(paths.read_text(p))),
         config=attempt("config", paths.config, lambda p: yaml.safe_load(paths.read_text(p))),
@@ -148,6 +157,34 @@ def _reward(inp: _Inputs) -> str:
     if success and "metrics" not in inp.problems:
         out += _img(success, "success rate per domain")
     return out
+
+
+SHOWN_RANKS = ("worst", "median", "best", "only")
+
+
+def _samples(inp: _Inputs) -> str:
+    """The worst, a median and the best trajectory of each domain, at the first, a middle and the last step."""
+    if inp.samples is None:
+        return _missing(inp.problems["samples"] + " (the run wrote none: observability.samples_per_domain=0, or it "
+                        "predates samples)")
+    steps = sorted({s["step"] for s in inp.samples})
+    if not steps:
+        return _missing("samples.jsonl holds no samples yet")
+    chosen = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
+    out = [f'<p class="note">{len(steps)} steps have samples (`rollart samples {html.escape(str(inp.paths.root))} '
+           "--step N` prints any of them); shown: the first, a middle and the last. Each prompt is the text the "
+           "turn added to the model's context, chat template included; each response what the model wrote.</p>"]
+    for step in chosen:
+        out.append(f"<h3>step {step}</h3>")
+        for sample in (s for s in inp.samples if s["step"] == step and s["rank"] in SHOWN_RANKS):
+            turns = "".join(
+                f'<p class="note">turn {i}: prompt ({t["prompt_tokens"]} tokens)</p>'
+                f'<pre>{html.escape(t["prompt"])}</pre>'
+                f'<p class="note">turn {i}: response ({t["response_tokens"]} tokens, {html.escape(t["finish_reason"])}'
+                f'{"" if t["format_ok"] else ", malformed"})</p><pre>{html.escape(t["response"])}</pre>'
+                for i, t in enumerate(sample["turns"], start=1))
+            out.append(f"<details><summary>{html.escape(headline(sample))}</summary>{turns}</details>")
+    return "".join(out)
 
 
 def _breakdown(inp: _Inputs) -> str:
@@ -257,6 +294,7 @@ def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
         ("Summary", _summary(inp)),
         ("Validation score per domain", _eval(inp)),
         ("Training reward per domain", _reward(inp)),
+        ("Rollouts", _samples(inp)),
         ("Step-time breakdown", _breakdown(inp)),
         ("Utilisation per pool", _utilisation(inp)),
         ("Staleness", _staleness(inp)),

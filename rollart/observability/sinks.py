@@ -48,7 +48,7 @@ class JsonlSink:
 
     def __init__(self, path: Path, purge_step: int | None = None) -> None:
         if purge_step is not None and path.exists():
-            _drop_steps_from(path, purge_step)
+            drop_steps_from(path, purge_step)
         # append: a resumed run continues the same file; readers merge records by step, newest last
         self._file = open_file(path, "a")
 
@@ -60,8 +60,9 @@ class JsonlSink:
         self._file.close()
 
 
-def _drop_steps_from(path: Path, first_dropped: int) -> None:
-    """Rewrite a metrics.jsonl without the records at steps ≥ first_dropped (and without a torn line)."""
+def drop_steps_from(path: Path, first_dropped: int) -> None:
+    """Rewrite a JSONL file of {"step", …} records (metrics.jsonl, samples.jsonl) without the records at steps
+    ≥ first_dropped (and without a torn line)."""
     kept = []
     for line in read_text(path).splitlines():
         try:
@@ -83,6 +84,10 @@ class TensorBoardSink:
     def write(self, record: MetricRecord) -> None:
         for name, value in record.values.items():
             self._writer.add_scalar(name, value, global_step=record.step, walltime=record.time)
+
+    def text(self, step: int, tag: str, markdown: str) -> None:
+        """Markdown under `tag` in TensorBoard's text tab (the readable rollouts: samples/<domain>)."""
+        self._writer.add_text(tag, markdown, global_step=step)
 
     def close(self) -> None:
         self._writer.flush()

@@ -8,13 +8,12 @@ chose (with `tp` and the node size). Out:
   (`train.workers` = its GPUs), the run's CPU and serverless pools as they were, every domain on its
   planned pool; the model the hardware file names (`model.path` = its Hugging Face id) in its dtype, vLLM
   with the plan's tensor parallelism (the built-in engine under `train.lora`, which vLLM cannot serve yet),
-  and `inference.replicas_per_pool` (one number for every pool in this version of rollart: the smallest
-  pool's engine count, so a larger pool's extra engine slots stay empty — said in the file);
+  and `inference.replicas`: each generation pool's engine count, so every engine slot is filled;
 - `nodes` — the cluster's Ray nodes: the head (the first training GPUs, and every CPU and serverless pool's
   slots), the other training nodes, then each generation pool's nodes; each with its GPUs and its
   `pool_<name>` custom resources;
 - `run_yaml` — `planned_config` as a sparse run file (defaults it does not use set to null), its header the
-  plan, the notes on what was filled in or raised, and the replicas caveat;
+  plan and the notes on what was filled in or raised;
 - `ray_start_lines` — one `ray start` per node;
 - `raycluster_manifest` — a KubeRay `RayCluster` (ray.io/v1): the head group and one worker group per pool
   and node size, each pod asking for its node's GPUs on that GPU kind (`nvidia.com/gpu.product`).
@@ -70,7 +69,7 @@ def planned_config(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: i
         "path": shape.hub_id or f"SET-ME: a checkpoint of the hardware file's {shape.params:.3g}-parameter model",
         "dtype": DTYPE_OF_BYTES.get(int(shape.bytes_per_param), "bfloat16"),
     })
-    inference = planned.inference.model_copy(update={"replicas_per_pool": min(engines.values())})
+    inference = planned.inference.model_copy(update={"replicas": engines})
     if planned.train.lora is None:  # vLLM does not serve LoRA adapters yet (the config refuses it)
         inference = inference.model_copy(update={
             "engine": "vllm", "vllm": inference.vllm.model_copy(update={"tensor_parallel_size": tp, "kv_cache_mb": 0})})
@@ -109,16 +108,12 @@ def nodes(planned: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, n
 def run_yaml(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, notes: Sequence[str] = (),
              address: str = "HEAD_IP:6379") -> str:
     planned = planned_config(cfg, hardware, cand, tp, address)
-    engines = {name: gpus // tp for name, _, gpus in cand.pools}
     data = planned.model_dump(mode="json", exclude_defaults=True)
     # a run file merges into the defaults: defaults the plan does not use are dropped explicitly
     data["pools"] = {**{p: None for p in default_pools() if p not in planned.pools}, **data.get("pools", {})}
     data["domains"] = {**{d: None for d in default_domains() if d not in planned.domains}, **data.get("domains", {})}
     lines = [f"# rollart plan: {cand.describe()}"]
     lines += [f"# {note}" for note in notes]
-    if len(set(engines.values())) > 1:
-        lines.append(f"# inference.replicas_per_pool is one number for all pools: the smallest pool's engines "
-                     f"({min(engines.values())}); the pools' engine slots: {engines}")
     return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False)
 
 

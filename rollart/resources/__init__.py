@@ -1,6 +1,6 @@
 """rollart.resources — the resource plane: pools, `@affinity`, the ResourceManager, placement of
-`Cluster`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and the README section
-"Pools, affinity and fallback".
+`Cluster`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and docs/cluster.md
+(pools, affinity and fallback).
 
 Public API (`from rollart.resources import affinity` imports no Ray; Runtime/Resources/Cluster load Ray
 when first used):
@@ -8,7 +8,7 @@ when first used):
 - `Runtime(cfg)` — context manager; `rt.resources` is a `Resources` — runtime.py
 - `Resources.place(cls, role=, pool=, fallback=, replicas=, ...) -> Cluster`, `.snapshot()`, `.metrics()`
 - `Cluster.call_all / call_one / gather / gather_async / shutdown` — cluster.py
-- `Placement`, `PoolStatus`, `NodeShare` — ledger.py; `PlacementError`, `ClusterError` — errors.py
+- `Placement`, `PoolStatus`, `NodeShare` — accounts.py; `PlacementError`, `ClusterError` — errors.py
 - `pool_resource(pool)`, `worker_name(role, pool, index)` — names.py
 """
 
@@ -35,7 +35,7 @@ os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")
 # submodule of the same name); the parts that import Ray load on first use.
 from rollart.resources.affinity import affinity, affinity_of, role_of  # noqa: E402
 from rollart.resources.errors import ClusterError, PlacementError, ResourceError  # noqa: E402
-from rollart.resources.ledger import NodeShare, Placement, PoolStatus  # noqa: E402
+from rollart.resources.accounts import NodeShare, Placement, PoolStatus  # noqa: E402
 from rollart.resources.names import pool_resource, worker_name  # noqa: E402
 
 __all__ = [

@@ -39,7 +39,7 @@ import ray
 
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import ActorState, death_cause, is_worker_death
-from rollart.resources.ledger import Placement
+from rollart.resources.accounts import Placement
 
 log = logging.getLogger("rollart.resources")
 
@@ -287,7 +287,7 @@ class Cluster:
                 dead = self._members.get(slot)
                 if dead is None or dead.alive or self._closed:
                     return
-            self._placer.release([dead])  # its slot in the ledger is free again: the replacement may take it
+            self._placer.release([dead])  # its slot in the pool accounts is free again: the replacement may take it
             try:
                 member = self._placer.spawn(slot)
             except Exception as exc:  # noqa: BLE001 — no room now (a node left): retried at the next check

@@ -1,12 +1,12 @@
-"""The ResourceManager: a named Ray actor holding the run's pool ledger (Ray's GCS is its store).
+"""The ResourceManager: a named Ray actor holding the run's pool accounts (Ray's GCS is its store).
 
 In: pool specs (registered by whoever connects first, updated by later connections), reservations and
-releases from the placement code. Out: placements, `NoRoom` refusals and snapshots (see ledger.py).
+releases from the placement code. Out: placements, `NoRoom` refusals and snapshots (see accounts.py).
 
 Guarantees: one manager per name and Ray namespace (`get_if_exists`, so concurrent drivers of one job
 share it); its methods run one at a time, so reservations are atomic; it asks Ray for no CPU (it must
 never wait for a core on a loaded machine); it is not detached, so it goes away with the job that made it;
-it lives on the driver's node (`on_driver_node`), so losing another node never takes the run's ledger.
+it lives on the driver's node (`on_driver_node`), so losing another node never takes the run's pool accounts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rollart.resources.ledger import Ledger, NoRoom, Placement, PoolSpec, PoolStatus
+from rollart.resources.accounts import PoolAccounts, NoRoom, Placement, PoolSpec, PoolStatus
 
 MANAGER_NAME = "rollart_resource_manager"
 
@@ -24,34 +24,34 @@ MANAGER_NAME = "rollart_resource_manager"
 @ray.remote(num_cpus=0, max_concurrency=1)
 class ResourceManager:
     def __init__(self) -> None:
-        self._ledger = Ledger()
+        self._accounts = PoolAccounts()
 
     def add_pools(self, specs: list[PoolSpec]) -> None:
-        self._ledger.add_pools(specs)
+        self._accounts.add_pools(specs)
 
     def reserve(self, role: str, chain: Sequence[str], slots: float) -> Placement | NoRoom:
-        return self._ledger.reserve(role, chain, slots)
+        return self._accounts.reserve(role, chain, slots)
 
     def confirm(self, worker: str, node_id: str) -> None:
-        self._ledger.confirm(worker, node_id)
+        self._accounts.confirm(worker, node_id)
 
     def release(self, workers: Iterable[str]) -> None:
-        self._ledger.release(workers)
+        self._accounts.release(workers)
 
     def snapshot(self) -> tuple[PoolStatus, ...]:
-        return self._ledger.snapshot()
+        return self._accounts.snapshot()
 
     def set_capacity(self, capacities: dict[str, float]) -> list[str]:
-        return self._ledger.set_capacity(capacities)
+        return self._accounts.set_capacity(capacities)
 
     def record_death(self, worker: str) -> None:
-        self._ledger.record_death(worker)
+        self._accounts.record_death(worker)
 
     def record_replacement(self, pool: str) -> None:
-        self._ledger.record_replacement(pool)
+        self._accounts.record_replacement(pool)
 
     def free(self, pool: str) -> float:
-        return self._ledger.free(pool)
+        return self._accounts.free(pool)
 
 
 def on_driver_node() -> NodeAffinitySchedulingStrategy:

@@ -11,7 +11,7 @@ import json
 from typing import Any, Iterable, Mapping
 
 from rollart.config import PoolConfig
-from rollart.resources.ledger import NodeShare
+from rollart.resources.accounts import NodeShare
 from rollart.resources.names import pool_resource
 
 

@@ -49,7 +49,7 @@ from rollart.resources.affinity import PlacementRequest
 from rollart.resources.cluster import Cluster, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import Ticker, actor_states
-from rollart.resources.ledger import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
+from rollart.resources.accounts import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
 from rollart.resources.manager import MANAGER_NAME, get_or_create_manager, on_driver_node
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import cluster_capacity, declare_hint, pool_nodes
@@ -104,7 +104,7 @@ class Resources:
     def connect(cls, cfg: RunConfig, *, name: str = MANAGER_NAME) -> Resources:
         """Get or create the named ResourceManager of the current Ray namespace and register the run's
         pools with the capacity Ray holds of each (on a joined cluster that can differ from
-        `pools.<name>.capacity`; Ray is what enforces it, so the ledger follows Ray)."""
+        `pools.<name>.capacity`; Ray is what enforces it, so the accounts follow Ray)."""
         if not ray.is_initialized():
             raise RuntimeError("Resources.connect needs a running Ray; start one with rollart.resources.Runtime")
         totals = ray.cluster_resources()
@@ -248,7 +248,7 @@ class Resources:
                 cluster.grow()
 
     def _follow_nodes(self) -> set[str]:
-        """Set each pool's capacity in the ledger to what the alive nodes hold; the pools that grew."""
+        """Set each pool's capacity in the pool accounts to what the alive nodes hold; the pools that grew."""
         totals = ray.cluster_resources()
         capacity = {name: cluster_capacity(name, totals) for name in self.pools}
         if capacity == self._capacity:
@@ -379,7 +379,7 @@ def _release(manager: ray.actor.ActorHandle, placements: list[Placement], groups
              actors: list[ray.actor.ActorHandle]) -> None:
     """Kill actors, remove their placement groups, give the slots back; each step tolerates a dead peer."""
     if not ray.is_initialized():
-        return  # Ray is already shut down: the actors, groups and ledger went with it
+        return  # Ray is already shut down: the actors, groups and pool accounts went with it
     for actor in actors:
         try:
             ray.kill(actor, no_restart=True)
@@ -393,5 +393,5 @@ def _release(manager: ray.actor.ActorHandle, placements: list[Placement], groups
     if placements:
         try:
             ray.get(manager.release.remote([p.worker for p in placements]), timeout=_MANAGER_TIMEOUT_S)
-        except Exception as exc:  # the manager is gone with the cluster: its ledger is gone too
+        except Exception as exc:  # the manager is gone with the cluster: its pool accounts are gone too
             log.warning("could not release %s: %s", [p.worker for p in placements], exc)

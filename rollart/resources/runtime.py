@@ -63,6 +63,7 @@ class Runtime:
         self.mode: Mode | None = None
         self.resources: Resources | None = None
         self.session_dir: str | None = None  # embedded only: Ray's session directory
+        self.dashboard_url = ""  # Ray's dashboard (embedded with cluster.dashboard, or the joined cluster's)
         self._handle_signals = handle_signals
         self._manager_name = manager_name
         self._previous: dict[int, Any] = {}
@@ -127,9 +128,10 @@ class Runtime:
             keep_token_auth(cl)
             _check_reachable(cl.address)
             try:
-                ray.init(address=cl.address, namespace=cl.namespace, runtime_env=self._worker_env())
+                context = ray.init(address=cl.address, namespace=cl.namespace, runtime_env=self._worker_env())
             except (ConnectionError, ValueError, RuntimeError, ray.exceptions.AuthenticationError) as exc:
                 raise ClusterError(f"cannot join the Ray cluster at {cl.address} (cluster.address): {exc}") from exc
+            self._announce_dashboard(context)
             return "joined"
         if ray._private.ray_constants.ENABLE_RAY_CLUSTER:
             log.warning("embedded Ray will listen on every interface: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER was not "
@@ -139,7 +141,7 @@ class Runtime:
                 address="local",
                 num_cpus=cl.num_cpus,
                 resources={pool_resource(name): pool.capacity for name, pool in self.cfg.pools.items()},
-                include_dashboard=False,
+                include_dashboard=cl.dashboard,  # on 127.0.0.1 (Ray's default dashboard_host)
                 object_store_memory=cl.object_store_mb * 1024 * 1024,
                 namespace=cl.namespace,
                 runtime_env=self._worker_env(),
@@ -147,7 +149,15 @@ class Runtime:
         except Exception as exc:  # Ray raises a bare Exception when its GCS or raylet does not come up in time
             raise ClusterError(embedded_start_failed(exc, cl)) from exc
         self.session_dir = context.address_info.get("session_dir")
+        self._announce_dashboard(context)
         return "embedded"
+
+    def _announce_dashboard(self, context: Any) -> None:
+        """Say where Ray's dashboard is (actors, logs, resources of the run), when there is one."""
+        url = getattr(context, "dashboard_url", "") or ""
+        if url:
+            self.dashboard_url = url if "://" in url else f"http://{url}"
+            log.info("Ray dashboard: %s", self.dashboard_url)
 
     def _worker_env(self) -> dict[str, Any]:
         """The job's runtime env: worker processes configure logging at start (see the module docstring)."""

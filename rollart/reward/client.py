@@ -1,12 +1,13 @@
 """Reward clients: score one trajectory on one backend, with timeouts, retries and bounded concurrency.
 
 In: a finished `Trajectory` and its reward spec. Out: a `RewardResult` — never an exception. A reward
-that still fails after `reward.retries` further tries comes back as `ok=False` with the last error, so
-the control plane ends that trajectory FAILED with the reason and the batch goes on.
+that still fails after `reward.retries` further tries (an outage's tries apart, below) comes back as
+`ok=False` with the last error, so the control plane ends that trajectory FAILED with the reason and the
+batch goes on.
 
 - `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
   `Idempotency-Key: <run id>/<attempt>/<trajectory id>` (`run_key` = run id and attempt, see router.py; the
-  service scores a key once, answers retries from its ledger, and refuses the key with another payload),
+  service scores a key once, answers retries from its claim book, and refuses the key with another payload),
   `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (when the first try left: cold-start detection). Retried: connection
   errors, timeouts (`reward.timeout_s` per try), dropped responses, HTTP 408/429 (the standard "try again
   later") and 5xx but 501. Not retried: every other 4xx (bad token, payload too large, bad payload, a key
@@ -20,8 +21,9 @@ backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s ·
 An outage of a service (HTTP clients: connection refused or reset, timeouts, 502/503/504 — down or hung;
 not a 500, which is the reward itself failing) is waited out past `reward.retries`, for up to
 `reward.outage_budget_s` from the first try, calling the client's `on_outage` before each such try (the
-router brings a dead service back there): an outage costs retries (`outage_retries`), not trajectories;
-past the budget the scoring fails as before.
+router brings a dead service back there): an outage costs retries (`outage_retries`), not trajectories —
+its tries do not use up `reward.retries` for the failures the service answers; past the budget the scoring
+fails as before.
 httpx (async, HTTP/1.1 keep-alive) is used for HTTP: one connection pool per event loop.
 """
 
@@ -95,13 +97,19 @@ class _Tries:
         t0 = time.monotonic()
         self.stats.requests += 1
         error = ""
-        tries, outage = 0, False
+        tries, answered_failures, outage = 0, 0, False
         while True:
-            if tries > self.cfg.retries:  # past the retries: only an outage within its budget goes on
-                if not outage or self.on_outage is None or time.monotonic() - t0 >= self.cfg.outage_budget_s:
+            if tries > self.cfg.retries:
+                # Past the retries, an outage goes on within its budget, and a failure the service answered
+                # goes on while those are still within the retries: tries an outage took do not count
+                # against them (timeouts through an overload, then an answer to retry, lost the scoring).
+                if outage:
+                    if self.on_outage is None or time.monotonic() - t0 >= self.cfg.outage_budget_s:
+                        break
+                    self.stats.outage_retries += 1
+                    await self.on_outage()
+                elif answered_failures > self.cfg.retries:
                     break
-                self.stats.outage_retries += 1
-                await self.on_outage()
             tries += 1
             if tries > 1:
                 self.stats.retries += 1
@@ -121,6 +129,7 @@ class _Tries:
                 )
             if not retryable:
                 break
+            answered_failures += not outage
         self.stats.failures += 1
         return RewardResult(
             trajectory.trajectory_id, 0.0, ok=False, attempts=tries, backend=backend,

@@ -11,7 +11,7 @@ Per request, in order (every refusal is a JSON 4xx whose `field` names what was 
    streaming, is 413 `payload_too_large` before it is parsed;
 3. parse — JSON (400 `bad_request`) and the strict payload schema (422 `bad_request` naming the field);
 4. exactly once — with an `Idempotency-Key` (the clients send `<run id>/<attempt>/<trajectory id>`), the
-   key `<principal>|<Idempotency-Key>` and the SHA-256 of the body are claimed in the ledger (ledger.py).
+   key `<principal>|<Idempotency-Key>` and the SHA-256 of the body are claimed in the claim book (claims.py).
    Done → the stored answer, `replayed: true`. Busy → wait for the owner's answer. Used with a different
    body → 409 `conflict`, never a replay. Without the header nothing is remembered (no replay possible).
    Owner → score (bounded by `reward.timeout_s`), record, answer; a scoring error releases the key and
@@ -57,8 +57,8 @@ class ServiceFaults:
     seed: int = 0
 
 
-class Ledger(Protocol):
-    """What the handler needs of the idempotency ledger (in-process, or the shared Ray actor)."""
+class ClaimBook(Protocol):
+    """What the handler needs of the claim book (in-process, or the shared Ray actor)."""
 
     async def claim(self, key: str, digest: str) -> tuple[str, Any]: ...
 
@@ -81,8 +81,8 @@ def error(status: int, code: str, message: str, field: str = "") -> tuple[int, d
 _KEY = re.compile(r"^[\x21-\x7e]{1,256}$")  # printable ASCII, no spaces
 
 
-def ledger_key(principal: str, idempotency_key: str) -> str:
-    """The ledger's key of a request: its sender's principal (tokens.py) and its Idempotency-Key."""
+def claim_key(principal: str, idempotency_key: str) -> str:
+    """The claim book's key of a request: its sender's principal (tokens.py) and its Idempotency-Key."""
     return f"{principal}|{idempotency_key}"
 
 
@@ -90,14 +90,14 @@ class RewardHandler:
     def __init__(
         self,
         cfg: RunConfig,
-        ledger: Ledger,
+        claims: ClaimBook,
         *,
         token: str | None,
         replica: str,
         faults: ServiceFaults | None = None,
     ) -> None:
         self.cfg = cfg
-        self.ledger = ledger
+        self.claims = claims
         self.token = token
         self.replica = replica
         self.faults = faults or ServiceFaults()
@@ -172,14 +172,14 @@ class RewardHandler:
         cold = self._cold(headers)
         if key is None:  # nothing to remember it by: scored, never replayed
             return await self._score(None, 0, trajectory, spec, cold)
-        given, key = key, ledger_key(principal, key)
-        state, value = await self.ledger.claim(key, hashlib.sha256(raw).hexdigest())
+        given, key = key, claim_key(principal, key)
+        state, value = await self.claims.claim(key, hashlib.sha256(raw).hexdigest())
         if state == "conflict":
             return error(409, "conflict", f"Idempotency-Key {given!r} was already used with a "
                          "different payload (a key names one scoring: run id, attempt and trajectory id)",
                          "Idempotency-Key")
         if state == "busy":
-            value = await self.ledger.wait(key, self.cfg.reward.timeout_s)
+            value = await self.claims.wait(key, self.cfg.reward.timeout_s)
             if value is None:
                 return error(503, "busy", f"Idempotency-Key {given!r} is being scored by another request; retry")
             state = "done"
@@ -200,7 +200,7 @@ class RewardHandler:
             out = await asyncio.wait_for(call_reward(self.fns.get(spec), trajectory, spec), self.cfg.reward.timeout_s)
         except Exception as exc:  # noqa: BLE001 — any reward failure becomes a JSON error
             if key is not None:
-                await self.ledger.release(key, token)
+                await self.claims.release(key, token)
             detail = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
             message = f"reward fn {spec!r} failed on {trajectory.trajectory_id}: {detail}"
             if isinstance(exc, RewardInputError):  # the request's fault: retrying cannot help
@@ -210,7 +210,7 @@ class RewardHandler:
             return error(500, "reward_failed", message)
         finally:
             self.busy.exit()
-            self.ledger.report(self.replica, self.busy.busy_s, self.busy.alive_s)
+            self.claims.report(self.replica, self.busy.busy_s, self.busy.alive_s)
         answer = {
             "trajectory_id": trajectory.trajectory_id,
             "reward": out.reward,
@@ -221,7 +221,7 @@ class RewardHandler:
             "cold_start": cold,  # kept: a retry replayed by a warm replica still waited for this cold start
         }
         if key is not None:
-            await self.ledger.complete(key, token, answer)
+            await self.claims.complete(key, token, answer)
         if self.faults.error_prob and self._rng.random() < self.faults.error_prob:
             return error(500, "injected", "injected fault after scoring")
         if self.faults.delay_prob and self._rng.random() < self.faults.delay_prob:

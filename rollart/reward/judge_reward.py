@@ -32,9 +32,10 @@ PROMPT = (
 
 
 class JudgeReward:
-    def __init__(self, model_path: str | Path, dtype: str = "float32", num_threads: int = 1) -> None:
+    def __init__(self, model_path: str | Path, dtype: str = "float32", num_threads: int = 1,
+                 trust_remote_code: bool = False) -> None:
         self.model_path = Path(model_path)
-        self.dtype = dtype
+        self.dtype, self.trust_remote_code = dtype, trust_remote_code
         self.num_threads = num_threads
         self._model: Any = None
         self._tok: Any = None
@@ -46,8 +47,8 @@ class JudgeReward:
         import torch
 
         torch.set_num_threads(self.num_threads)
-        self._tok = load_tokenizer(self.model_path)
-        self._model = load_model(self.model_path, self.dtype).eval()
+        self._tok = load_tokenizer(self.model_path, self.trust_remote_code)
+        self._model = load_model(self.model_path, self.dtype, trust_remote_code=self.trust_remote_code).eval()
 
     def warm(self) -> None:
         """Load the model now (a replica does this before taking requests)."""

@@ -223,15 +223,15 @@ def parse_payload(payload: Any) -> tuple[Trajectory, str | None]:
         got = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {type(err['input']).__name__} " \
             f"{repr(err['input'])[:60]})"
         raise PayloadError(f"{where}: {err['msg']}{got}", where) from None
-    tid = p.trajectory_id
+    trajectory_id = p.trajectory_id
     turns = tuple(
         Turn((), (), (), (), observation=u.observation, action=u.action, reward=u.reward,
              finish_reason=u.finish_reason, format_ok=u.format_ok)
         for u in p.turns
     )
-    task = Task(p.task.task_id or tid, p.domain, p.task.env, p.task.seed, p.task.group_id, p.task.split)
+    task = Task(p.task.task_id or trajectory_id, p.domain, p.task.env, p.task.seed, p.task.group_id, p.task.split)
     return Trajectory(
-        trajectory_id=tid, task=task, start_version=p.start_version, turns=turns,
+        trajectory_id=trajectory_id, task=task, start_version=p.start_version, turns=turns,
         status=Status(p.status) if p.status is not None else None, status_reason=p.status_reason,
         env_return=p.env_return, reference=p.reference,
     ), p.fn

@@ -58,12 +58,13 @@ def _make_builtin(name: str, cfg: RunConfig) -> RewardFn:
 
         return CodeReward(cfg.reward.sandbox)
     if name == "judge":
-        from rollart.config import ModelConfig
         from rollart.models import resolve_model_path
         from rollart.reward.judge_reward import JudgeReward
 
-        model = ModelConfig(path=cfg.reward.judge_model, tiny=cfg.model.tiny) if cfg.reward.judge_model else cfg.model
-        return JudgeReward(resolve_model_path(model, seed=cfg.seed), model.dtype)
+        model = cfg.model.model_copy(update={"path": cfg.reward.judge_model, "revision": "", "adapter": ""}) \
+            if cfg.reward.judge_model else cfg.model
+        return JudgeReward(resolve_model_path(model, seed=cfg.seed, key="reward.judge_model"), model.dtype,
+                           trust_remote_code=model.trust_remote_code)
     raise AssertionError(name)
 
 

@@ -10,7 +10,7 @@ What runs where:
   `pool_<reward.serverless.pool>` (so the pool's capacity caps the replicas; `max_replicas` above it is
   lowered to it, with a warning) and `replica_cpus` CPUs. Each replica holds a `RewardHandler` and builds
   the reward functions (process pools, judge model) on first use.
-- one Ray actor `SharedLedger` (ledger.py), named, shared by all replicas: a retried request is answered
+- one Ray actor `SharedClaimBook` (claims.py), named, shared by all replicas: a retried request is answered
   from it whichever replica it lands on (exactly-once across replicas).
 - for the shared service (`shared=True`, `rollart serve-reward`), a named `ServiceDirectory` actor: a job in
   the same Ray cluster (`reward.backend=serverless`) attaches through it (`join_shared_service`) instead of
@@ -25,7 +25,7 @@ Serve is already running in this Ray (another app), its HTTP options stay and th
 
 Failures: Ray Serve replaces a replica that dies (its in-flight requests fail and are retried by the
 client). If the app itself is gone or broken (deleted, its deployment failed, Serve lost), `revive()`
-deploys it again (and its ledger actor, if that died too) and counts it (`restarts`); the router calls it
+deploys it again (and its claim-book actor, if that died too) and counts it (`restarts`); the router calls it
 while the service is out.
 """
 
@@ -46,14 +46,14 @@ from rollart.resources.manager import on_driver_node
 from rollart.resources.names import pool_resource
 from rollart.reward import tokens
 from rollart.reward.handler import RewardHandler, ServiceFaults
-from rollart.reward.ledger import SharedLedger
+from rollart.reward.claims import SharedClaimBook
 from rollart.reward.metrics import Timeline
 
 log = logging.getLogger("rollart.reward")
 # One access-log line per scored trajectory drowns a training run's output; warnings and errors still show.
 _QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
 
-LEDGER_NAMESPACE = "rollart-reward"
+REWARD_NAMESPACE = "rollart-reward"
 SHARED_APP = "rollart-reward"  # the app of `rollart serve-reward`: jobs in its Ray cluster attach to it
 _CALL_TIMEOUT_S = 30.0
 # Ray Serve 2.60 builds a RequestRouterConfig for every deployment it describes (serve.status(), a new
@@ -63,8 +63,8 @@ _CALL_TIMEOUT_S = 30.0
 _SERVE_API = threading.Lock()
 
 
-class ActorLedger:
-    """The handler's `Ledger`, backed by the shared `SharedLedger` actor."""
+class ActorClaimBook:
+    """The handler's `ClaimBook`, backed by the shared `SharedClaimBook` actor."""
 
     def __init__(self, handle: Any) -> None:
         self.h = handle
@@ -115,20 +115,20 @@ def _replica_grpc_off_public_interfaces() -> None:
 class RewardDeployment:
     """One Serve replica: POST → score (handler.py); GET → health."""
 
-    def __init__(self, cfg_data: dict[str, Any], ledger_name: str, token: str | None, faults: ServiceFaults | None) -> None:
+    def __init__(self, cfg_data: dict[str, Any], claims_name: str, token: str | None, faults: ServiceFaults | None) -> None:
         from starlette.responses import JSONResponse
 
         _replica_grpc_off_public_interfaces()
 
         self._json = JSONResponse
         cfg = RunConfig.model_validate(cfg_data)
-        ledger = ActorLedger(ray.get_actor(ledger_name, namespace=LEDGER_NAMESPACE))
+        claims = ActorClaimBook(ray.get_actor(claims_name, namespace=REWARD_NAMESPACE))
         tag = serve.get_replica_context().replica_id.unique_id
         replica = f"reward/{cfg.reward.serverless.pool}/serverless-{tag}"  # worker name, one per replica
-        self.handler = RewardHandler(cfg, ledger, token=token, replica=replica, faults=faults)
+        self.handler = RewardHandler(cfg, claims, token=token, replica=replica, faults=faults)
         # warm up (process pools, judge model) before Serve routes requests here: part of the cold start
         self.handler.fns.warm(sorted({d.reward.fn for d in cfg.domains.values()}))
-        ledger.report(replica, 0.0, 0.0)  # counts the replica start
+        claims.report(replica, 0.0, 0.0)  # counts the replica start
 
     async def __call__(self, request: Any) -> Any:
         if request.method == "GET":
@@ -161,7 +161,7 @@ def join_shared_service(job: str) -> tuple[str, str] | None:
     if not ray.is_initialized():
         return None
     try:
-        directory = ray.get_actor(f"{SHARED_APP}-directory", namespace=LEDGER_NAMESPACE)
+        directory = ray.get_actor(f"{SHARED_APP}-directory", namespace=REWARD_NAMESPACE)
     except ValueError:
         return None
     return tuple(ray.get(directory.join.remote(job), timeout=_CALL_TIMEOUT_S))  # type: ignore[return-value]
@@ -197,13 +197,13 @@ class RewardService:
         self.poll_s = poll_s
         self.url = ""
         self.replicas = Timeline()
-        self._ledger: Any = None
+        self._claims: Any = None
         self._directory: Any = None
         self._started_serve = False
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         self.restarts = 0
-        self._ledger_alive = False
+        self._claims_alive = False
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> str:
@@ -215,25 +215,25 @@ class RewardService:
         try:
             return self._start()
         except BaseException:
-            self.stop()  # nothing half-started is left behind (ledger actor, app, Serve)
+            self.stop()  # nothing half-started is left behind (claim-book actor, app, Serve)
             raise
 
     def _start(self) -> str:
         sl = self.cfg.reward.serverless
         if problem := self.cfg.reward.plain_http_problem(serving=True, sending=False):
             raise ValueError(problem)
-        ledger_name = f"{self.app_name}-ledger"
+        claims_name = f"{self.app_name}-claims"
         lease = self.cfg.reward.timeout_s + 5.0
-        if self._ledger is None or not self._ledger_alive:
-            if self._ledger is None and self.shared and join_shared_service("probe") is not None:
+        if self._claims is None or not self._claims_alive:
+            if self._claims is None and self.shared and join_shared_service("probe") is not None:
                 raise RuntimeError(f"a shared reward service already runs in this Ray cluster (app {SHARED_APP})")
-            self._ledger = (
-                ray.remote(SharedLedger)
-                .options(name=ledger_name, namespace=LEDGER_NAMESPACE, num_cpus=0, max_concurrency=1000,
+            self._claims = (
+                ray.remote(SharedClaimBook)
+                .options(name=claims_name, namespace=REWARD_NAMESPACE, num_cpus=0, max_concurrency=1000,
                          scheduling_strategy=on_driver_node())  # not on a node that may leave
                 .remote(int(self.cfg.reward.dedupe_max_mb * 2**20), self.cfg.reward.dedupe_ttl_s, lease)
             )
-            self._ledger_alive = True
+            self._claims_alive = True
         port = self._start_serve()
         self.url = f"http://{sl.host}:{port}{self.route}"
         with warnings.catch_warnings(), _SERVE_API:
@@ -254,12 +254,12 @@ class RewardService:
                 max_ongoing_requests=sl.max_ongoing_requests,
                 ray_actor_options=self._actor_options(),
                 logging_config=_QUIET_LOGS,
-            ).bind(self.cfg.model_dump(mode="json"), ledger_name, self.token or None, self.faults)
+            ).bind(self.cfg.model_dump(mode="json"), claims_name, self.token or None, self.faults)
             serve.run(app, name=self.app_name, route_prefix=self.route, blocking=False)
         if self.shared:
             self._directory = (
                 ray.remote(ServiceDirectory)
-                .options(name=f"{SHARED_APP}-directory", namespace=LEDGER_NAMESPACE, num_cpus=0,
+                .options(name=f"{SHARED_APP}-directory", namespace=REWARD_NAMESPACE, num_cpus=0,
                          scheduling_strategy=on_driver_node())
                 .remote(self.url, self.token)
             )
@@ -290,10 +290,10 @@ class RewardService:
             self._poller.join(timeout=5)
             self._poller = None
         try:
-            ray.get(self._ledger.stats.remote(), timeout=_CALL_TIMEOUT_S)
-            self._ledger_alive = True
-        except Exception:  # noqa: BLE001 — the ledger died with it: a new one (its keys are lost, not reused)
-            self._ledger_alive = False
+            ray.get(self._claims.stats.remote(), timeout=_CALL_TIMEOUT_S)
+            self._claims_alive = True
+        except Exception:  # noqa: BLE001 — the claim book died with it: a new one (its keys are lost, not reused)
+            self._claims_alive = False
         self._start()
         self.restarts += 1
         return True
@@ -344,7 +344,7 @@ class RewardService:
             self._stop.wait(self.poll_s)
 
     def stop(self, shutdown_serve: bool = True) -> None:
-        """Delete the app (and Serve itself if this service started it) and the ledger actor. Idempotent.
+        """Delete the app (and Serve itself if this service started it) and the claim-book actor. Idempotent.
 
         `shutdown_serve=False` leaves Serve itself (controller, proxy) to the Ray instance's own shutdown: for
         a caller that owns Ray and shuts it down next, which takes Serve with it. Serve's own shutdown
@@ -370,9 +370,9 @@ class RewardService:
                 log.warning("stopping the reward service: %s", exc)
             self.url = ""
             self._started_serve = False
-        if self._ledger is not None:
-            ray.kill(self._ledger)
-            self._ledger = None
+        if self._claims is not None:
+            ray.kill(self._claims)
+            self._claims = None
 
     def __enter__(self) -> RewardService:
         self.start()
@@ -383,10 +383,10 @@ class RewardService:
 
     # --- observation ------------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        """Ledger counters, replica starts, replicas now/max/mean, busy seconds and pool utilisation."""
+        """ClaimBook counters, replica starts, replicas now/max/mean, busy seconds and pool utilisation."""
         out: dict[str, float] = {}
-        if self._ledger is not None:
-            out.update(ray.get(self._ledger.stats.remote(), timeout=_CALL_TIMEOUT_S))
+        if self._claims is not None:
+            out.update(ray.get(self._claims.stats.remote(), timeout=_CALL_TIMEOUT_S))
         # replica-seconds: the poller's integral lags a replica's start by up to poll_s; each replica's own
         # alive time (as of its last report) lags its end — take the larger of two underestimates
         replica_s = max(self.replicas.integral(), out.get("alive_s", 0.0))
@@ -402,7 +402,7 @@ class RewardService:
 
     def scorings(self, key: str) -> int:
         """How many times the service scored `key` (while it remembers it)."""
-        return int(ray.get(self._ledger.scorings.remote(key), timeout=_CALL_TIMEOUT_S))
+        return int(ray.get(self._claims.scorings.remote(key), timeout=_CALL_TIMEOUT_S))
 
     def replica_timeline(self) -> list[tuple[float, float]]:
         return list(self.replicas.points)

@@ -10,7 +10,7 @@
 job token, None for anything else (401). The service keeps every job's idempotency keys apart by principal,
 so one job can never replay, conflict with or poison another's through the service's HTTP endpoint. A
 driver with access to the Ray cluster is trusted with everything (Ray's model: it can call the directory
-and ledger actors directly; docs/architecture.md §10).
+and claim-book actors directly; docs/architecture.md §10).
 """
 
 from __future__ import annotations

@@ -109,14 +109,14 @@ class SimEngine:
         loop = self._loop = asyncio.get_running_loop()
         if self.started_at is None:
             self.started_at = loop.time()
-        tid = request.trajectory_id
-        if tid in self._running:
-            raise ValueError(f"{self.name}: trajectory {tid} already has a request running")
+        trajectory_id = request.trajectory_id
+        if trajectory_id in self._running:
+            raise ValueError(f"{self.name}: trajectory {trajectory_id} already has a request running")
         context = len(request.prompt_token_ids)
-        cached = min(self._cache.pop(tid, 0), context)
+        cached = min(self._cache.pop(trajectory_id, 0), context)
         self._cached -= cached if cached else 0
         req = _Request(request, context, request.sampling.max_new_tokens, context - cached, loop.create_future())
-        self._running[tid] = req  # (waiting or decoding: abort finds it here)
+        self._running[trajectory_id] = req  # (waiting or decoding: abort finds it here)
         self._waiting.append(req)
         self.counts["requests"] += 1
         self.counts["prompt_tokens"] += context
@@ -259,17 +259,17 @@ class SimEngine:
 
     def _finish(self, req: _Request, generated: int, reason: str) -> None:
         req.done = True
-        tid = req.request.trajectory_id
-        self._running.pop(tid, None)
+        trajectory_id = req.request.trajectory_id
+        self._running.pop(trajectory_id, None)
         self.counts["generated"] += generated
-        self._remember(tid, req.context + generated)
+        self._remember(trajectory_id, req.context + generated)
         if len(req.segments) == 1:
             versions = Runs.of(req.segments[0][0], generated)
         else:
             versions = self._split_versions(req, generated)
         if not req.future.done():
             req.future.set_result(GenerationResult(
-                request_id=req.request.request_id, trajectory_id=tid, token_ids=Runs.of(0, generated),
+                request_id=req.request.request_id, trajectory_id=trajectory_id, token_ids=Runs.of(0, generated),
                 logprobs=Runs.of(0.0, generated), versions=versions, finish_reason=reason,
                 prompt_tokens=req.context, prefill_tokens=req.prefill, worker=self.name,
             ))
@@ -286,11 +286,11 @@ class SimEngine:
             versions[-1] = (versions[-1][0], versions[-1][1] + generated - counted)
         return Runs(tuple(versions))
 
-    def _remember(self, tid: str, tokens: int) -> None:
+    def _remember(self, trajectory_id: str, tokens: int) -> None:
         """Keep the trajectory's context cached for its next turn (LRU within the cache's share of KV)."""
         if tokens > self.cache_capacity:
             return
-        self._cache[tid] = tokens
+        self._cache[trajectory_id] = tokens
         self._cached += tokens
         while self._cached > self.cache_capacity:
             _, evicted = self._cache.popitem(last=False)

@@ -32,7 +32,7 @@ from rollart.envs.episode import EpisodeEnds, after_step, reset_with_retries
 from rollart.envs.injection import InjectedFault
 from rollart.sim.tokens import Runs
 from rollart.sim.workload import draw_episode
-from rollart.types import GenerationRequest, LLMClient, SamplingParams, Span, Status, Task, Trajectory, Turn, TurnGate
+from rollart.types import GenerationRequest, LLMClient, SamplingParams, Span, Status, Task, Trajectory, Turn, TurnBarrier
 
 WORKER = "env/sim/0"
 
@@ -51,12 +51,12 @@ class SimEnvRunner:
         domains: Mapping[str, DomainConfig],
         envs: EnvsConfig,
         llm: LLMClient,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         seed: int = 0,
         observer: Any = None,
         shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
     ) -> None:
-        self.domains, self.envs, self.llm, self.gate, self.seed = dict(domains), envs, llm, gate, seed
+        self.domains, self.envs, self.llm, self.turn_barrier, self.seed = dict(domains), envs, llm, turn_barrier, seed
         self.observer = observer  # gets observe_turn / observe_episode calls (the profiler), or None
         # a workload shift: episodes begun at version ≥ v draw from another profile (the re-mapping demo)
         self.shifts = {d: (v, self.domains[d].model_copy(update={"profile": p})) for d, (v, p) in (shifts or {}).items()}
@@ -65,17 +65,17 @@ class SimEnvRunner:
 
     # --- TrajectoryRunner -----------------------------------------------------------------------------
     async def run(self, task: Task, start_version: int) -> Trajectory:
-        tid = task.trajectory_id
-        if tid in self._live:
-            raise ValueError(f"trajectory {tid} is already running in the twin")
-        live = self._live[tid] = _Live()
+        trajectory_id = task.trajectory_id
+        if trajectory_id in self._live:
+            raise ValueError(f"trajectory {trajectory_id} is already running in the twin")
+        live = self._live[trajectory_id] = _Live()
         self.started += 1
         try:
             return await self._episode(task, start_version, live)
         finally:
-            del self._live[tid]
-            if self.gate is not None:
-                await self.gate.leave(tid)
+            del self._live[trajectory_id]
+            if self.turn_barrier is not None:
+                await self.turn_barrier.leave(trajectory_id)
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
         live = self._live.get(trajectory_id)
@@ -88,7 +88,7 @@ class SimEnvRunner:
             live.sleeping.set_result(None)  # wake it: the episode ends with the cancel's status
 
     async def progress(self) -> dict[str, int | None]:
-        return {tid: live.oldest_version for tid, live in self._live.items()}
+        return {trajectory_id: live.oldest_version for trajectory_id, live in self._live.items()}
 
     # --- one episode ------------------------------------------------------------------------------------
     async def _sleep(self, live: _Live, seconds: float) -> None:
@@ -132,8 +132,8 @@ class SimEnvRunner:
         context = 0
         generated = 0
         for k, turn in enumerate(episode.turns):
-            if self.gate is not None:
-                await self.gate.before_turn(task.trajectory_id, k)
+            if self.turn_barrier is not None:
+                await self.turn_barrier.before_turn(task.trajectory_id, k)
             if live.cancelled:
                 return self._end(traj, turns, EpisodeEnds(*live.cancelled), generated)
             context += turn.prompt_tokens

@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import StalenessPolicy
@@ -32,8 +32,10 @@ class SimRecorder:
     """The `rollart.loop.LoopRecorder` of the twin: step records in memory, on the virtual clock, with the
     staleness invariant checked on every trajectory handed to training."""
 
-    def __init__(self, cfg: RunConfig, clock: Any) -> None:
-        self.cfg, self.clock = cfg, clock
+    def __init__(self, cfg: RunConfig, clock: Any,
+                 on_step: Callable[[int, Mapping[str, float]], None] | None = None) -> None:
+        """`on_step(step, record)`: told after each step (progress)."""
+        self.cfg, self.clock, self.on_step = cfg, clock, on_step
         self.evals: dict[int, dict[str, float]] = {}
         self.steps: list[dict[str, float]] = []
         self.staleness_violations: list[str] = []
@@ -74,6 +76,8 @@ class SimRecorder:
         self._pending = {}
         self.steps.append(record)
         self._step_start = now
+        if self.on_step is not None:
+            self.on_step(step, record)
 
     def evaluation(self, step: int, evaluation: Evaluation) -> None:
         self.evals[step] = dict(evaluation.scores)
@@ -125,20 +129,23 @@ class SimReport:
 
 
 def simulate(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
-             shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None, remapper: Any = None) -> SimReport:
+             shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None, remapper: Any = None,
+             on_step: Callable[[int, Mapping[str, float]], None] | None = None) -> SimReport:
     """Run `cfg.train.steps` RL steps of `cfg` on `hardware`, in virtual time (`shifts`: a workload shift,
-    {domain: (version, profile)}; `remapper`: what proposes a mapping on drift, see SimSystem)."""
+    {domain: (version, profile)}; `remapper`: what proposes a mapping on drift, see SimSystem; `on_step`:
+    told each step's record as it ends)."""
     started = time.perf_counter()
-    return run_virtual(simulate_async(cfg, hardware, reward_pool, shifts, started, remapper))
+    return run_virtual(simulate_async(cfg, hardware, reward_pool, shifts, started, remapper, on_step))
 
 
 async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: SimRewardPool | None = None,
                          shifts: Mapping[str, tuple[int, DomainProfileConfig]] | None = None,
-                         started: float | None = None, remapper: Any = None) -> SimReport:
+                         started: float | None = None, remapper: Any = None,
+                         on_step: Callable[[int, Mapping[str, float]], None] | None = None) -> SimReport:
     """The same, inside a running virtual-time loop (several jobs can share one loop and one reward pool)."""
     started = started if started is not None else time.perf_counter()
     system = SimSystem(cfg, hardware, reward_pool, shifts, remapper)
-    recorder = SimRecorder(cfg, system.clock)
+    recorder = SimRecorder(cfg, system.clock, on_step)
     try:
         await RLLoop(cfg, system, recorder, clock=system.clock).run()
     finally:

@@ -4,7 +4,7 @@ In: a validated `RunConfig`, a `SimHardware`, optionally a shared `SimRewardPool
 service). Out: a `rollart.loop.LoopSystem` — what the RL loop (`rollart.loop.RLLoop`, the real run's own)
 calls for its six steps — plus `close()` and what the twin reports (`engine_stats`, `remaps`), built from:
 
-- the production control plane: `RolloutScheduler`, `SampleBuffer`, `StalenessPolicy`, the `TurnBarrier`
+- the production control plane: `RolloutScheduler`, `SampleBuffer`, `StalenessPolicy`, the `LocalTurnBarrier`
   (`rollout.barrier=turn`), with the virtual clock;
 - the production `LLMProxy` (suspend/resume, abort, routing by domain → pool, sticky per trajectory) over
   one `SimEngine` per `tp` GPUs of each generation pool, reached through `LocalHandle`s;
@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Callable, Mapping
 
 from rollart.config import DomainProfileConfig, RunConfig
-from rollart.control import RolloutScheduler, TurnBarrier
+from rollart.control import LocalTurnBarrier, RolloutScheduler
 from rollart.control.rollout import start_rollout
 from rollart.inference.proxy import LLMProxy
 from rollart.loop import TRAINER_LANE
@@ -86,10 +86,9 @@ class SimSystem:
         self.proxy_impl = LLMProxy({p: [LocalHandle(e) for e in es] for p, es in self.engines.items()},
                                    domain_pools, cfg.inference)
         self.proxy = LocalHandle(self.proxy_impl)
-        self.barrier = TurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
-        self.gate = self.barrier
+        self.turn_barrier = LocalTurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
         # the proxy is in this process: the env runner calls it as its LLMClient (no actor-handle wrapper)
-        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, self.proxy_impl, gate=self.gate, seed=cfg.seed,
+        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, self.proxy_impl, turn_barrier=self.turn_barrier, seed=cfg.seed,
                                        observer=self.profiler, shifts=shifts)
         self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
         self.reward = SimScorer(cfg, self.reward_pool, seed=cfg.seed)
@@ -98,15 +97,15 @@ class SimSystem:
                                               hardware.trainer), self.weights)
         self.resources = SimResources(hardware)
         self.scheduler: RolloutScheduler | None = None
-        self.served_version = 0
+        self.inference_version = 0
         self.resumed = RunState()  # the twin always starts afresh
         self._recomputed = 0  # KV tokens the engines recomputed at swaps, up to the last sync
 
     # --- what the RL loop calls (rollart.loop.LoopSystem) -----------------------------------------
     def start_rollout(self, batches: int) -> RolloutScheduler:
         self.scheduler = start_rollout(self.cfg, self.env_router, self.reward, batches=batches,
-                                       first_version=self.trainer.version, served_version=self.served_version,
-                                       gate=self.barrier, clock=self.clock)
+                                       first_version=self.trainer.version, inference_version=self.inference_version,
+                                       turn_barrier=self.turn_barrier, clock=self.clock)
         return self.scheduler
 
     # steps 2–5 through the production proxy, in process (virtual time: nothing can hang on a real process,
@@ -129,7 +128,7 @@ class SimSystem:
         return {"weights/recompute_tokens": float(recomputed)}
 
     async def now_serving(self, version: int) -> None:
-        self.served_version = version
+        self.inference_version = version
         if self.scheduler:
             self.scheduler.set_inference_version(version)
         await self.remapper.at_sync(version)

@@ -1,4 +1,4 @@
-"""Checkpoint files under RUN_DIR/checkpoints/step_<version>/ — writing, finding, pruning, refusing pickles.
+"""Checkpoint files under RUN_DIR/checkpoints/step_<RL step>/ — writing, finding, pruning, refusing pickles.
 
 In: a run directory and, from the trainer, its model, tokenizer, optimizer/scheduler state, RNG states and
 the control plane's opaque `extra_state`. Out, one directory per checkpoint — data only, no pickles:
@@ -72,8 +72,9 @@ def checkpoints_root(run_dir: str | Path) -> Path:
     return RunPaths.of(run_dir).checkpoints
 
 
-def step_path(run_dir: str | Path, version: int) -> Path:
-    return checkpoints_root(run_dir) / f"step_{version:08d}"
+def step_path(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint a run continues from at RL step `step` lives (warm-start steps not counted)."""
+    return checkpoints_root(run_dir) / f"step_{step:08d}"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

@@ -77,12 +77,12 @@ class Trainer:
         self.cfg, self.objective = cfg, objective
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
         self.model_path = Path(model_path) if model_path else resolve_model_path(cfg.model, cfg.seed)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path, cfg.model.trust_remote_code)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if cfg.model.adapter:
             raise ValueError(f"model.adapter={cfg.model.adapter!r} is for serving and evaluation; to continue a LoRA "
                              "run use resume=true in its run_dir")
-        self.model = load_model(self.model_path, cfg.model.dtype, device)
+        self.model = load_model(self.model_path, cfg.model.dtype, device, trust_remote_code=cfg.model.trust_remote_code)
         self.lora = train.lora
         if self.lora is not None:  # frozen base, trainable adapters (PEFT)
             self.model = attach_lora(self.model, self.lora)
@@ -318,7 +318,8 @@ class Trainer:
         if self.lora is not None:  # a PEFT adapter directory: the base is model.path, unchanged
             load_adapter_state(self.model, path)
         else:
-            loaded = load_model(path, self.cfg.model.dtype, str(self.device))
+            loaded = load_model(path, self.cfg.model.dtype, str(self.device),
+                                trust_remote_code=self.cfg.model.trust_remote_code)
             with torch.no_grad():
                 self.model.load_state_dict(loaded.state_dict())
             del loaded

@@ -98,9 +98,11 @@ class TrainerGroup:
         self._journal.append(("sft", list(data)))
         return metrics
 
-    def save_checkpoint(self, extra_state: Mapping[str, Any] | None = None) -> Path:
-        """Write RUN_DIR/checkpoints/step_<version> (complete or absent), keep the newest K; its path."""
-        path = self._call(lambda: self._save(dict(extra_state or {})))
+    def save_checkpoint(self, step: int, extra_state: Mapping[str, Any] | None = None) -> Path:
+        """Write RUN_DIR/checkpoints/step_<step> (complete or absent), keep the newest K; its path. `step`
+        is the RL step the checkpoint continues from — named so, not by the policy version, which counts
+        the warm start's supervised steps too (that lives in the checkpoint's trainer_state.json)."""
+        path = self._call(lambda: self._save(step, dict(extra_state or {})))
         self._checkpoint, self._journal = path, []
         return path
 
@@ -126,10 +128,10 @@ class TrainerGroup:
         self.version = int(self._agree(results, "train/version"))
         return results[0]
 
-    def _save(self, extra_state: dict[str, Any]) -> Path:
+    def _save(self, step: int, extra_state: dict[str, Any]) -> Path:
         paths = RunPaths.of(self.cfg.run_dir)
         paths.make_dir(paths.checkpoints)  # a link there (or on the way) is refused: checkpoints stay in the run
-        final = ckpt.step_path(self.cfg.run_dir, self.version).absolute()
+        final = ckpt.step_path(self.cfg.run_dir, step).absolute()
         tmp = ckpt.temporary_path(final)
         try:
             self.cluster.gather(self.cluster.call_all("save_checkpoint", str(tmp), extra_state))

@@ -70,11 +70,14 @@ def test_summary_holds_the_contract_keys(run):
 
 def test_report_has_every_section_and_no_missing_inputs(run):
     page = build_report(run.root).read_text()
-    for title in ("Summary", "Validation score per domain", "Training reward per domain",
+    for title in ("Summary", "Validation score per domain", "Training reward per domain", "Rollouts",
                   "Step-time breakdown", "Utilisation per pool", "Staleness", "Environment resets per domain",
                   "Trajectory timeline"):
         assert f"<h2>{title}</h2>" in page
     assert 'class="missing"' not in page
+    # the rollouts: worst, median and best of each domain at the first, a middle and the last step
+    assert [f"<h3>step {s}</h3>" in page for s in (1, 3, 4)] == [True] * 3 and "<h3>step 2</h3>" not in page
+    assert page.count("<details><summary>step 4 · math · ") == 3 and "tok0 tok1 tok2 tok3 tok4" in page
     assert "<h3>Trajectories not trained (run totals)</h3><table><tr><th>aborted</th><td>4</td>" in page
     assert "<th>fallbacks taken (run total)</th><td>1</td>" in page and "<th>gen_decode</th><td>1 in, 0 out" in page
     assert "<th>gen_prefill</th><td>0 in, 1 out" in page

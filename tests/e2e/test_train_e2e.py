@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from testutil import ListeningSockets
 
+from rollart.observability.samples import printable
+
 pytestmark = [pytest.mark.slow]
 USERENV = Path(__file__).parent / "userenv"
 
@@ -99,6 +101,25 @@ def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_
     assert [m[s]["train/version"] for s in (0, 11)] == [21.0, 32.0]  # 20 warm-start steps, then one per batch
     assert max(m[s]["train/clip_frac"] for s in range(12)) > 0, [m[s]["train/clip_frac"] for s in range(12)]
     assert all(m[s]["train/ratio_max"] > 1 and m[s]["train/approx_kl"] > 0 for s in range(12))
+    # checkpoints are named by RL step: the 20 warm-start steps (versions 1–20) do not count
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000010", "step_00000012"]
+    # the rollouts as text: the worst, median and best of every step, as the model saw and wrote them
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert [(s["step"], s["rank"]) for s in samples[:3]] == [(0, "worst"), (0, "median"), (0, "best")]
+    assert {s["step"] for s in samples} == set(range(12)) and all(s["domain"] == "pick" for s in samples)
+    for s in samples:
+        turn = s["turns"][0]
+        assert "Pick a colour: answer \\boxed{red} or \\boxed{blue}." in turn["prompt"]
+        assert "<|im_start|>" in turn["prompt"]  # the chat template, as the model saw it
+        assert turn["response_tokens"] > 0 and turn["response"]
+        assert s["reward"] in (0.0, 1.0, -0.1)  # red, blue, or malformed (domains.pick.format_penalty)
+    last = [s for s in samples if s["step"] == 11]
+    assert last[0]["reward"] <= last[1]["reward"] <= last[2]["reward"]
+    shown = subprocess.run([sys.executable, "-m", "rollart.cli", "samples", str(run), "--worst"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "step 11 · pick · worst" in shown and printable(last[0]["turns"][0]["response"]) in shown
+    page = (run / "report" / "index.html").read_text()
+    assert "<h2>Rollouts</h2>" in page and "<h3>step 11</h3>" in page and "step 11 · pick · best" in page
 
 
 def test_alpha0_without_barrier_equals_the_synchronous_loop(tmp_path):

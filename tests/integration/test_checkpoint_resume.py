@@ -35,20 +35,20 @@ def test_resume_reproduces_the_next_step_exactly(ray_local, tiny_model_path, tmp
         group.sft_step([CONVERSATION] * 4)
         assert group.version == 1
         group.train_step(synthetic_batch(version=1, seed=1))
-        first = group.save_checkpoint(extra)
+        first = group.save_checkpoint(1, extra)  # named by the RL step (1), not the version (2: the SFT step counts)
         group.train_step(synthetic_batch(version=2, seed=2))
-        middle = group.save_checkpoint(extra)
+        middle = group.save_checkpoint(2, extra)
         at_save = group.weights()
         expected = group.train_step(synthetic_batch(version=3, seed=3))
         expected_weights = group.weights()
-        group.save_checkpoint(extra)
+        group.save_checkpoint(3, extra)
     finally:
         group.close()
         store.close()
 
     # keep_checkpoints=2: the newest two remain; `latest_checkpoint` is the newest
-    assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000003", "step_00000004"]
-    assert latest_checkpoint(cfg.run_dir).name == "step_00000004" and not first.exists()
+    assert [p.name for p in list_checkpoints(cfg.run_dir)] == ["step_00000002", "step_00000003"]
+    assert latest_checkpoint(cfg.run_dir).name == "step_00000003" and not first.exists()
 
     resumed, store_r = make_group(cfg, checkpoint=middle)
     try:

@@ -14,7 +14,7 @@ import pytest
 from rollart.config import DomainConfig, RewardConfig, RunConfig, ServerlessConfig
 from rollart.reward import RewardRouter
 from rollart.reward.client import HttpRewardClient
-from rollart.reward.handler import ServiceFaults, ledger_key
+from rollart.reward.handler import ServiceFaults, claim_key
 from rollart.reward.protocol import to_payload
 from rollart.types import Task, Trajectory, Turn
 from testutil import free_port
@@ -93,7 +93,7 @@ def test_exactly_once_under_500s_timeouts_and_drops(service):
     results = asyncio.run(score_all())
     assert all(r.ok for r in results), ([(r.trajectory_id, r.attempts, r.error) for r in results if not r.ok], service.stats())
     assert [r.reward for r in results] == [float(i) for i in range(30)] + [1.0] * 4
-    assert all(service.scorings(ledger_key("", client.idempotency_key(t))) == 1 for t in trajs)
+    assert all(service.scorings(claim_key("", client.idempotency_key(t))) == 1 for t in trajs)
     stats = service.stats()
     assert stats["completed"] == len(trajs) and stats["duplicates"] == 0  # the warm-up had no key: not kept
     assert transport.dropped > 0 and stats["replays"] > 0

@@ -48,14 +48,14 @@ def test_a_dead_rank_is_rebuilt_exactly_and_past_the_limit_the_group_fails_fast(
     try:
         group.sft_step([CONVERSATION] * 4)                        # v0 → v1
         group.train_step(synthetic_batch(version=1, seed=1))      # → v2
-        saved = group.save_checkpoint({"step": 1})                # checkpoint at v2
+        saved = group.save_checkpoint(1, {"step": 1})             # checkpoint at v2, named by its RL step
         group.train_step(synthetic_batch(version=2, seed=2))      # → v3 (replayed after the rebuild)
         group.train_step(synthetic_batch(version=3, seed=3))      # → v4
         lost = group.weights()
         assert store.latest_version() == 4
 
         with pytest.raises(Exception):  # an extra state that cannot be written: the save fails ...
-            group.save_checkpoint({"unwritable": lambda: None})
+            group.save_checkpoint(3, {"unwritable": lambda: None})
         leftover = checkpoints_root(cfg.run_dir) / ".step_00000003.tmp-0123abcd"  # ... and a kill's leftover
         leftover.mkdir()
         assert {p.name for p in checkpoints_root(cfg.run_dir).iterdir()} == {saved.name, leftover.name}

@@ -19,7 +19,7 @@ class FakeRunner:
     fail: Callable[[Task], bool] = lambda task: False
     turns: int = 2
     tokens_per_turn: int = 3
-    turn_gate: object | None = None
+    turn_barrier: object | None = None
     _cancel: dict[str, tuple[asyncio.Event, list]] = field(default_factory=dict)
     _tokens: dict[str, list[int]] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
@@ -33,8 +33,8 @@ class FakeRunner:
         traj = Trajectory(task.trajectory_id, task, start_version)
         try:
             for k in range(self.turns):
-                if self.turn_gate is not None:
-                    await self.turn_gate.before_turn(task.trajectory_id, k)
+                if self.turn_barrier is not None:
+                    await self.turn_barrier.before_turn(task.trajectory_id, k)
                 try:
                     await asyncio.wait_for(event.wait(), timeout=self.latency(task) / self.turns)
                 except asyncio.TimeoutError:
@@ -51,8 +51,8 @@ class FakeRunner:
         finally:
             self._cancel.pop(task.trajectory_id, None)
             self._tokens.pop(task.trajectory_id, None)
-            if self.turn_gate is not None:
-                await self.turn_gate.leave(task.trajectory_id)
+            if self.turn_barrier is not None:
+                await self.turn_barrier.leave(task.trajectory_id)
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
         if trajectory_id in self._cancel:

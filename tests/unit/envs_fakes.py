@@ -74,8 +74,8 @@ class ScriptedLLM:
         self._abort_events.setdefault(trajectory_id, asyncio.Event()).set()
 
 
-class RecordingGate:
-    """A TurnGate that lets everyone through and records the calls."""
+class RecordingTurnBarrier:
+    """A TurnBarrier that lets everyone through and records the calls."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rollart.config import DomainConfig, RedundancyConfig, RolloutConfig
 from rollart.control import (BatchTimeout, Fate, RolloutScheduler, SampleBuffer, SchedulerFailed, StalenessPolicy,
-                             TurnBarrier)
+                             LocalTurnBarrier)
 from rollart.control.buffer import ReadyGroup
 from rollart.control.scheduler import trajectory_digest
 from rollart.types import Status, Task, Trajectory
@@ -26,11 +26,11 @@ class Harness:
     """A miniature driver: get_batch(k) → weights k served → (training is instant here)."""
 
     def __init__(self, rollout: RolloutConfig, steps: int, *, seed=0, latency=None, fail=None,
-                 score_fail=0.0, gate=None, domains=DOMAINS, journal=None):
+                 score_fail=0.0, turn_barrier=None, domains=DOMAINS, journal=None):
         self.version = 0
         self.rollout = rollout
         self.policy = StalenessPolicy(rollout.alpha, rollout.staleness)
-        self.runner = FakeRunner(lambda: self.version, turn_gate=gate)
+        self.runner = FakeRunner(lambda: self.version, turn_barrier=turn_barrier)
         if latency:
             self.runner.latency = latency
         if fail:
@@ -39,7 +39,7 @@ class Harness:
         self.buffer = SampleBuffer(self.policy, rollout.redundancy.selection,
                                    {d: c.weight for d, c in domains.items()})
         self.sched = RolloutScheduler(rollout, domains, self.runner, self.scorer, self.buffer, self.policy,
-                                      total_batches=steps, seed=seed, gate=gate, journal=journal)
+                                      total_batches=steps, seed=seed, turn_barrier=turn_barrier, journal=journal)
         self.steps = steps
         self.max_pending = self.max_running = 0
         g = rollout.group_size + rollout.redundancy.extra_per_group
@@ -164,7 +164,7 @@ def test_a_group_dropped_stale_from_the_buffer_frees_its_admission_slot():
         # α = 0, two groups per batch and two admitted at a time; resumed at version 1 with a group of
         # version 0 ready in the buffer, so admission starts one group beside it, then must wait
         h = Harness(rollout_cfg(alpha=0, get_batch_timeout_s=5), steps=3, latency=lambda t: 0.002)
-        h.sched.next_batch = h.sched.inference_version = 1
+        h.sched.next_train_version = h.sched.inference_version = 1
         task = Task("old/0", "fast", "fast", 0, "old")
         old = tuple(Trajectory(f"old/{i}", task, 0, status=Status.COMPLETED, reward=1.0) for i in range(4))
         h.buffer.put(ReadyGroup("old", -1, "fast", old))
@@ -218,7 +218,7 @@ def test_get_batch_timeout_says_what_it_waits_for():
 
 def test_turn_barrier_advances_a_cohort_in_lock_step():
     async def scenario():
-        barrier = TurnBarrier(timeout_s=5)
+        barrier = LocalTurnBarrier(timeout_s=5)
         order = []
 
         async def member(tid, delays):
@@ -240,8 +240,8 @@ def test_turn_barrier_advances_a_cohort_in_lock_step():
 
 
 def test_turn_barrier_run_with_the_scheduler():
-    barrier = TurnBarrier(timeout_s=10)
-    h = Harness(rollout_cfg(alpha=0), steps=2, gate=barrier)
+    barrier = LocalTurnBarrier(timeout_s=10)
+    h = Harness(rollout_cfg(alpha=0), steps=2, turn_barrier=barrier)
     batches = asyncio.run(h.run())
     check_invariants(h, batches)
 
@@ -279,7 +279,7 @@ def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
 
 
 def test_a_failed_background_task_stops_rollout_within_a_second_naming_it():
-    class BrokenGate:  # the admission loop awaits it for every trajectory it starts
+    class BrokenTurnBarrier:  # the admission loop awaits it for every trajectory it starts
         async def join(self, trajectory_id, cohort):
             raise ConnectionError("turn barrier unreachable")
 
@@ -290,7 +290,7 @@ def test_a_failed_background_task_stops_rollout_within_a_second_naming_it():
             pass
 
     async def main():
-        h = Harness(rollout_cfg(get_batch_timeout_s=600), steps=2, gate=BrokenGate())
+        h = Harness(rollout_cfg(get_batch_timeout_s=600), steps=2, turn_barrier=BrokenTurnBarrier())
         h.sched.start()
         start = asyncio.get_running_loop().time()
         try:

@@ -31,7 +31,7 @@ def test_token_mode_uses_oldest_token_and_ignores_tokenless():
 
 
 @pytest.mark.parametrize(
-    "alpha,inf,next_batch,left,window",
+    "alpha,inf,next_train_version,left,window",
     [
         (0, 0, 0, 10, 1),  # sync: one batch at a time
         (0, 0, 1, 10, 0),  # batch 0 taken, weights not yet updated: admit nothing
@@ -43,8 +43,8 @@ def test_token_mode_uses_oldest_token_and_ignores_tokenless():
         (2, 3, 3, 1, 1),  # never beyond the batches left
     ],
 )
-def test_admission_window(alpha, inf, next_batch, left, window):
-    assert StalenessPolicy(alpha).admission_window(inf, next_batch, left) == window
+def test_admission_window(alpha, inf, next_train_version, left, window):
+    assert StalenessPolicy(alpha).admission_window(inf, next_train_version, left) == window
 
 
 def test_version_is_fresh_for_next_batch():

@@ -112,7 +112,7 @@ def test_preflight_names_the_domain_key_and_the_missing_column(tmp_path: Path) -
                     domains={"gsm": domain(str(train), columns={"prompt": "question", "answer": "solution"})})
     with pytest.raises(ConfigError, match=r"domains.gsm.data.train: .*rows.jsonl: no column 'solution'"):
         check_config(cfg)
-    check_config(cfg, sources=False)  # rollart sim: no rows needed
+    check_config(cfg, local=False)  # rollart sim: no rows needed
 
 
 def test_filters_drop_and_count_with_the_row_named(tmp_path: Path, chat: ChatTokens) -> None:
@@ -296,3 +296,35 @@ def test_an_env_worker_plays_dataset_rows_under_the_domains_system_prompt(tmp_pa
         assert tok.decode(list(traj.turns[0].prompt_token_ids)) == (
             "<|im_start|>system\nAnswer in \\boxed{}.<|im_end|>\n<|im_start|>user\n"
             f"{ROWS[row.index]['question']}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_prompt_format_may_index_a_list_column(tmp_path: Path, chat: ChatTokens) -> None:
+    """MBPP-style rows: the first of the hidden tests shown in the prompt (`{tests[0]}`), all of them scored."""
+    rows = [{"text": f"Write a function f{i} that adds {i}.", "test_list": [f"assert f{i}(1) == {i + 1}",
+                                                                          f"assert f{i}(2) == {i + 2}"]} for i in range(8)]
+    train = write_jsonl(tmp_path / "mbpp.jsonl", rows)
+    cfg = domain(str(train), fn="code", columns={"prompt": "text", "tests": "test_list"},
+                 prompt_format="{prompt} It must pass: {tests[0]}", holdout=0.25)
+    d = open_dataset_domain("code", cfg, chat, seed=0)
+    obs, info = d.make_env().reset(0)
+    row = d.rows.draw(0)[0]
+    assert obs == f"Write a function f{row.index} that adds {row.index}. It must pass: assert f{row.index}(1) == {row.index + 1}"
+    assert info["reference"]["tests"] == rows[row.index]["test_list"] and info["reference"]["language"] == "python"
+    with pytest.raises(ValueError, match=r"fields \['hint'\] are not mapped roles"):
+        DatasetConfig(train="x.jsonl", columns={"prompt": "q"}, prompt_format="{prompt} {hint[0]}")
+
+
+def test_preflight_refuses_a_dataset_with_no_row_left_and_a_thinking_switch_the_template_lacks(tmp_path: Path) -> None:
+    from rollart.config_loader import ConfigError
+    from rollart.preflight import check_config
+
+    train = write_jsonl(tmp_path / "rows.jsonl", [{"question": "word " * 400, "answer": "1", "level": 0}] * 4)
+    cfg = RunConfig(run_dir=str(tmp_path / "run"), domains={"gsm": domain(str(train))})
+    with pytest.raises(ConfigError, match=r"domains.gsm.data: domain 'gsm': no train row is left after the filters "
+                                          r"\(4 read .* dropped: 3 with a first prompt longer than 240 tokens"):
+        check_config(cfg)
+    fine = write_jsonl(tmp_path / "fine.jsonl", ROWS)
+    thinking = domain(str(fine)).model_copy(update={"thinking": False})
+    with pytest.raises(ConfigError, match=r"domains.gsm.thinking: thinking=False: this model's chat template has no "
+                                          r"thinking switch"):
+        check_config(RunConfig(run_dir=str(tmp_path / "run"), domains={"gsm": thinking}))

@@ -1,6 +1,6 @@
 """EnvManager with a scripted LLMClient: token-in/token-out bookkeeping against a fresh tokenisation,
 statuses, format penalties, limits, timeouts and retries under injected faults, cancellation, the turn
-gate, spans and sampling."""
+turn_barrier, spans and sampling."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rollart.envs import ChatTokens, EnvManager, demonstrations, domain_sampling
 from rollart.envs.domains.math_env import make_problem
 from rollart.models import load_tokenizer
 from rollart.types import SamplingParams, Status, Task
-from envs_fakes import RecordingGate, ScriptedLLM
+from envs_fakes import RecordingTurnBarrier, ScriptedLLM
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ class Recorder:
 
 
 
-def make_manager(chat, llm, *, env="frozenlake", seed=0, split="train", factory=None, gate=None, envs=None,
+def make_manager(chat, llm, *, env="frozenlake", seed=0, split="train", factory=None, turn_barrier=None, envs=None,
                  sampling=None, trajectory_id="traj-0", **domain):
     dom = DomainConfig(env=env, **domain)
     task = Task(trajectory_id=trajectory_id, domain="d", env=env, seed=seed, group_id="g", split=split)
@@ -67,7 +67,7 @@ def make_manager(chat, llm, *, env="frozenlake", seed=0, split="train", factory=
         llm=llm,
         chat=chat,
         sampling=sampling or SamplingParams(max_new_tokens=48, stop_token_ids=chat.stop_token_ids),
-        gate=gate,
+        turn_barrier=turn_barrier,
         worker="env/env/0",
     )
 
@@ -209,7 +209,7 @@ def test_reset_gives_up_after_its_retries_under_injected_failures(tok, chat):
     envs = EnvsConfig(reset_retries=2, retry_backoff_s=0.0)
     llm = ScriptedLLM(tok, ["x"])
     traj = asyncio.run(make_manager(chat, llm, inject=inject, envs=envs).run())
-    assert traj.status is Status.FAILED and "failed 3 time(s)" in traj.status_reason
+    assert traj.status is Status.FAILED and "failed 3 times" in traj.status_reason
     assert traj.status_reason.count("injected env.reset failure") == 3
     assert traj.turns == () and llm.requests == []
 
@@ -238,7 +238,7 @@ def test_injected_latency_is_recorded_in_step_spans(tok, chat):
     assert len(steps) == 2 and all(s.duration >= 0.03 for s in steps)
 
 
-# --- cancellation, progress, gate, spans, sampling ----------------------------------------------------
+# --- cancellation, progress, turn_barrier, spans, sampling ----------------------------------------------------
 def test_cancel_during_generation_aborts_it_and_returns_the_partial_trajectory(tok, chat):
     Recorder.closes = 0
     llm = ScriptedLLM(tok, ["something long"], delay_s=30.0, version=5)
@@ -281,12 +281,12 @@ def test_cancel_during_a_slow_step_and_before_run(tok, chat):
 
 
 def test_gate_spans_and_progress(tok, chat):
-    gate = RecordingGate()
+    turn_barrier = RecordingTurnBarrier()
     llm = ScriptedLLM(tok, ["\\boxed{Left}"], version=7)
-    mgr = make_manager(chat, llm, gate=gate, max_turns=3)
+    mgr = make_manager(chat, llm, turn_barrier=turn_barrier, max_turns=3)
     assert mgr.progress() is None
     traj = asyncio.run(mgr.run())
-    assert gate.calls == [("before_turn", "traj-0", 0), ("before_turn", "traj-0", 1), ("before_turn", "traj-0", 2),
+    assert turn_barrier.calls == [("before_turn", "traj-0", 0), ("before_turn", "traj-0", 1), ("before_turn", "traj-0", 2),
                           ("leave", "traj-0", -1)]
     assert mgr.progress() == 7 and traj.min_token_version == 7 and traj.start_version == 2
     assert [s.name for s in traj.spans] == ["env.reset"] and traj.spans[0].worker == "env/env/0"

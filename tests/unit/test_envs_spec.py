@@ -186,3 +186,15 @@ def test_cli_play_says_turn_in_the_singular(capsys):
 
     assert main(["env", "play", "frozenlake", "--seed", "0", "--actions", "Left;Left", "--max-turns", "1"]) == 0
     assert "stopped after 1 turn (--max-turns)" in capsys.readouterr().out
+
+
+def test_cli_play_with_a_model_runs_the_rollout_path(capsys, tiny_model_path):
+    from rollart.cli import main
+
+    # a checkpoint outside a run: the default run's domains, greedy (the val split's eval.temperature)
+    assert main(["env", "play", "frozenlake", "--model", str(tiny_model_path), "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"== {tiny_model_path} plays its domain frozenlake (frozenlake), seed 1 (val, temperature 0" in out
+    assert "-- observation 1" in out and "-- action 1 (" in out and "\n== end: " in out
+    assert main(["env", "play", "frozenlake", "--policy", "model"]) == 2  # which model?
+    assert "--policy model needs --model" in capsys.readouterr().err

@@ -43,7 +43,7 @@ async def until(condition, timeout_s: float = 5.0) -> None:
 def test_prefetched_version_is_taken_without_an_exposed_pull():
     async def run() -> None:
         sub = SlowSubscriber(latest=3)
-        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre = WeightPrefetcher(sub, inference_version=0, poll_s=0.01)
         pre.start()
         try:
             await until(lambda: pre.stats()["prefetched_version"] == 3)
@@ -62,7 +62,7 @@ def test_prefetched_version_is_taken_without_an_exposed_pull():
 def test_take_waits_for_the_pull_in_progress_instead_of_pulling_twice():
     async def run() -> None:
         sub = SlowSubscriber(latest=1, delay_s=0.3)
-        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre = WeightPrefetcher(sub, inference_version=0, poll_s=0.01)
         pre.start()
         try:
             await asyncio.wait_for(sub.pulling.wait(), 5)
@@ -80,7 +80,7 @@ def test_take_waits_for_the_pull_in_progress_instead_of_pulling_twice():
 def test_version_not_prefetched_is_pulled_on_demand_and_errors_are_retried():
     async def run() -> None:
         sub = SlowSubscriber(latest=0, fail_first=True)
-        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre = WeightPrefetcher(sub, inference_version=0, poll_s=0.01)
         pre.start()
         try:
             sub.latest = 2
@@ -98,7 +98,7 @@ def test_a_background_pull_leaves_the_event_loop_free():
 
     async def run() -> None:
         sub = SlowSubscriber(latest=1, delay_s=0.5)
-        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01)
+        pre = WeightPrefetcher(sub, inference_version=0, poll_s=0.01)
         pre.start()
         try:
             await asyncio.wait_for(sub.pulling.wait(), 5)
@@ -115,7 +115,7 @@ def test_a_background_pull_leaves_the_event_loop_free():
 
 def test_close_stops_the_polling_task():
     async def run() -> None:
-        pre = WeightPrefetcher(SlowSubscriber(latest=0), served_version=0, poll_s=0.01)
+        pre = WeightPrefetcher(SlowSubscriber(latest=0), inference_version=0, poll_s=0.01)
         pre.start()
         task = pre._task
         pre.close()
@@ -140,7 +140,7 @@ def test_pulled_weights_are_prepared_on_a_thread_and_a_take_gets_them_prepared()
             return {**tensors, "merged": 1}
 
         sub = SlowSubscriber(latest=1)
-        pre = WeightPrefetcher(sub, served_version=0, poll_s=0.01, prepare=prepare)
+        pre = WeightPrefetcher(sub, inference_version=0, poll_s=0.01, prepare=prepare)
         pre.start()
         try:
             await asyncio.wait_for(started.wait(), 5)

@@ -141,8 +141,9 @@ def _check_sums(cfg, hw, cand, tp: int, node: int) -> None:  # noqa: ANN001
                    _manifest_totals(raycluster_manifest(cfg, hw, cand, tp, node))):
         assert totals == (gpus, pools), (cand.describe(), tp, node, totals, pools)
     assert planned.train.workers == hw.pools[hw.train_pool].count
-    for name, _, n in cand.pools:  # a slot per engine, each engine's tp GPUs on one node
+    for name, _, n in cand.pools:  # a slot per engine, each engine's tp GPUs on one node, each slot used
         assert planned.pools[name].capacity == n // tp and planned.pools[name].device == "cuda"
+        assert planned.inference.replicas_of(name) == n // tp
 
 
 @pytest.mark.parametrize("tp,node,train", [(1, 8, 32), (2, 8, 12), (4, 4, 4), (2, 4, 10)])
@@ -159,7 +160,8 @@ def test_a_plan_without_profiles_says_so_and_uses_the_defaults_of_each_kind() ->
     cfg, notes = for_the_cluster(load_config())
     assert any(n.startswith("frozenlake: no profile declared: the default of a frozenlake domain") for n in notes)
     assert any(n.startswith("math: no profile declared: the default of a math domain") for n in notes)
-    assert cfg.domains["math"].profile.response_tokens.mean == presets.TASKS["math"]["profile"]["response_tokens"]["mean"]
+    declared = presets.TASKS["math"]["profile"]["response_tokens"]["mean"]
+    assert cfg.domains["math"].profile.response_tokens.mean == declared
     # the demo's 12-token answers would cut the profile's 4,000-token ones: the budgets grow, and it says so
     assert cfg.domains["math"].max_new_tokens == 16384 and any("math: max_new_tokens 12 → 16384" in n for n in notes)
     with pytest.raises(MissingProfiles, match=r"domains\.mine \(env my_envs:Env\).*declare domains\.<name>\.profile"):

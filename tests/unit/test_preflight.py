@@ -58,7 +58,7 @@ def test_an_integration_that_is_not_installed(tmp_path, capsys, monkeypatch, no_
 
 def test_a_model_path_that_is_not_a_checkpoint(tmp_path, capsys, no_ray_started) -> None:
     err = refused(tmp_path, capsys, f"model.path={tmp_path / 'nowhere'}")
-    assert "model.path=" in err and "no such directory; give a local Hugging Face checkpoint directory" in err
+    assert "model.path=" in err and "no such directory, and not a hub id (org/name); give a local Hugging Face checkpoint" in err
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text('{"model_type": "qwen3"}')
     (tmp_path / "half" / "pytorch_model.bin").write_bytes(b"\x80\x04")  # a pickle
@@ -103,3 +103,20 @@ def test_an_agent_that_does_not_import(tmp_path, capsys, monkeypatch, no_ray_sta
     monkeypatch.chdir(tmp_path)
     err = refused(tmp_path, capsys, "domains.puzzle.agent=no_such_agents:run")
     assert "domains.puzzle.agent:" in err and "cannot import module 'no_such_agents'" in err
+
+
+def test_an_agent_domain_without_demonstrations_under_a_warm_start_says_so(caplog) -> None:
+    from rollart.warm_start import warm_start
+
+    cfg = load_config(None, ["domains.frozenlake=null", "domains.math=null", "domains.puzzle.agent=agents:run"])
+
+    class NoTrainer:
+        def sft_step(self, samples):  # noqa: ANN001
+            raise AssertionError("nothing to demonstrate: no supervised step may run")
+
+    with caplog.at_level("INFO", logger="rollart"):
+        warm_start(cfg, NoTrainer(), "unused")
+    lines = [r.getMessage() for r in caplog.records]
+    assert "warm start: agent domain puzzle names no demonstrations (domains.puzzle.demonstrations): it starts RL " \
+           "from the model as it is" in lines
+    assert "warm start skipped: no trained domain has demonstrations (train.warm_start.steps=100)" in lines

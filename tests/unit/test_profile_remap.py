@@ -126,4 +126,4 @@ def test_a_real_run_moves_a_drifted_domain_to_the_pool_of_the_workload_it_now_re
         assert len(remaps) == 1 and remaps[0]["version"] == 4 and remaps[0]["moved"] == {"a": "gen_prefill"}
         assert proxy.told == ([{"a": "gen_prefill"}] if mode == "auto" else [])
         assert [m.name for m in system.incidents] == ["remap" if mode == "auto" else "remap proposed"]
-        assert system.served_version == 4
+        assert system.inference_version == 4

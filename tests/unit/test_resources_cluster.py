@@ -9,7 +9,7 @@ import threading
 from rollart.resources.cluster import Cluster, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import ActorState
-from rollart.resources.ledger import Placement
+from rollart.resources.accounts import Placement
 
 
 class FakeActor:

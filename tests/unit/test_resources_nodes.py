@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rollart.commands.pools import COLUMNS, pool_rows
 from rollart.config_loader import load_config
-from rollart.resources.ledger import NodeShare, PoolStatus
+from rollart.resources.accounts import NodeShare, PoolStatus
 from rollart.resources.nodes import cluster_capacity, declare_hint, missing_pools, pool_nodes
 
 NODES = [

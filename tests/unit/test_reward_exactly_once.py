@@ -16,8 +16,8 @@ from starlette.routing import Route
 
 from rollart.config import DomainConfig, RewardConfig, RunConfig
 from rollart.reward.client import HttpRewardClient, backoff_delay
-from rollart.reward.handler import RewardHandler, ServiceFaults, ledger_key
-from rollart.reward.ledger import SharedLedger
+from rollart.reward.handler import RewardHandler, ServiceFaults, claim_key
+from rollart.reward.claims import SharedClaimBook
 from rollart.reward.protocol import to_payload
 from rollart.types import Task, Trajectory, Turn
 
@@ -83,15 +83,15 @@ class FaultyTransport(httpx.AsyncBaseTransport):
 
 
 def setup(cfg: RunConfig, faults: ServiceFaults | None = None):
-    ledger = SharedLedger(int(cfg.reward.dedupe_max_mb * 2**20), cfg.reward.dedupe_ttl_s, lease_s=30)
-    handler = RewardHandler(cfg, ledger, token=TOKEN, replica="reward/reward/test", faults=faults)
-    return ledger, handler, httpx.ASGITransport(app=make_app(handler))
+    claims = SharedClaimBook(int(cfg.reward.dedupe_max_mb * 2**20), cfg.reward.dedupe_ttl_s, lease_s=30)
+    handler = RewardHandler(cfg, claims, token=TOKEN, replica="reward/reward/test", faults=faults)
+    return claims, handler, httpx.ASGITransport(app=make_app(handler))
 
 
 def test_every_trajectory_scored_exactly_once_under_injected_faults():
     CALLS.clear()
     cfg = run_config()
-    ledger, _, asgi = setup(cfg, ServiceFaults(error_prob=0.2, seed=1))
+    claims, _, asgi = setup(cfg, ServiceFaults(error_prob=0.2, seed=1))
     transport = FaultyTransport(asgi, {"http500": 0.2, "drop": 0.2, "timeout": 0.15}, seed=3)
     client = HttpRewardClient("http://reward.test/reward", cfg.reward, token=TOKEN, transport=transport, seed=0)
     trajs = [make_traj(i) for i in range(60)]
@@ -103,8 +103,8 @@ def test_every_trajectory_scored_exactly_once_under_injected_faults():
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     assert [r.reward for r in results] == [float(i % 7 + 1) for i in range(60)]
     assert all(CALLS[t.trajectory_id] == 1 for t in trajs) and len(CALLS) == 60
-    assert all(ledger.scorings(ledger_key("", client.idempotency_key(t))) == 1 for t in trajs)
-    stats = ledger.stats()
+    assert all(claims.scorings(claim_key("", client.idempotency_key(t))) == 1 for t in trajs)
+    stats = claims.stats()
     assert stats["completed"] == 60 and stats["duplicates"] == 0
     assert min(transport.injected.values()) > 0 and client.stats.retries > 0
     assert stats["replays"] > 0 and client.stats.replays > 0  # retries after a lost answer were replayed
@@ -114,7 +114,7 @@ def test_every_trajectory_scored_exactly_once_under_injected_faults():
 def test_concurrent_duplicates_wait_for_one_scoring():
     CALLS.clear()
     cfg = run_config()
-    ledger, handler, _ = setup(cfg)
+    claims, handler, _ = setup(cfg)
     body = json.dumps(to_payload(make_traj(3), "count")).encode()
     headers = {"authorization": f"Bearer {TOKEN}", "content-length": str(len(body)), "idempotency-key": "run/0/traj-3"}
 

@@ -16,7 +16,7 @@ from rollart.config import DomainConfig, RewardConfig, RunConfig
 from rollart.reward import tokens
 from rollart.reward.client import HttpRewardClient
 from rollart.reward.handler import RewardHandler
-from rollart.reward.ledger import SharedLedger
+from rollart.reward.claims import SharedClaimBook
 from rollart.reward.protocol import RewardInputError, to_payload
 from rollart.reward.router import RewardRouter
 from rollart.types import Status, Task, Trajectory, Turn
@@ -50,7 +50,7 @@ def make_traj(tid: str = "g000000/0", action: str = "1", domain: str = "d") -> T
 
 
 def handler() -> RewardHandler:
-    return RewardHandler(config(), SharedLedger(2**20, 3600, 30), token=SECRET, replica="r")
+    return RewardHandler(config(), SharedClaimBook(2**20, 3600, 30), token=SECRET, replica="r")
 
 
 async def send(h: RewardHandler, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -271,7 +271,7 @@ def test_same_key_other_payload_is_409_and_not_retried_same_payload_replays():
     assert first.ok and first.reward == 1.0 and again.ok and again.details["replayed"] is True
     assert not forged.ok and forged.attempts == 1 and "HTTP 409" in forged.error and "Idempotency-Key" in forged.error
     assert SCORED == ["g000000/0"]
-    assert h.ledger.stats()["conflicts"] == 1
+    assert h.claims.stats()["conflicts"] == 1
 
 
 def test_a_job_cannot_reach_another_jobs_answers():

@@ -252,7 +252,7 @@ def test_code_rewards_refuse_before_anything_starts(machine_without):
     from rollart.config import DomainConfig, RunConfig
     from rollart.reward import RewardRouter
     from rollart.reward.handler import RewardHandler
-    from rollart.reward.ledger import SharedLedger
+    from rollart.reward.claims import SharedClaimBook
     from rollart.reward.protocol import to_payload
     from rollart.types import Task, Trajectory, Turn
 
@@ -262,7 +262,7 @@ def test_code_rewards_refuse_before_anything_starts(machine_without):
         RewardRouter(cfg)
     traj = Trajectory("c/0", Task("c/0", "code", "code", 0, "g"), 0, (Turn((), (), (), (), action="def f(): pass"),),
                       reference={"tests": ["assert f() is None"]})
-    handler = RewardHandler(cfg, SharedLedger(10**6, 60, 30), token=None, replica="r")
+    handler = RewardHandler(cfg, SharedClaimBook(10**6, 60, 30), token=None, replica="r")
 
     async def body():
         yield json.dumps(to_payload(traj, "code")).encode()

@@ -20,7 +20,7 @@ import pytest
 from rollart.config import DomainConfig, RunConfig, SandboxConfig
 from rollart.reward.code_reward import CodeReward
 from rollart.reward.handler import RewardHandler
-from rollart.reward.ledger import SharedLedger
+from rollart.reward.claims import SharedClaimBook
 from rollart.reward.protocol import to_payload
 from rollart.sandbox import cgroups, isolation
 from rollart.sandbox.process import run_sandboxed
@@ -158,7 +158,7 @@ def test_a_lone_surrogate_scores_zero_with_a_reason_and_is_a_422_through_the_ser
         run_sandboxed({"solution.py": program}, ["python", "solution.py"], SandboxConfig())
 
     cfg = RunConfig(domains={"code": DomainConfig(env="code", reward="code")})
-    handler = RewardHandler(cfg, SharedLedger(10**6, 60, 30), token=None, replica="r")
+    handler = RewardHandler(cfg, SharedClaimBook(10**6, 60, 30), token=None, replica="r")
     traj = _code_trajectory(program, ["assert f() == 1"])
 
     async def body():

@@ -24,6 +24,7 @@ def test_rollart_sim_prints_the_breakdown(tmp_path: Path, capsys) -> None:  # no
     assert "gen_decode: 2 H20, tp 1 = 2 engines, generating for math" in out
     assert "math: no profile declared: the default of a math domain" in out
     assert "math: its responses are cut at max_new_tokens=12" in out
+    assert [f"  step {i}/3: " in out for i in (1, 2, 3)] == [True] * 3  # progress, step by step
     # the step time's parts add up to it
     step, wait, rest = map(float, re.search(
         r"step time ([\d.]+) s \(steady state\) = waiting for the batch ([\d.]+) s \+ waiting for the train "

@@ -179,7 +179,7 @@ def test_the_openai_agent_example_repairs_through_the_gateway_and_a_bad_call_is_
 
     from rollart.config import DomainConfig
     from rollart.envs.agents.gateway import AgentGateway
-    from rollart.envs.agents.runner import AgentRunner
+    from rollart.envs.agents.manager import AgentManager
     from rollart.envs.chat import ChatTokens
     from rollart.envs.domains.swe.expert import expert_patch
     from rollart.envs.domains.swe.generator import generate
@@ -203,7 +203,7 @@ def test_the_openai_agent_example_repairs_through_the_gateway_and_a_bad_call_is_
     gateway = AgentGateway(llm, chat).start()
     domain = DomainConfig(agent="swe_agent:run", max_turns=4, max_total_tokens=4096,
                           options={"difficulty": 0, "max_calls": 4})
-    runner = AgentRunner(task, 0, agent=swe_agent.run, domain_cfg=domain, gateway=gateway,
+    runner = AgentManager(task, 0, agent=swe_agent.run, domain_cfg=domain, gateway=gateway,
                          sampling=SamplingParams(max_new_tokens=512, stop_token_ids=chat.stop_token_ids))
     try:
         traj = asyncio.run(asyncio.wait_for(runner.run(), 60))

@@ -1,6 +1,6 @@
 """Agent domains: train any program written against an OpenAI-compatible client.
 
-An agent trajectory is to the scheduler what an env trajectory is: the env worker runs an `AgentRunner`
+An agent trajectory is to the scheduler what an env trajectory is: the env worker runs an `AgentManager`
 (the `EnvManager` contract: run / cancel / progress) that calls the user's function with the base URL and
 key of its own gateway session, and the `AgentGateway` turns each model call into a `Turn` with exactly the
 engine's tokens (see session.py for the prefix property and segments).
@@ -10,20 +10,20 @@ engine's tokens (see session.py for the prefix property and segments).
 - `requests.py` — accepted parameters and their mapping onto `SamplingParams`.
 - `messages.py` — OpenAI messages/tools → template messages; `tool_calls.py` — output parsers per family.
 - `responses.py` — OpenAI response bodies and stream chunks.
-- `function.py` — the agent function, `AgentTask`, what it may return; `runner.py` — `AgentRunner`.
+- `function.py` — the agent function, `AgentTask`, what it may return; `manager.py` — `AgentManager`.
 - `demonstrations.py` — warm-start samples from an agent domain's demonstrations.
 """
 
 from rollart.envs.agents.demonstrations import demonstrate_agent, demonstration_sample
 from rollart.envs.agents.function import AgentOutcome, AgentSpecError, AgentTask, agent_outcome, resolve_agent
 from rollart.envs.agents.gateway import AgentGateway
-from rollart.envs.agents.runner import AgentRunner
+from rollart.envs.agents.manager import AgentManager
 from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
 
 __all__ = [
     "AgentGateway",
     "AgentOutcome",
-    "AgentRunner",
+    "AgentManager",
     "AgentSession",
     "AgentSpecError",
     "AgentTask",

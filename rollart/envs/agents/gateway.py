@@ -80,7 +80,7 @@ from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_f
 from rollart.envs.chat import ChatTokens
 from rollart.envs.http_guard import HttpLimits
 from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
-from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnGate
+from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnBarrier
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,7 +102,7 @@ class _Entry:
     sampling: SamplingParams
     sampling_source: Literal["run", "request"]
     seed_for: Callable[[int], int]
-    gate: TurnGate | None
+    turn_barrier: TurnBarrier | None
     state: Literal["open", "cancelled", "finished"] = "open"
     failure: str = ""  # a generation that failed: the trajectory ends FAILED with this reason
     pending: int = 0  # calls in flight or queued
@@ -142,9 +142,9 @@ class AgentGateway:
         self.port = 0
         self.app = Starlette(
             routes=[
-                Route("/t/{tid:path}/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/t/{tid:path}/v1/completions", self._completions, methods=["POST"]),
-                Route("/t/{tid:path}/v1/models", self._models, methods=["GET"]),
+                Route("/t/{trajectory_id:path}/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/t/{trajectory_id:path}/v1/completions", self._completions, methods=["POST"]),
+                Route("/t/{trajectory_id:path}/v1/models", self._models, methods=["GET"]),
             ],
             exception_handlers={GatewayError: self._error, HTTPException: self._http_error, Exception: self._bug},
         )
@@ -185,7 +185,7 @@ class AgentGateway:
         sampling: SamplingParams,
         sampling_source: Literal["run", "request"] = "run",
         seed_for: Callable[[int], int] = lambda k: k,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
     ) -> tuple[str, str]:
         """Open a session: (base URL, key) for the agent."""
         key = secrets.token_urlsafe(24)
@@ -197,7 +197,7 @@ class AgentGateway:
                                    "(envs.gateway.max_open_trajectories)")
             self._closed.pop(trajectory_id, None)
             session = AgentSession(trajectory_id, key, self.chat, limits)
-            self._entries[trajectory_id] = _Entry(session, domain, sampling, sampling_source, seed_for, gate)
+            self._entries[trajectory_id] = _Entry(session, domain, sampling, sampling_source, seed_for, turn_barrier)
         return self.base_url(trajectory_id), key
 
     async def cancel(self, trajectory_id: str, grace_s: float = 2.0) -> None:
@@ -222,37 +222,37 @@ class AgentGateway:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         return await asyncio.wrap_future(future)
 
-    async def _cancel(self, tid: str, grace_s: float) -> None:
+    async def _cancel(self, trajectory_id: str, grace_s: float) -> None:
         with self._lock:
-            entry = self._entries.get(tid)
+            entry = self._entries.get(trajectory_id)
             if entry is None or entry.state != "open":
                 return
             entry.state = "cancelled"
-        await self._abort(tid)
+        await self._abort(trajectory_id)
         await self._drain(entry, grace_s)
 
-    async def _finish(self, tid: str, grace_s: float) -> tuple[AgentSession, str]:
+    async def _finish(self, trajectory_id: str, grace_s: float) -> tuple[AgentSession, str]:
         with self._lock:
-            entry = self._entries.get(tid)
+            entry = self._entries.get(trajectory_id)
             if entry is None:
-                raise KeyError(f"trajectory {tid} has no gateway session")
+                raise KeyError(f"trajectory {trajectory_id} has no gateway session")
             cancelled = entry.state == "cancelled"
             entry.state = "finished"
         if entry.pending:
-            await self._abort(tid)
+            await self._abort(trajectory_id)
             await self._drain(entry, grace_s)
         with self._lock:
-            self._entries.pop(tid, None)
-            self._closed[tid] = ("cancelled" if cancelled else "finished", entry.session.key)
+            self._entries.pop(trajectory_id, None)
+            self._closed[trajectory_id] = ("cancelled" if cancelled else "finished", entry.session.key)
             while len(self._closed) > _REMEMBERED_CLOSED:
                 self._closed.popitem(last=False)
         return entry.session, entry.failure
 
-    async def _abort(self, tid: str) -> None:
+    async def _abort(self, trajectory_id: str) -> None:
         try:
-            await asyncio.wait_for(self.llm.abort(tid), ABORT_TIMEOUT_S)
+            await asyncio.wait_for(self.llm.abort(trajectory_id), ABORT_TIMEOUT_S)
         except Exception as exc:
-            log.warning("abort of %s failed: %s", tid, f"{type(exc).__name__}: {exc}")
+            log.warning("abort of %s failed: %s", trajectory_id, f"{type(exc).__name__}: {exc}")
 
     @staticmethod
     async def _drain(entry: _Entry, grace_s: float) -> None:
@@ -266,10 +266,10 @@ class AgentGateway:
     def _entry(self, request: Request) -> _Entry:
         """The open session the request's path names, if its key is that session's: 401 first for any id
         without its key (unknown, ended or open alike), 410 for an ended one with its key."""
-        tid = request.path_params["tid"]
+        trajectory_id = request.path_params["trajectory_id"]
         with self._lock:
-            entry = self._entries.get(tid)
-            ended, ended_key = self._closed.get(tid, ("", ""))
+            entry = self._entries.get(trajectory_id)
+            ended, ended_key = self._closed.get(trajectory_id, ("", ""))
         key = entry.session.key if entry is not None else ended_key
         auth = request.headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
@@ -277,21 +277,22 @@ class AgentGateway:
         # nothing about whether the id exists
         expected = (key or secrets.token_urlsafe(24)).encode()
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected) or not key:
-            raise GatewayError(401, f"wrong or missing API key for trajectory {tid!r}", code="invalid_api_key",
-                               kind="authentication_error")
+            raise GatewayError(401, f"wrong or missing API key for trajectory {trajectory_id!r}",
+                               code="invalid_api_key", kind="authentication_error")
         if entry is None:
-            raise GatewayError(410, f"trajectory {tid!r} is {ended}; it takes no more calls", code=f"trajectory_{ended}")
-        self._check_open(entry, tid)
+            raise GatewayError(410, f"trajectory {trajectory_id!r} is {ended}; it takes no more calls",
+                               code=f"trajectory_{ended}")
+        self._check_open(entry, trajectory_id)
         return entry
 
     @asynccontextmanager
     async def _admitted(self, entry: _Entry) -> AsyncIterator[None]:
         """Count the call against the trajectory's `max_concurrent_calls` from its first byte (before its
         body is read): a caller that holds bodies open cannot hold more than that many."""
-        tid = entry.session.trajectory_id
+        trajectory_id = entry.session.trajectory_id
         if entry.pending >= self.cfg.max_concurrent_calls:
-            raise GatewayError(429, f"trajectory {tid!r} has {entry.pending} calls in flight, queued or sending "
-                               "their body (envs.gateway.max_concurrent_calls)", code="too_many_calls",
+            raise GatewayError(429, f"trajectory {trajectory_id!r} has {entry.pending} calls in flight, queued or "
+                               "sending their body (envs.gateway.max_concurrent_calls)", code="too_many_calls",
                                kind="rate_limit_error", retryable=True)
         entry.pending += 1
         try:
@@ -300,9 +301,9 @@ class AgentGateway:
             entry.pending -= 1
 
     @staticmethod
-    def _check_open(entry: _Entry, tid: str) -> None:
+    def _check_open(entry: _Entry, trajectory_id: str) -> None:
         if entry.state != "open":
-            raise GatewayError(410, f"trajectory {tid!r} is {entry.state}; it takes no more calls",
+            raise GatewayError(410, f"trajectory {trajectory_id!r} is {entry.state}; it takes no more calls",
                                code=f"trajectory_{entry.state}")
 
     async def _body(self, request: Request, entry: _Entry, param: str) -> Any:
@@ -401,33 +402,33 @@ class AgentGateway:
     ) -> CallOutput:
         """One call, serialised with the trajectory's others: plan (rendered and tokenised off the serving
         loop) → generate → record."""
-        tid = entry.session.trajectory_id
+        trajectory_id = entry.session.trajectory_id
         async with entry.lock:
-            self._check_open(entry, tid)
+            self._check_open(entry, trajectory_id)
             session = entry.session
             plan = await asyncio.get_running_loop().run_in_executor(self._tokenize, plan_of, session)
             k = len(session.turns)
             sampling = sampling_for(req, entry.sampling, source=entry.sampling_source, seed=entry.seed_for(k),
                                     budget=session.budget(plan))
             agent_span = Span("agent.step", entry.last_call_end, time.time(), self.worker)
-            if entry.gate is not None:
-                await asyncio.wait_for(entry.gate.before_turn(tid, k), self.generate_timeout_s)
+            if entry.turn_barrier is not None:
+                await asyncio.wait_for(entry.turn_barrier.before_turn(trajectory_id, k), self.generate_timeout_s)
             result, wait_span = await self._generate(entry, GenerationRequest(
-                request_id=f"{tid}/{k}", trajectory_id=tid, domain=entry.domain,
+                request_id=f"{trajectory_id}/{k}", trajectory_id=trajectory_id, domain=entry.domain,
                 prompt_token_ids=plan.context, sampling=sampling))
             text = self.chat.response_text(result.token_ids)
             parsed, returned = output(text, k)
             with self._lock:
                 if entry.state == "finished":  # the trajectory ended while this call generated
-                    raise GatewayError(410, f"trajectory {tid!r} is finished; it takes no more calls",
+                    raise GatewayError(410, f"trajectory {trajectory_id!r} is finished; it takes no more calls",
                                        code="trajectory_finished")
                 session.record(plan, result, action=text, returned=returned, malformed=parsed.malformed,
                                spans=(agent_span, wait_span, *result.spans))
                 session.counters["generate_time_s"] += wait_span.duration
             entry.last_call_end = time.time()
             if result.finish_reason == "abort" or entry.state != "open":
-                raise GatewayError(410, f"trajectory {tid!r} was cancelled", code="trajectory_cancelled")
-            return CallOutput(f"{'chatcmpl' if returned is not None else 'cmpl'}-{quote(tid, safe='')}-{k}",
+                raise GatewayError(410, f"trajectory {trajectory_id!r} was cancelled", code="trajectory_cancelled")
+            return CallOutput(f"{'chatcmpl' if returned is not None else 'cmpl'}-{quote(trajectory_id, safe='')}-{k}",
                               self.cfg.model_name, parsed, tuple(result.token_ids), tuple(result.logprobs),
                               result.finish_reason, len(plan.context))
 

@@ -49,8 +49,8 @@ TokenText = Callable[[int], str]
 
 def _chat_logprobs(out: CallOutput, token_text: TokenText) -> dict[str, Any]:
     content = []
-    for tid, lp in zip(out.token_ids, out.logprobs):
-        text = token_text(tid)
+    for token_id, lp in zip(out.token_ids, out.logprobs):
+        text = token_text(token_id)
         content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
     return {"content": content}
 

@@ -71,7 +71,13 @@ class SingleTurnEpisode:
         return boxed(final_answer(self.row["answer"]))
 
     def random_action(self) -> str:
-        return boxed(str(self._rng.randint(0, 100))) if self.boxed else str(self._rng.randint(0, 100))
+        """A well-formed answer of the right kind: a number up to twice the answer's size when it is one."""
+        try:
+            high = max(9, 2 * abs(int(float(final_answer(self.row.get("answer"))))))
+        except (TypeError, ValueError, OverflowError):
+            high = 100
+        guess = str(self._rng.randint(0, high))
+        return boxed(guess) if self.boxed else guess
 
 
 _CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\((.*)\)\s*$", re.DOTALL)

@@ -24,6 +24,7 @@ Guarantees:
 from __future__ import annotations
 
 import math
+import re
 import string
 from collections import Counter
 from dataclasses import dataclass, field
@@ -85,10 +86,16 @@ class Drops:
                          for reason, n in self.counts.most_common())
 
 
+def format_fields(prompt_format: str) -> list[str]:
+    """The roles a `prompt_format` reads (`{tests[0]}` reads `tests`)."""
+    names = (f for _, f, _, _ in string.Formatter().parse(prompt_format) if f)
+    return list(dict.fromkeys(re.split(r"[.\[]", f, maxsplit=1)[0] for f in names))
+
+
 def format_prompt(prompt_format: str, values: Mapping[str, Any]) -> str:
-    """The user message of a row: `prompt_format` with each role's value as text."""
-    fields = {f for _, f, _, _ in string.Formatter().parse(prompt_format) if f}
-    return prompt_format.format(**{f: _text(values.get(f)) for f in fields})
+    """The user message of a row: `prompt_format` with each role's value (text as it is, a list or object
+    indexable: `{tests[0]}`; a missing value is empty)."""
+    return prompt_format.format(**{f: "" if values.get(f) is None else values[f] for f in format_fields(prompt_format)})
 
 
 def final_answer(value: Any) -> str:
@@ -258,8 +265,8 @@ def _too_long(table: Table, arrow: Any, keep: np.ndarray, data: DatasetConfig, m
         content_bytes, messages = _chat_bytes(arrow.column(data.columns["messages"]))
         bound = content_bytes + messages * (meter.overhead(1) + SAFETY_TOKENS) + meter.overhead(0)
     else:
-        fields = [f for _, f, _, _ in string.Formatter().parse(data.prompt_format) if f]
-        literal = len(format_prompt(data.prompt_format, {}).encode())
+        fields = format_fields(data.prompt_format)
+        literal = sum(len(text.encode()) for text, _, _, _ in string.Formatter().parse(data.prompt_format))
         bound = literal + sum(_text_bytes(arrow.column(data.columns[f])) for f in fields)
         bound = bound + meter.overhead(1) + SAFETY_TOKENS
     candidates = np.flatnonzero(keep & (bound > budget))
@@ -282,11 +289,16 @@ def _first_prompt(record: Mapping[str, Any], data: DatasetConfig) -> str | list[
 
 
 def _text_bytes(column: Any) -> np.ndarray:
+    """Bytes of each value as text; a list or object (no text form in Arrow) counts as unbounded, so its rows
+    are measured exactly."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        column = pc.cast(column, pa.string())
+        try:
+            column = pc.cast(column, pa.string())
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            return np.full(len(column), np.iinfo(np.int64).max // 4, dtype=np.int64)
     return np.asarray(pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 

@@ -14,7 +14,7 @@ Guarantees:
   cumulatively. A pool's capacity follows the alive Ray nodes (`set_capacity`): when a node leaves, free
   room shrinks (never below zero) and a replacement falls back; when one joins, room grows.
 
-The `ResourceManager` Ray actor (manager.py) holds one `Ledger`; keeping the logic here makes it testable
+The `ResourceManager` Ray actor (manager.py) holds one `PoolAccounts`; keeping the logic here makes it testable
 without Ray. Its methods run one at a time in the actor, so reserve is atomic.
 """
 
@@ -31,7 +31,7 @@ _EPS = 1e-9  # slots are floats; compare with a little slack so 0.1 + 0.2 fits i
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """A pool as the ledger knows it; `capacity` is what Ray holds of its custom resource."""
+    """A pool as the accounts know it; `capacity` is what Ray holds of its custom resource."""
 
     name: str
     kind: str
@@ -117,7 +117,7 @@ class PoolStatus:
     replacements: int = 0
 
 
-class Ledger:
+class PoolAccounts:
     def __init__(self) -> None:
         self._pools: dict[str, PoolSpec] = {}
         self._held: dict[str, Placement] = {}

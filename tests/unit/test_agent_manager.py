@@ -1,4 +1,4 @@
-"""AgentRunner (one agent trajectory) and agent-domain warm-start samples, with the example agents and the
+"""AgentManager (one agent trajectory) and agent-domain warm-start samples, with the example agents and the
 real `openai` client through a started gateway, against a scripted LLM client."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rollart.config import DomainConfig, DomainRewardConfig
 from rollart.envs.agents.demonstrations import demonstrate_agent, demonstration_sample
 from rollart.envs.agents.function import AgentSpecError, agent_outcome, resolve_agent
 from rollart.envs.agents.gateway import AgentGateway
-from rollart.envs.agents.runner import AgentRunner
+from rollart.envs.agents.manager import AgentManager
 from rollart.envs.chat import ChatTokens
 from rollart.envs.seeds import episode_seed
 from rollart.models.tiny import build_tokenizer
@@ -44,7 +44,7 @@ def run_agent(chat, agent, replies, domain=CALC, task=None, *, delay_s=0.0, fail
     task = task or Task("g0/0", "calc", "", 5, "g0")
     llm = ScriptedLLM(chat.tokenizer, replies, delay_s=delay_s, fail_on_turn=fail_on_turn)
     gateway = AgentGateway(llm, chat).start()
-    runner = AgentRunner(task, 0, agent=agent, domain_cfg=domain, gateway=gateway,
+    runner = AgentManager(task, 0, agent=agent, domain_cfg=domain, gateway=gateway,
                          sampling=SamplingParams(max_new_tokens=40, stop_token_ids=chat.stop_token_ids))
 
     async def scenario():

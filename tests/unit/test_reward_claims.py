@@ -1,10 +1,10 @@
-"""Idempotency ledger (exactly-once bookkeeping) and the metric accumulators, on a fake clock."""
+"""The claim book (exactly-once bookkeeping) and the metric accumulators, on a fake clock."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rollart.reward.ledger import IdempotencyLedger, SharedLedger
+from rollart.reward.claims import LocalClaimBook, SharedClaimBook
 from rollart.reward.metrics import BusyClock, LatencyWindow, Timeline, percentile
 
 
@@ -20,7 +20,7 @@ MB = 2**20
 
 
 def test_claim_complete_then_replay():
-    led = IdempotencyLedger(max_bytes=MB, ttl_s=100, lease_s=5, clock=FakeClock())
+    led = LocalClaimBook(max_bytes=MB, ttl_s=100, lease_s=5, clock=FakeClock())
     state, token = led.claim("k", "d1")
     assert state == "owner"
     assert led.claim("k", "d1") == ("busy", None)
@@ -30,7 +30,7 @@ def test_claim_complete_then_replay():
 
 
 def test_same_key_with_another_payload_is_a_conflict_never_a_replay():
-    led = IdempotencyLedger(MB, 100, 5, clock=FakeClock())
+    led = LocalClaimBook(MB, 100, 5, clock=FakeClock())
     _, token = led.claim("k", "d1")
     assert led.claim("k", "d2") == ("conflict", None)  # while it is being scored
     led.complete("k", token, {"reward": 1.0})
@@ -40,7 +40,7 @@ def test_same_key_with_another_payload_is_a_conflict_never_a_replay():
 
 
 def test_release_frees_the_key_and_is_not_a_scoring():
-    led = IdempotencyLedger(MB, 100, 5, clock=FakeClock())
+    led = LocalClaimBook(MB, 100, 5, clock=FakeClock())
     _, token = led.claim("k", "d")
     led.release("k", token)
     state, token2 = led.claim("k", "d")
@@ -49,7 +49,7 @@ def test_release_frees_the_key_and_is_not_a_scoring():
 
 def test_waiter_gets_the_owners_answer():
     async def scenario():
-        led = IdempotencyLedger(MB, 100, 5)
+        led = LocalClaimBook(MB, 100, 5)
         _, token = led.claim("k", "d")
         waiter = asyncio.create_task(led.wait("k", timeout_s=5))
         await asyncio.sleep(0)
@@ -61,7 +61,7 @@ def test_waiter_gets_the_owners_answer():
 
 def test_expired_lease_hands_the_key_on_and_late_answer_is_counted_not_stored_twice():
     clock = FakeClock()
-    led = IdempotencyLedger(MB, 100, lease_s=5, clock=clock)
+    led = LocalClaimBook(MB, 100, lease_s=5, clock=clock)
     _, old = led.claim("k", "d")
     clock.t = 6.0
     state, new = led.claim("k", "d")
@@ -74,7 +74,7 @@ def test_expired_lease_hands_the_key_on_and_late_answer_is_counted_not_stored_tw
 
 def test_memory_is_bounded_in_bytes_oldest_first_and_says_so():
     clock = FakeClock()
-    led = IdempotencyLedger(max_bytes=4096, ttl_s=100, lease_s=5, clock=clock)
+    led = LocalClaimBook(max_bytes=4096, ttl_s=100, lease_s=5, clock=clock)
     big_key = "k" * 3000  # a huge key is charged in full
     led.complete(big_key, led.claim(big_key, "d")[1], {"x": 1})
     for i in range(20):
@@ -88,10 +88,10 @@ def test_memory_is_bounded_in_bytes_oldest_first_and_says_so():
 
 
 def test_entries_expire_without_being_asked():
-    """An idle service forgets: the shared ledger's sweeper drops expired entries on its own."""
+    """An idle service forgets: the shared claim book's sweeper drops expired entries on its own."""
 
     async def scenario():
-        shared = SharedLedger(MB, ttl_s=0.2, lease_s=5)
+        shared = SharedClaimBook(MB, ttl_s=0.2, lease_s=5)
         _, token = await shared.claim("k", "d")
         await shared.complete("k", token, {"reward": 1.0})
         assert shared.stats()["keys"] == 1
@@ -139,10 +139,10 @@ def test_timeline_integral_and_mean():
 
 
 def test_a_claim_with_a_bogus_digest_holds_a_key_for_one_lease_at_most():
-    """A claim under another payload (say, through the ledger actor, with cluster access) is a conflict
+    """A claim under another payload (say, through the claim-book actor, with cluster access) is a conflict
     while its lease lasts, then the key is free for the real payload (on main it stayed a 409 for good)."""
     clock = FakeClock()
-    led = IdempotencyLedger(MB, 100, lease_s=5, clock=clock)
+    led = LocalClaimBook(MB, 100, lease_s=5, clock=clock)
     assert led.claim("k", "bogus")[0] == "owner"  # never completed
     assert led.claim("k", "real") == ("conflict", None)
     clock.t = 5.0
@@ -154,7 +154,7 @@ def test_a_claim_with_a_bogus_digest_holds_a_key_for_one_lease_at_most():
 
 def test_an_abandoned_claim_is_forgotten_a_lease_after_it_ran_out():
     clock = FakeClock()
-    led = IdempotencyLedger(MB, 100, lease_s=5, clock=clock)
+    led = LocalClaimBook(MB, 100, lease_s=5, clock=clock)
     _, token = led.claim("k", "d")
     clock.t = 7.0  # past its lease, not yet forgotten: its owner may still complete
     assert led.complete("k", token, {"reward": 0.5}) and led.claim("k", "d") == ("done", {"reward": 0.5})

@@ -1,4 +1,4 @@
-"""Idempotency ledger: the service's memory of what it has scored, so each request is scored once.
+"""The claim book: the service's memory of what it has scored, so each request is scored once.
 
 In: idempotency keys — `<principal>|<run id>/<attempt>/<trajectory id>`, the principal being the job the
 request's token belongs to (tokens.py), so two jobs, two runs or two evaluations never share a key — with
@@ -21,7 +21,7 @@ Guarantees (single event loop; the Ray actor in `service.py` hosts one for all r
   of a key that was already done (0 when exactly-once held).
 - Bounded memory: keys, digests and stored answers together stay under `max_bytes` (oldest entries are
   evicted first, counted in `evicted`), and an entry is dropped `ttl_s` after it was stored (`expired`)
-  by `expire()`, which every call runs and `SharedLedger` also runs on its own every `ttl_s / 4` (at most
+  by `expire()`, which every call runs and `SharedClaimBook` also runs on its own every `ttl_s / 4` (at most
   every 30 s), so an idle service does not keep them. A retry that arrives after its key is gone is
   scored again — the documented limit of exactly-once. `stats()` says how much is held.
 """
@@ -57,7 +57,7 @@ class _Done:
     scorings: int = 1
 
 
-class IdempotencyLedger:
+class LocalClaimBook:
     def __init__(
         self, max_bytes: int, ttl_s: float, lease_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
@@ -169,7 +169,7 @@ class IdempotencyLedger:
         return done.scorings if done is not None else 0
 
     def stats(self) -> dict[str, int]:
-        """What the ledger holds now and what it did (reading it changes nothing)."""
+        """What the claim book holds now and what it did (reading it changes nothing)."""
         pending_bytes = sum(len(k) + len(p.digest) + ENTRY_OVERHEAD for k, p in self._pending.items())
         return {
             "keys": len(self._done),
@@ -187,14 +187,14 @@ class IdempotencyLedger:
         }
 
 
-class SharedLedger:
-    """The ledger as the service's replicas use it (the `Ledger` protocol of handler.py): async methods,
+class SharedClaimBook:
+    """The claim book as the service's replicas use it (the `ClaimBook` protocol of handler.py): async methods,
     plus each replica's busy and alive seconds for the reward pool's utilisation. Hosted in-process for a
     single handler, or as one Ray actor shared by every Serve replica (service.py). Runs `expire()` every
     `ttl_s / 4` (at most every 30 s) on the event loop it is used from."""
 
     def __init__(self, max_bytes: int, ttl_s: float, lease_s: float) -> None:
-        self.ledger = IdempotencyLedger(max_bytes, ttl_s, lease_s)
+        self.claims = LocalClaimBook(max_bytes, ttl_s, lease_s)
         self.sweep_s = min(ttl_s / 4, 30.0)
         self.replicas: dict[str, tuple[float, float]] = {}  # replica → (busy_s, alive_s), latest report
         self._sweeper: asyncio.Task | None = None
@@ -207,28 +207,28 @@ class SharedLedger:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(self.sweep_s)
-            self.ledger.expire()
+            self.claims.expire()
 
     async def claim(self, key: str, digest: str) -> tuple[ClaimState, Any]:
         self._sweep_here()
-        return self.ledger.claim(key, digest)
+        return self.claims.claim(key, digest)
 
     async def complete(self, key: str, token: int, answer: dict[str, Any]) -> bool:
-        return self.ledger.complete(key, token, answer)
+        return self.claims.complete(key, token, answer)
 
     async def release(self, key: str, token: int) -> None:
-        self.ledger.release(key, token)
+        self.claims.release(key, token)
 
     async def wait(self, key: str, timeout_s: float) -> dict[str, Any] | None:
-        return await self.ledger.wait(key, timeout_s)
+        return await self.claims.wait(key, timeout_s)
 
     def report(self, replica: str, busy_s: float, alive_s: float) -> None:
         self.replicas[replica] = (busy_s, alive_s)
 
     def scorings(self, key: str) -> int:
-        return self.ledger.scorings(key)
+        return self.claims.scorings(key)
 
     def stats(self) -> dict[str, float]:
         busy = sum(b for b, _ in self.replicas.values())
         alive = sum(a for _, a in self.replicas.values())
-        return {**self.ledger.stats(), "replica_starts": len(self.replicas), "busy_s": busy, "alive_s": alive}
+        return {**self.claims.stats(), "replica_starts": len(self.replicas), "busy_s": busy, "alive_s": alive}

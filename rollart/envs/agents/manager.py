@@ -1,9 +1,9 @@
-"""AgentRunner: one agent trajectory, from the first model call to a finished `Trajectory` — the agent-domain
+"""AgentManager: one agent trajectory, from the first model call to a finished `Trajectory` — the agent-domain
 counterpart of `EnvManager`, with the same `run` / `cancel` / `progress` contract, so the env worker, the
 pool and the scheduler treat both alike.
 
 In: a `Task` of an agent domain, its start version, the user's agent function (`function.py`), the domain
-config, the worker's `AgentGateway`, the turn's run `SamplingParams` and optionally a `TurnGate`.
+config, the worker's `AgentGateway`, the turn's run `SamplingParams` and optionally a `TurnBarrier`.
 
 Run: open a gateway session (base URL + key) → call the agent with them and an `AgentTask`, bounded by
 `domains.<name>.agent_timeout_s` → end the session and turn its calls into turns (each model call is one
@@ -14,12 +14,14 @@ reward the agent returned, if any; `reference` what it returned under that key):
 - COMPLETED: the agent returned;
 - TRUNCATED: a call hit `max_turns` or `max_total_tokens` (the agent may then return or raise);
 - FAILED: the agent raised, returned something unusable, timed out, made no model call, a generation
-  failed, or it returned no reward on a domain whose reward is `env` — with the reason;
+  failed, or it returned no reward on a domain whose reward is `env` — with the reason; when the agent's
+  own code is to blame (it raised, returned something unusable or no reward, made no call) with the
+  `Fault` too, which the rollout's per-domain circuit breaker counts;
 - ABORTED/STALE: cancelled (`cancel`): the gateway refuses further calls, the call in flight is aborted
   (its partial tokens kept), the agent's task is cancelled.
 
 Guarantees: `run` returns exactly once and never raises for agent or LLM errors; the session is always
-ended and the gate left; every wait is bounded.
+ended and the turn barrier left; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
 from rollart.envs.episode import error_text
 from rollart.envs.seeds import episode_seed, request_seed
-from rollart.types import AGENT_METRIC_PREFIX, SamplingParams, Span, Status, Task, Trajectory, TurnGate
+from rollart.types import AGENT_METRIC_PREFIX, Fault, SamplingParams, Span, Status, Task, Trajectory, TurnBarrier
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ CANCEL_GRACE_S = 2.0  # for the aborted call to record its partial turn, and for
 GATE_TIMEOUT_S = 10.0
 
 
-class AgentRunner:
+class AgentManager:
     """Runs one agent trajectory. Create one per task; call `run()` once; `cancel()` from any task."""
 
     def __init__(
@@ -57,11 +59,11 @@ class AgentRunner:
         domain_cfg: DomainConfig,
         gateway: AgentGateway,
         sampling: SamplingParams,
-        gate: TurnGate | None = None,
+        turn_barrier: TurnBarrier | None = None,
         worker: str = "env/env/0",
     ) -> None:
         self.task, self.agent, self.domain_cfg, self.gateway = task, agent, domain_cfg, gateway
-        self.sampling, self.gate, self.worker = sampling, gate, worker
+        self.sampling, self.turn_barrier, self.worker = sampling, turn_barrier, worker
         self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         self._cancel: tuple[Status, str] | None = None
         self._inner: asyncio.Future[Any] | None = None
@@ -88,14 +90,14 @@ class AgentRunner:
     # --- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> Trajectory:
         if self._started:
-            raise RuntimeError(f"AgentRunner.run() called twice for trajectory {self.trajectory_id}")
+            raise RuntimeError(f"AgentManager.run() called twice for trajectory {self.trajectory_id}")
         self._started = True
         if self._cancel is not None:
             return await self._end(*self._cancel)
         base_url, key = self.gateway.open(
             self.trajectory_id, domain=self.task.domain,
             limits=SessionLimits(self.domain_cfg.max_turns, self.domain_cfg.max_total_tokens), sampling=self.sampling,
-            sampling_source=self.domain_cfg.agent_sampling, seed_for=lambda k: request_seed(self.task, k), gate=self.gate,
+            sampling_source=self.domain_cfg.agent_sampling, seed_for=lambda k: request_seed(self.task, k), turn_barrier=self.turn_barrier,
         )
         self._opened = True
         start = time.time()
@@ -116,14 +118,16 @@ class AgentRunner:
             return await self._end(Status.ABORTED, "the agent's task was cancelled", start)
         exc = self._inner.exception()
         if exc is not None:
-            return await self._end(Status.FAILED, f"agent raised {error_text(exc)}", start, raised=True)
+            return await self._end(Status.FAILED, f"agent raised {error_text(exc)}", start, raised=True,
+                                   fault=Fault.of("agent", exc))
         try:
             outcome = agent_outcome(self._inner.result())
         except TypeError as err:
-            return await self._end(Status.FAILED, str(err), start)
+            return await self._end(Status.FAILED, str(err), start, fault=Fault("agent", str(err)))
         if outcome.reward is None and self.domain_cfg.reward.fn == "env":
-            return await self._end(Status.FAILED, "the agent returned no reward and the domain's reward is 'env' "
-                                   "(return a number, or set domains.<name>.reward)", start)
+            why = ("the agent returned no reward and the domain's reward is 'env' (return a number, or set "
+                   "domains.<name>.reward)")
+            return await self._end(Status.FAILED, why, start, fault=Fault("agent", why))
         return await self._end(Status.COMPLETED, "agent returned", start, outcome=outcome)
 
     async def _call_agent(self, base_url: str, key: str) -> Any:
@@ -154,8 +158,9 @@ class AgentRunner:
         *,
         outcome: AgentOutcome | None = None,
         raised: bool = False,
+        fault: Fault | None = None,
     ) -> Trajectory:
-        """End the session, build the trajectory from its calls, leave the gate."""
+        """End the session, build the trajectory from its calls, leave the turn barrier."""
         turns, counters, failure, truncated = (), {}, "", ""
         if self._opened:
             self._opened = False
@@ -165,14 +170,15 @@ class AgentRunner:
                 turns, counters, truncated = tuple(session.turns), session.counters, session.truncated
             except Exception as exc:
                 log.warning("ending the gateway session of %s failed: %s", self.trajectory_id, error_text(exc))
-                status, reason = Status.FAILED, f"gateway session lost: {error_text(exc)}"
+                status, reason, fault = Status.FAILED, f"gateway session lost: {error_text(exc)}", None
         if status in (Status.COMPLETED, Status.FAILED) and self._cancel is None:
-            if failure:
-                status, reason = Status.FAILED, failure
+            if failure:  # a generation of one of its calls failed: the infrastructure's, not the agent's fault
+                status, reason, fault = Status.FAILED, failure, None
             elif truncated and (status == Status.COMPLETED or raised):
                 status, reason = Status.TRUNCATED, truncated
         if status.trainable and not turns:
             status, reason = Status.FAILED, "the agent made no model call"
+            fault = Fault("agent", reason)
         end = time.time()
         spans: tuple[Span, ...] = ()
         if start is not None:
@@ -193,10 +199,10 @@ class AgentRunner:
             self.trajectory, turns=turns, spans=self.trajectory.spans + spans,
             env_return=float(outcome.reward) if outcome and outcome.reward is not None else 0.0,
             reference=dict(outcome.reference) if outcome else {},
-        ).finished(status, reason, metrics)
-        if self.gate is not None:
+        ).finished(status, reason, metrics, fault if status is Status.FAILED and self._cancel is None else None)
+        if self.turn_barrier is not None:
             try:
-                await asyncio.wait_for(self.gate.leave(self.trajectory_id), GATE_TIMEOUT_S)
+                await asyncio.wait_for(self.turn_barrier.leave(self.trajectory_id), GATE_TIMEOUT_S)
             except Exception as exc:
-                log.warning("turn gate leave of %s failed: %s", self.trajectory_id, error_text(exc))
+                log.warning("turn barrier leave of %s failed: %s", self.trajectory_id, error_text(exc))
         return self.trajectory
