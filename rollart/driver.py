@@ -8,16 +8,17 @@
   Face checkpoint.
 
 All three block until done. Whatever stops a job, everything it started is stopped, and what the run did
-stays in its run directory (`rollart.recorder`).
+stays in its run directory (`rollart.recorder`); Ctrl-C stops a job within seconds at any phase
+(`rollart.interrupts`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from rollart import interrupts
 from rollart.config import RunConfig
 from rollart.loop import DRIVER_LANE, RLLoop
 from rollart.preflight import check_config, check_run_dir
@@ -30,7 +31,7 @@ from rollart.warm_start import warm_start
 
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Run a whole training job (blocking); returns the run summary (also in RUN_DIR/summary.json)."""
-    return asyncio.run(_run_training_job(cfg))
+    return interrupts.run(_run_training_job(cfg))
 
 
 def evaluate(cfg: RunConfig) -> Evaluation:
@@ -45,7 +46,7 @@ def evaluate(cfg: RunConfig) -> Evaluation:
             finally:
                 await system.close()
 
-    return asyncio.run(run())
+    return interrupts.run(run())
 
 
 def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,

@@ -58,9 +58,14 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
         return task.domain, None
 
     timeout = trajectory_timeout_s(cfg) * (retries + 1)
+    log.info("evaluation %s: %d validation episodes of %d domain(s)", tag, len(tasks), len(cfg.domains))
     try:
-        results = await asyncio.wait_for(asyncio.gather(*(one(t) for t in tasks)), timeout)
-    except asyncio.TimeoutError:
+        # asyncio.timeout, not wait_for: CPython 3.11's wait_for, cancelled (Ctrl-C), leaves the gather it
+        # cancelled with an exception nobody retrieves ("_GatheringFuture exception was never retrieved" and
+        # a traceback on the console); awaited directly, the cancelled gather's outcome is the task's own
+        async with asyncio.timeout(timeout):
+            results = await asyncio.gather(*(one(t) for t in tasks))
+    except TimeoutError:
         raise TimeoutError(f"evaluation {tag!r} did not finish within {timeout:.0f}s") from None
     scores: dict[str, list[float]] = {domain: [] for domain in sorted(cfg.domains)}
     failed = dict.fromkeys(scores, 0)

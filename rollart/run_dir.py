@@ -159,24 +159,15 @@ def _refuse(path: Path, exc: OSError) -> UnsafeRunDir:
     return UnsafeRunDir(f"{why}. Remove it, or give another run_dir")
 
 
-def _parts_below(path: Path, root: Path | None) -> tuple[Path, list[str]]:
-    """(the directory to start from, the names from it down to `path`'s parent)."""
-    path = Path(path)
-    if root is None:
-        return path.parent, []
-    root = Path(root)
-    try:
-        rel = path.parent.relative_to(root)
-    except ValueError:
-        raise ValueError(f"{path} is not inside {root}") from None
-    return root, [p for p in rel.parts if p not in ("", ".")]
-
-
 @contextmanager
-def _directory(path: Path, root: Path | None, create: bool) -> Iterator[int]:
-    """A file descriptor of `path`'s parent, reached from `root` (default: the parent itself) one name at
-    a time with O_NOFOLLOW, creating what is missing when `create`."""
-    start, parts = _parts_below(path, root)
+def _directory(directory: Path, root: Path | None, create: bool) -> Iterator[int]:
+    """A file descriptor of `directory`, reached from `root` (default: `directory` itself, the user's path)
+    one name at a time with O_NOFOLLOW, creating what is missing when `create`."""
+    start = Path(root) if root is not None else directory
+    try:
+        parts = [p for p in directory.relative_to(start).parts if p not in ("", ".")]
+    except ValueError:
+        raise ValueError(f"{directory} is not inside {start}") from None
     if create:
         start.mkdir(parents=True, exist_ok=True)  # the run directory itself: the user's path
     fd = os.open(start, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
@@ -184,17 +175,16 @@ def _directory(path: Path, root: Path | None, create: bool) -> Iterator[int]:
     try:
         for part in parts:
             here = here / part
-            try:
-                sub = os.open(part, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
+            if create:
                 try:
                     os.mkdir(part, 0o755, dir_fd=fd)  # never follows a link at `part` (EEXIST)
                 except FileExistsError:
                     pass
-                sub = _open_below(fd, part, here)
-            except OSError as exc:
+            try:
+                sub = os.open(part, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                raise  # reading where nothing was written: the caller's error to handle
+            except OSError as exc:  # ELOOP: a link; ENOTDIR: not a directory
                 raise _refuse(here, exc) from None
             os.close(fd)
             fd = sub
@@ -203,18 +193,11 @@ def _directory(path: Path, root: Path | None, create: bool) -> Iterator[int]:
         os.close(fd)
 
 
-def _open_below(fd: int, name: str, path: Path) -> int:
-    try:
-        return os.open(name, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
-    except OSError as exc:
-        raise _refuse(path, exc) from None
-
-
 def make_dir(path: str | Path, *, root: str | Path | None = None) -> Path:
     """`mkdir -p path` below `root` (default: `path`'s parent), refusing a symbolic link on the way or at
     `path`; returns `path`."""
     path = Path(path)
-    with _directory(path / "_", Path(root) if root is not None else path.parent, create=True):
+    with _directory(path, Path(root) if root is not None else path.parent, create=True):
         pass
     return path
 
@@ -229,7 +212,7 @@ def open_file(path: str | Path, mode: str = "r", *, root: str | Path | None = No
     if base not in _MODES:
         raise ValueError(f"open_file: mode {mode!r} is not one of {sorted(_MODES)} (+ b)")
     flags = _MODES[base] | _O_NOFOLLOW | _O_CLOEXEC
-    with _directory(path, Path(root) if root is not None else None, create=base != "r") as dir_fd:
+    with _directory(path.parent, Path(root) if root is not None else None, create=base != "r") as dir_fd:
         try:
             fd = os.open(path.name, flags, 0o644, dir_fd=dir_fd)
         except OSError as exc:
@@ -261,7 +244,7 @@ def write_file(path: str | Path, data: str | bytes, *, root: str | Path | None =
     followed; a link on the way is refused."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    with _directory(path, Path(root) if root is not None else None, create=True) as dir_fd:
+    with _directory(path.parent, Path(root) if root is not None else None, create=True) as dir_fd:
         tmp = f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644, dir_fd=dir_fd)
         try:

@@ -22,10 +22,11 @@ like the driver (logs.py, at `observability.log_level`) through Ray's `worker_pr
 a worker's warning reaches the console as `(EnvWorker pid=…) <time> WARNING rollart.envs: …`, not as a bare
 message from Python's last-resort handler.
 
-Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM raises SystemExit(143) in the main
-thread, so the `with` block unwinds; on exit an embedded Ray is shut down and its processes waited for
-(a second signal during that shutdown is ignored), a joined one is disconnected. No Ray process this
-runtime started outlives it.
+Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt (or, in a job run by `rollart.interrupts`, stops it
+as that module says) and SIGTERM raises SystemExit(143) in the main thread, so the `with` block unwinds;
+on exit an embedded Ray is shut down and its processes waited for (a second signal during that shutdown is
+ignored), a joined one is disconnected. No Ray process this runtime started outlives it, nor any client
+state of it in this process (Ray Serve's): the next runtime in the same process starts from nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from types import FrameType
 from typing import Any, Literal
@@ -41,6 +43,7 @@ from typing import Any, Literal
 import ray
 from ray._common.utils import get_default_ray_temp_dir  # where `ray.init` puts its sessions
 
+from rollart import interrupts
 from rollart.config import ClusterConfig, RunConfig, is_loopback_host
 from rollart.resources import AUTH_MODE_DEFAULTED
 from rollart.resources.errors import ClusterError
@@ -85,8 +88,10 @@ class Runtime:
                 self._check_pools()
             self.resources = Resources.connect(self.cfg, name=self._manager_name)
             if self._previous:
-                # after ray.init, which installs its own SIGTERM handler
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+                # after ray.init, which installs its own SIGTERM handler; a job run by `rollart.interrupts`
+                # keeps its Ctrl-C handling (it stops the job gracefully where it can)
+                before = self._previous[signal.SIGINT]
+                signal.signal(signal.SIGINT, before if interrupts.handles(before) else signal.default_int_handler)
                 signal.signal(signal.SIGTERM, _terminate)
         except BaseException:
             self.shutdown()
@@ -102,7 +107,10 @@ class Runtime:
                 signal.signal(sig, signal.SIG_IGN)
         try:
             if mode in ("embedded", "joined") and ray.is_initialized():
-                ray.shutdown(wait_for_processes=True)
+                try:
+                    ray.shutdown(wait_for_processes=True)
+                finally:
+                    _forget_serve_client()
         finally:
             if own_signals:
                 for sig, handler in self._previous.items():
@@ -248,6 +256,18 @@ def _check_reachable(address: str, timeout_s: float = _CONNECT_TIMEOUT_S) -> Non
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
+
+
+def _forget_serve_client() -> None:
+    """Drop this process's cached Ray Serve client, which outlives `ray.shutdown()`. Serve tells a stale one
+    by its Ray job id, but an embedded Ray started again in this process reuses job id 01000000: the next
+    job's `serve.start` took the dead instance's client for its own, kept its options ("New http_options
+    will not be applied") and its proxy bound Serve's default :8000, not the configured port — every
+    serverless reward of the second job failed. `_disconnect` forgets the client and shuts nothing down
+    (ray 2.60, `ray.serve.context`); a process that never imported Serve has nothing to forget."""
+    context = sys.modules.get("ray.serve.context")
+    if context is not None:
+        context._disconnect()
 
 
 def _main_thread() -> bool:

@@ -1,0 +1,83 @@
+"""Ctrl-C stops a job within seconds at any phase (`rollart.interrupts.run`): waiting on the loop, running
+synchronous code on it (starting Ray, placing workers, the warm start: asyncio's own handler let those run
+on), or stuck in its teardown. Each case in a process of its own, signalled as a user's Ctrl-C is."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+JOB = textwrap.dedent("""
+    import asyncio, os, signal, sys, threading, time
+    from rollart import interrupts
+
+    phase = sys.argv[1]
+
+    async def job():
+        try:
+            if phase == "sync":
+                time.sleep(60)  # synchronous code on the loop's thread
+            else:
+                await asyncio.sleep(60)
+            return "done"
+        finally:
+            print("cleanup", flush=True)
+            if phase == "stuck":
+                time.sleep(60)  # a teardown that hangs
+
+    if phase != "none":
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    try:
+        print(interrupts.run(job() if phase != "none" else asyncio.sleep(0, "value"), grace_s=2), flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+""")
+
+
+@pytest.mark.parametrize("phase, bound_s", [("await", 5), ("sync", 5), ("stuck", 8)])
+def test_ctrl_c_stops_the_job_and_runs_its_cleanup(tmp_path, phase, bound_s):
+    (tmp_path / "job.py").write_text(JOB)
+    began = time.monotonic()
+    out = subprocess.run([sys.executable, str(tmp_path / "job.py"), phase], capture_output=True, text=True,
+                         timeout=60)
+    took = time.monotonic() - began
+    assert out.stdout.split() == ["cleanup", "interrupted"], out.stdout + out.stderr
+    assert took <= bound_s, took  # asyncio.run: 60 s for "sync" (the sleep ran on), forever for "stuck"
+    assert "Ctrl-C again to stop at once" in out.stderr
+
+
+def test_an_uninterrupted_job_returns_its_value(tmp_path):
+    (tmp_path / "job.py").write_text(JOB)
+    out = subprocess.run([sys.executable, str(tmp_path / "job.py"), "none"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["value"], out.stdout + out.stderr
+
+
+def test_a_cancelled_wait_on_many_calls_leaves_no_exception_unretrieved(caplog):
+    """Ctrl-C cancels a job's task while it waits on many calls (an evaluation's episodes, a health check's
+    probes): asyncio logs nothing (CPython 3.11's wait_for left the cancelled gather's exception
+    unretrieved: "_GatheringFuture exception was never retrieved" and a traceback on the console)."""
+    import asyncio
+    import gc
+
+    from rollart.resources.health import gather_alive
+
+    async def job() -> None:
+        task = asyncio.create_task(gather_alive({i: asyncio.sleep(30) for i in range(3)}, 20, lambda k, e: None))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(TimeoutError):  # and its bound still holds
+            await gather_alive({0: asyncio.sleep(30)}, 0.05, lambda k, e: None)
+
+    gc.collect()  # what earlier tests left: its logs are not this test's
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(job())
+        gc.collect()
+    unretrieved = [r.getMessage() for r in caplog.records if "_GatheringFuture" in r.getMessage()]
+    assert not unretrieved, unretrieved
