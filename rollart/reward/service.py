@@ -26,7 +26,8 @@ Serve is already running in this Ray (another app), its HTTP options stay and th
 Failures: Ray Serve replaces a replica that dies (its in-flight requests fail and are retried by the
 client). If the app itself is gone or broken (deleted, its deployment failed, Serve lost), `revive()`
 deploys it again (and its claim-book actor, if that died too) and counts it (`restarts`); the router calls it
-while the service is out.
+while the service is out. `stop()` never hangs: Serve's delete, which waits on its controller unbounded, gets
+`_STOP_TIMEOUT_S`, past which stop logs it and goes on (Ray's shutdown takes Serve with it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import os
 import secrets
 import threading
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray import serve
@@ -56,6 +57,9 @@ _QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
 REWARD_NAMESPACE = "rollart-reward"
 SHARED_APP = "rollart-reward"  # the app of `rollart serve-reward`: jobs in its Ray cluster attach to it
 _CALL_TIMEOUT_S = 30.0
+# Serve's own delete waits on its controller with no bound (`ray.get`): a controller that is gone or stuck
+# (a SIGTERM mid-run) held `rollart train` in its teardown for good. Past this, stop goes on without it.
+_STOP_TIMEOUT_S = 30.0
 # Ray Serve 2.60 builds a RequestRouterConfig for every deployment it describes (serve.status(), a new
 # deployment), and each one registers then unregisters a module in cloudpickle's global by-value set
 # without a lock: two threads doing it at once fail ("... is not registered for pickle by value"). Every
@@ -360,12 +364,17 @@ class RewardService:
             ray.kill(self._directory)
             self._directory = None
         if self.url:
-            try:
+            started_serve = self._started_serve
+
+            def delete_app() -> None:
                 with _SERVE_API:
                     serve.delete(self.app_name)
                     # Serve itself only if this service started it and no other app (another job's) runs on it
-                    if shutdown_serve and self._started_serve and not serve.status().applications:
+                    if shutdown_serve and started_serve and not serve.status().applications:
                         serve.shutdown()
+
+            try:
+                bounded(delete_app, _STOP_TIMEOUT_S, f"deleting the Serve app {self.app_name}")
             except Exception as exc:  # noqa: BLE001 — stopping must not raise, and goes on
                 log.warning("stopping the reward service: %s", exc)
             self.url = ""
@@ -406,3 +415,24 @@ class RewardService:
 
     def replica_timeline(self) -> list[tuple[float, float]]:
         return list(self.replicas.points)
+
+
+def bounded(call: Callable[[], None], timeout_s: float, what: str) -> None:
+    """Run `call` on a daemon thread and wait at most `timeout_s`: its error is raised here; past the
+    bound it is left to finish (or not) on its own, and a TimeoutError names `what`."""
+    done, errors = threading.Event(), []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="reward-service-stop", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"{what} did not finish within {timeout_s:g} s; going on without it (Ray's "
+                           "shutdown takes Serve with it)")
+    if errors:
+        raise errors[0]
