@@ -86,8 +86,8 @@ def main(argv: list[str]) -> int:
         print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
     for note in result.notes:
         print(f"  note: {note}")
-    for name, value in result.ratios.items():
-        print(f"{name}: {value:.3f}")
+    for name, value in result.ratios.items():  # None: a ratio without a finite value (its notes say why)
+        print(f"{name}: {value:.3f}" if value is not None else f"{name}: null")
     if args.json:  # a study's file: its records so far (result.data), this piece's included
         write_json(payload, args.json)
         print(f"wrote {args.json}")

@@ -24,7 +24,7 @@ from typing import Any
 @dataclass
 class BenchResult:
     bench: str
-    ratios: dict[str, float]
+    ratios: dict[str, float | None]  # None: no finite value (e.g. a reduction to zero); the notes say why
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)  # more top-level JSON keys (e.g. a study's raw runs)

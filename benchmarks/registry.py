@@ -89,6 +89,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "what the sandbox costs per run at each isolation level, a cgroup and a workspace, side by side"),
     Benchmark("envs", "benchmarks.envs",
               "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers"),
+    Benchmark("trainer", "benchmarks.trainer",
+              "the trainer's strategies (ddp, fsdp2), bf16, activation checkpointing, packing, chunked log-probs"),
+    Benchmark("data", "benchmarks.data",
+              "a dataset domain of a 100,000-row Parquet file vs a built-in one: start-up, peak RSS, the preview"),
 )
 
 

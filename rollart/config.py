@@ -976,9 +976,40 @@ class TrainConfig(Section):
 
     steps: int = Field(300, ge=1, le=MAX_STEPS, description="RL steps (train batches) of the run")
     lr: float = Field(3e-4, gt=0, le=10, description="AdamW learning rate (peak, when a schedule is set)")
-    workers: int = Field(1, ge=1, le=MAX_WORKERS, description="data-parallel trainer actors (DDP)")
+    workers: int = Field(
+        1, ge=1, le=MAX_WORKERS, description="data-parallel trainer ranks (actors), each on a slot of the "
+        "trainer's pool"
+    )
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "fsdp2", description="how ranks hold the model: fsdp2 shards weights, gradients and optimizer state over "
+        "the ranks (per decoder layer, torch FSDP2); ddp keeps a full replica on every rank and all-reduces "
+        "gradients. Same losses and weights either way (docs/architecture.md, the trainer)"
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="compute dtype of forward and backward: bf16 computes in bfloat16 over float32 master "
+        "weights, with float32 gradient reduction, optimizer state, log-probabilities and loss (model.dtype must "
+        "be float32)"
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer's activations in the backward pass instead of keeping "
+        "them (less memory, ~a third more compute)"
+    )
+    offload: bool = Field(
+        False, description="keep sharded parameters, gradients and optimizer state in host memory, moved to the "
+        "device per layer (FSDP2's CPU offload; train.strategy=fsdp2 only): for GPUs short of memory"
+    )
+    packing: bool = Field(
+        True, description="pack each micro-batch's sequences into one row without padding (positions restart per "
+        "sequence, attention never crosses sequences); false = one right-padded row per sequence"
+    )
     micro_batch_tokens: int = Field(
-        4096, ge=16, le=1 << 30, description="padded tokens per micro-batch; gradients accumulate over micro-batches"
+        4096, ge=16, le=1 << 30, description="tokens per micro-batch (padded: rows × longest row); gradients "
+        "accumulate over micro-batches"
+    )
+    logprob_chunk_tokens: int = Field(
+        512, ge=0, le=1 << 30, description="tokens whose log-probabilities are computed at once against the LM head "
+        "(the [tokens × vocabulary] logits exist for one chunk at a time, in the forward and the backward); 0 = "
+        "the whole micro-batch at once"
     )
     grad_clip: float = Field(1.0, gt=0, le=1e12, description="clip the global gradient norm to this")
     weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay")
@@ -1018,7 +1049,7 @@ class TrainConfig(Section):
     )
     keep_checkpoints: int = Field(2, ge=1, le=100_000, description="newest checkpoints kept; older ones are deleted")
     threads: int = Field(1, ge=1, le=MAX_THREADS, description="torch threads per trainer worker")
-    timeout_s: float = Field(600.0, gt=0, le=WEEK_S, description="bound on one trainer call and on DDP collectives")
+    timeout_s: float = Field(600.0, gt=0, le=WEEK_S, description="bound on one trainer call and on its collectives")
     restarts: int = Field(
         2, ge=0, le=MAX_RETRIES, description="times a trainer group whose rank died is rebuilt from its latest "
         "checkpoint (the steps since are replayed) before the run stops with the command that resumes it"
@@ -1199,6 +1230,7 @@ class RunConfig(Section):
                 f"train.lora: LoRA adapters are served by the builtin engine only (inference.engine="
                 f"{self.inference.engine!r} cannot apply them yet); use inference.engine=builtin or train.lora=null"
             )
+        problems += self._trainer_problems()
         if self.rollout.batch_size // self.train.mini_batches < self.train.workers:
             problems.append(
                 f"train.mini_batches: a batch of {self.rollout.batch_size} split into {self.train.mini_batches} "
@@ -1217,6 +1249,38 @@ class RunConfig(Section):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _trainer_problems(self) -> list[str]:
+        """Trainer settings that cannot work together (refused here, before anything starts)."""
+        train, problems = self.train, []
+        if train.offload and train.strategy != "fsdp2":
+            problems.append(
+                f"train.offload: host offload is FSDP2's (train.strategy=fsdp2); train.strategy={train.strategy!r} "
+                "keeps a full replica on every rank's device. Use train.strategy=fsdp2 or train.offload=false"
+            )
+        if train.precision == "bf16" and self.model.dtype != "float32":
+            problems.append(
+                f"train.precision: bf16 computes over float32 master weights, but model.dtype={self.model.dtype!r} "
+                "would hold the weights themselves in low precision; use model.dtype=float32 with "
+                "train.precision=bf16, or train.precision=fp32"
+            )
+        role = self.roles.get("trainer", RoleConfig())
+        pool = role.pool or "train"
+        if pool in self.pools:
+            chain = [pool] + [p for p in (role.fallback if role.fallback is not None else self.pools[pool].fallback)
+                              if p in self.pools and p != pool]
+            serverless = [p for p in chain if self.pools[p].kind == "serverless"]
+            if serverless:
+                problems.append(f"roles.trainer: pool(s) {serverless} are serverless; trainer ranks need a gpu or "
+                                "cpu pool")
+            slots = sum(self.pools[p].capacity for p in chain)
+            if not self.cluster.address and train.workers > slots:
+                problems.append(
+                    f"train.workers: {train.workers} ranks cannot be placed: the trainer's pools {chain} hold "
+                    f"{slots:g} slot(s) (pools.<name>.capacity); raise pools.{pool}.capacity to at least "
+                    f"{train.workers}, or lower train.workers"
+                )
+        return problems
 
     def domain_reward_backend(self, domain: str) -> str:
         """The reward backend a domain uses (its own, else `reward.backend`)."""

@@ -64,8 +64,7 @@ def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
     trainer = Trainer(full, PolicyObjective.from_config(full.train))
     warm_start(full, trainer, trainer.model_path, on_step)
     out = Path(out_dir)
-    trainer.model.save_pretrained(out, safe_serialization=True)
-    trainer.tokenizer.save_pretrained(out)
+    trainer.export(out)
     return out
 
 

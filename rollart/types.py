@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 
 class Status(str, enum.Enum):
@@ -500,11 +500,13 @@ class JournalSink(Protocol):
 @runtime_checkable
 class WeightPublisher(Protocol):
     """The trainer's side of the weight store: publish one policy version — the named tensors of the full
-    weights, or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish again a
-    version published before, with the same tensors (a trainer rebuilt after a rank died)."""
+    weights (a mapping, or (name, tensor) pairs consumed one at a time: a sharded trainer gathers each just
+    before it is taken), or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish
+    again a version published before, with the same tensors (a trainer rebuilt after a rank died)."""
 
     def publish(
-        self, version: int, weights: Mapping[str, Any] | LoraAdapter, replace: bool = False
+        self, version: int, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | LoraAdapter,
+        replace: bool = False,
     ) -> Mapping[str, float]: ...
 
 

@@ -19,13 +19,7 @@ GPUS=$(nvidia-smi --list-gpus | wc -l)
 [ "$GPUS" -ge "$TP" ] || { echo "check_vllm: TP=$TP but only $GPUS GPUs" >&2; exit 2; }
 
 # 1. The venv: vllm (CUDA build) with the torch pinned in pyproject.toml; the [vllm] extra says which.
-if [ ! -f "$VENV/.installed-stamp" ] || [ pyproject.toml -nt "$VENV/.installed-stamp" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --upgrade pip
-    "$VENV/bin/pip" install --quiet -e '.[dev,vllm]'
-    touch "$VENV/.installed-stamp"
-fi
-"$VENV/bin/python" -c "import torch, vllm; assert torch.cuda.is_available(), 'torch has no CUDA'; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.device_count(), 'GPUs')"
+source benchmarks/gpu/cuda_venv.sh
 
 # 2. Both engines against the contract; the vLLM engine on cuda (ROLLART_TEST_DEVICE).
 ROLLART_REQUIRE_VLLM=1 ROLLART_TEST_DEVICE=cuda "$VENV/bin/python" -m pytest -q -ra \

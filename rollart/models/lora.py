@@ -54,8 +54,12 @@ def adapter_of(peft_model: Any) -> LoraAdapter:
     from peft import get_peft_model_state_dict
 
     tensors = {k: v.detach() for k, v in get_peft_model_state_dict(peft_model).items()}
-    config = json.loads(json.dumps(peft_model.peft_config["default"].to_dict(), default=_json_default))
-    return LoraAdapter(config=config, tensors=tensors)
+    return LoraAdapter(config=peft_config_json(peft_model), tensors=tensors)
+
+
+def peft_config_json(peft_model: Any) -> dict[str, Any]:
+    """The PEFT model's adapter config as plain JSON data (what adapter_config.json holds)."""
+    return json.loads(json.dumps(peft_model.peft_config["default"].to_dict(), default=_json_default))
 
 
 def load_adapter_state(peft_model: Any, directory: str | Path) -> None:

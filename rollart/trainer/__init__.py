@@ -1,4 +1,5 @@
-"""The training plane: data-parallel trainer actors (torch DDP), micro-batching, checkpoints.
+"""The training plane: data-parallel trainer ranks under a parallelism strategy (torch FSDP2 or DDP), packed
+micro-batches, chunked log-probs, checkpoints that any number of ranks resumes.
 
 Driver API: `TrainerGroup` (group.py), `latest_checkpoint` (checkpoint.py). The loss is injected (an
 `Objective`, e.g. `rollart.algo.PolicyObjective`) and so is the weight publisher

@@ -7,8 +7,13 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
                          — a Hugging Face checkpoint: `AutoModelForCausalLM.from_pretrained(dir)` loads it;
                            a LoRA run writes instead PEFT's adapter_config.json + adapter_model.safetensors
                            (`PeftModel.from_pretrained(base, dir)` loads it on the run's `model.path`)
-    trainer_state.json   — version, world size, LR scheduler, optimizer param groups;
-    trainer_state.safetensors — the optimizers' tensors (moments, step counts), referenced from the JSON
+    trainer_state.json   — version, world size, strategy, LR scheduler, each optimizer's param groups (by
+                           parameter name)
+    optimizer/rank<r>.safetensors + .json, sft_optimizer/… — the optimizers' tensors (moments, step counts)
+                           by parameter name: each rank writes the rows it holds (fsdp2: its shard; ddp:
+                           rank 0 writes them whole), the JSON says each tensor's full shape and which rows;
+                           any number of ranks reads them back (`OptimizerShards`): a run saved with N ranks
+                           resumes with M, bit for bit
     rng/rank<r>.json (+ .safetensors) — Python, numpy and torch (CPU and CUDA) RNG states of every rank
     extra_state.json     — what the driver handed in, returned on load: its `RunState` — {"step", "eval_first",
                            "run_id", "attempt", "ledger_bytes", "scheduler": {"next_seq", "rng", "replay": [[domain,
@@ -19,6 +24,10 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
                            status, reward …]}]}}
     reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
                             when the loss has a KL term
+
+The weights (model.safetensors, the adapter, the reference) are written by rank 0 one tensor at a time, each
+gathered from the shards just before (tensor_files.write_safetensors): no rank ever holds the whole model.
+Nothing here is torch.distributed.checkpoint's format, whose metadata file is a pickle.
 
 Each `<name>.json` (+ `<name>.safetensors`) pair is written and read by `state_files.save_state` /
 `load_state`: plain JSON with tensors by name (the encoding is in state_files.py). To add state, put plain
@@ -38,6 +47,7 @@ named (file and field) before anything starts.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -45,16 +55,19 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from rollart.run_dir import RunPaths
 from rollart.trainer.state_files import StateFileError, has_state, inspect_state, load_state, save_state
+from rollart.trainer.tensor_files import Piece, TensorReader, TensorSpec, write_safetensors
 
 STATE = "trainer_state"
 EXTRA = "extra_state"
+OPTIMIZER = "optimizer"
+SFT_OPTIMIZER = "sft_optimizer"
 REFERENCE_FILE = "reference.safetensors"
 _STEP = re.compile(r"^step_(\d+)$")
 _PARTIAL = re.compile(r"^\.step_\d+\.tmp-[0-9a-f]+$")
@@ -260,13 +273,14 @@ def check_state_files(ckpt: Path) -> dict[str, Any]:
     version, world = state.get("version"), state.get("world_size")
     need(_is_int(version) and version >= 0, "version", "an integer ≥ 0", version)
     need(_is_int(world) and world >= 1, "world_size", "an integer ≥ 1", world)
-    for field in ("optimizer", "sft_optimizer"):
+    for field in (OPTIMIZER, SFT_OPTIMIZER):
         value = state.get(field)
-        if field == "sft_optimizer" and value is None:
+        if field == SFT_OPTIMIZER and value is None:
             continue
-        need(isinstance(value, dict) and isinstance(value.get("state"), dict)
-             and isinstance(value.get("param_groups"), list), field,
-             "an optimizer state (with 'state' and 'param_groups')", value)
+        need(isinstance(value, list) and all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                             and all(isinstance(n, str) for n in g["params"]) for g in value),
+             field, "the optimizer's param groups (each naming its 'params')", value)
+        _check_shard_index(ckpt / field)
     need(isinstance(state.get("scheduler"), dict), "scheduler", "a learning-rate scheduler state",
          state.get("scheduler"))
     rngs = sorted((ckpt / "rng").glob("rank*.json")) if (ckpt / "rng").is_dir() else []
@@ -280,6 +294,28 @@ def check_state_files(ckpt: Path) -> dict[str, Any]:
     return extra
 
 
+def _check_shard_index(directory: Path) -> None:
+    """Each rank's optimizer index of `directory` parses and describes tensors its safetensors file holds."""
+    from safetensors import safe_open
+
+    for index in sorted(directory.glob("rank*.json")) if directory.is_dir() else []:
+        try:
+            tensors = json.loads(index.read_text(encoding="utf-8"))["tensors"]
+            metas = [(k, list(m["shape"]), m["rows"]) for k, m in tensors.items()]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise StateFileError(f"{index}: not an optimizer shard index ({type(exc).__name__}: {exc}; a file cut "
+                                 "short by a crash or a full disk?)") from None
+        try:
+            with safe_open(str(index.with_suffix(".safetensors")), framework="pt") as f:
+                held = set(f.keys())
+        except Exception as exc:  # noqa: BLE001 — safetensors raises its own error types for a bad header
+            raise StateFileError(f"{index.with_suffix('.safetensors')}: not a readable safetensors file "
+                                 f"({exc})") from None
+        missing = sorted(k for k, _, _ in metas if k not in held)
+        if missing:
+            raise StateFileError(f"{index}: names tensors its safetensors file lacks, e.g. {missing[:3]}")
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -288,3 +324,84 @@ def load_trainer_state(ckpt: Path, device: str | torch.device) -> dict[str, Any]
     if not has_state(ckpt / STATE):
         raise FileNotFoundError(f"{ckpt} is not a complete rollart checkpoint (no {STATE}.json)")
     return load_state(ckpt / STATE, device)
+
+
+def save_optimizer_shard(directory: Path, rank: int, named_params: Sequence[tuple[str, torch.Tensor]],
+                         optimizer: torch.optim.Optimizer, strategy: Any) -> None:
+    """This rank's rows of every optimizer state tensor, as `<directory>/rank<r>.safetensors` + `.json`."""
+    specs: list[TensorSpec] = []
+    values: list[torch.Tensor] = []
+    index: dict[str, dict[str, Any]] = {}
+    for name, param in named_params:
+        rows = strategy.rows(param)
+        for key, value in sorted(optimizer.state.get(param, {}).items()):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"optimizer state {name}/{key} is a {type(value).__name__}, not a tensor")
+            whole = value.ndim == 0 or rows is None
+            if whole and rank != 0:
+                continue  # the same on every rank: rank 0 writes it
+            local = value if whole else strategy.local(value)
+            span = None if value.ndim == 0 else [0, value.shape[0]] if rows is None else list(rows)
+            specs.append(TensorSpec(f"{name}/{key}", local.dtype, tuple(local.shape)))
+            values.append(local)
+            index[f"{name}/{key}"] = {"shape": list(value.shape), "rows": span}
+    directory.mkdir(parents=True, exist_ok=True)
+    write_safetensors(directory / f"rank{rank}.safetensors", specs, iter(values))
+    (directory / f"rank{rank}.json").write_text(json.dumps({"tensors": index}))
+
+
+def load_optimizer_shards(directory: Path, named_params: Sequence[tuple[str, torch.Tensor]],
+                          optimizer: torch.optim.Optimizer, strategy: Any) -> None:
+    """Set every parameter's optimizer state from the shards of any number of ranks (this rank's rows)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    pieces: dict[str, list[Piece]] = {}
+    for index_file in sorted(directory.glob("rank*.json")):
+        tensors = json.loads(index_file.read_text())["tensors"]
+        for key, meta in tensors.items():
+            shapes[key] = tuple(meta["shape"])
+            start, stop = meta["rows"] if meta["rows"] is not None else (0, 0)
+            pieces.setdefault(key, []).append(Piece(index_file.with_suffix(".safetensors"), key, start, stop))
+    reader = TensorReader(shapes, pieces, str(directory))
+    by_param: dict[str, list[str]] = {}
+    for key in shapes:
+        by_param.setdefault(key.rsplit("/", 1)[0], []).append(key.rsplit("/", 1)[1])
+    names = {name for name, _ in named_params}
+    unknown = sorted(set(by_param) - names)
+    if unknown:
+        raise ValueError(f"{directory}: optimizer state for parameters this model does not have: {unknown[:3]}")
+    for name, param in named_params:
+        state = {}
+        for key in sorted(by_param.get(name, [])):
+            shape = shapes[f"{name}/{key}"]
+            if not shape:
+                state[key] = reader.read(f"{name}/{key}", shape)
+            else:
+                rows = reader.read(f"{name}/{key}", tuple(param.shape), strategy.rows(param))
+                state[key] = strategy.like(param, rows)
+        if state:
+            optimizer.state[param] = state
+
+
+def param_groups(optimizer: torch.optim.Optimizer, named_params: Sequence[tuple[str, torch.Tensor]]
+                 ) -> list[dict[str, Any]]:
+    """The optimizer's param groups (hyper-parameters), each naming its parameters instead of numbering them."""
+    names = {id(p): n for n, p in named_params}
+    return [{k: v for k, v in g.items() if k != "params"} | {"params": [names[id(p)] for p in g["params"]]}
+            for g in optimizer.param_groups]
+
+
+def load_optimizer(directory: Path, groups: Sequence[dict[str, Any]], named_params: Sequence[tuple[str, torch.Tensor]],
+                   optimizer: torch.optim.Optimizer, strategy: Any) -> None:
+    """Restore an optimizer saved by `param_groups` + `save_optimizer_shard` (any number of ranks)."""
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"{directory}: {len(groups)} optimizer param groups saved, this trainer has "
+                         f"{len(optimizer.param_groups)} (another train.lora?)")
+    names = {id(p): n for n, p in named_params}
+    for saved, group in zip(groups, optimizer.param_groups):
+        mine = [names[id(p)] for p in group["params"]]
+        if list(saved["params"]) != mine:
+            missing = sorted(set(mine) - set(saved["params"]))[:3]
+            raise ValueError(f"{directory}: the optimizer was saved for other parameters (e.g. missing "
+                             f"{missing}); was the checkpoint written for another model or train.lora?")
+        group.update({k: v for k, v in saved.items() if k != "params"})
+    load_optimizer_shards(directory, named_params, optimizer, strategy)

@@ -2,63 +2,78 @@
 
 In: the `RunConfig` (model, seed, `train.*`), an `Objective` (the policy loss, injected), this rank and
 the world size (the process group must already be initialised when world_size > 1), a torch device.
-Out: `train_step(batch)` and `sft_step(samples)` return metrics; `state_dict()` gives the weights to
-publish; `save(dir, extra)` / `load(dir)` write and read checkpoints (checkpoint.py: JSON +
-safetensors, never a pickle).
+Out: `train_step(batch)` and `sft_step(samples)` return metrics; `published_weights()` gives the weights to
+publish (gathered tensor by tensor); `save(dir, extra)` / `load(dir)` write and read checkpoints
+(checkpoint.py: JSON + safetensors, never a pickle; any world size reads them); `export(dir)` writes the
+Hugging Face checkpoint alone.
+
+This is the algorithm, one code path whatever `train.strategy`: the strategy (strategy.py, a member) wraps
+or shards the model, says when gradients synchronise and gives tensors back in full; the policy module
+(policy.py) turns a micro-batch into the log-probabilities of its model tokens (hidden states against the
+LM head in chunks); packing.py lays the micro-batches out (padded or packed).
 
 One RL step (`train_step`) trains one batch in the optimizer steps the objective plans
 (`train.mini_batches` × `train.epochs`, each a mini-batch of the batch's samples). With more than one, the
 proximal log-probabilities are computed once, with the weights before the first step, and passed to every
-step (decoupled PPO). Each step shards its mini-batch over ranks (packing.shard); each rank runs
-micro-batches of at most `train.micro_batch_tokens` padded tokens, accumulating gradients (DDP `no_sync` on
-all but the last), every micro-batch loss weighted by the *mini-batch's* token/sequence totals and
-multiplied by the world size (DDP averages gradients), so N ranks compute the gradient of the same loss as
-one rank would; then gradient clipping to `train.grad_clip` and one AdamW step. After the batch: one
-LR-scheduler step, version + 1. An SFT step is one such optimizer step on the whole batch. Statistics are
-summed over steps and micro-batches and all-reduced, so every rank returns the same metrics.
+step (decoupled PPO). Each step shards its mini-batch over ranks; each rank runs the same number of
+micro-batches of at most `train.micro_batch_tokens` tokens (packing.plan), accumulating gradients, every
+micro-batch loss weighted by the *mini-batch's* token/sequence totals and multiplied by the world size
+(both strategies average gradients over ranks), so N ranks compute the gradient of the same loss as one rank
+would; then gradient clipping to `train.grad_clip` and one AdamW step. After the batch: one LR-scheduler
+step, version + 1. An SFT step is one such optimizer step on the whole batch. Statistics are summed over
+steps and micro-batches and all-reduced, so every rank returns the same metrics.
+
+Precision (`train.precision`): parameters, gradients and AdamW state are float32 (the master weights);
+`bf16` computes the forward and backward in bfloat16; log-probabilities, ratios and the loss are float32.
 
 With `train.lora` the model is a PEFT model: the base weights are frozen, the optimizers update only the
 adapters, `published_weights()` is the adapter alone (a `LoraAdapter`) and checkpoints are PEFT adapter
 directories (adapter_config.json + adapter_model.safetensors; the base is `model.path`).
 
 The KL reference (when the objective uses one) is a frozen copy of the weights at the first RL step — what
-RL started from, after any warm start — kept in checkpoints so a resumed run keeps the same anchor.
+RL started from, after any warm start — sharded like the policy and kept in checkpoints, so a resumed run
+keeps the same anchor.
 
 Versions: `version` counts train steps (RL batches and SFT steps) applied to the initial weights (version
 0) — one published policy per step, however many optimizer steps it made; a `TrainBatch` must carry the
 trainer's current version (it is the policy being trained; the step makes version + 1).
 Determinism: the same seed, config, batches and world size give bit-identical weights (CPU, gloo). The
 process-wide switches (thread count, deterministic algorithms) are the actor's to set (worker.py).
+Collectives: under fsdp2 every forward, backward and full-tensor gather is a collective, so every rank must
+make the same calls in the same order — which the micro-batch plan and the entry order guarantee.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 import logging
+import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import safetensors.torch
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from rollart.config import RunConfig
-from rollart.models import load_model, load_tokenizer, resolve_model_path
-from rollart.models.lora import adapter_of, attach_lora, load_adapter_state, set_adapter_state
+from rollart.models import load_tokenizer, resolve_model_path
+from rollart.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_config_json
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
-from rollart.trainer.packing import MicroBatch, collate, global_totals, micro_batches, pad_rows, shard
+from rollart.trainer.packing import (Group, MicroBatch, collate, global_totals, pad_rows, padding_counts, plan,
+                                     plan_groups, shard)
+from rollart.trainer.policy import Entry, InitialAdapter, PolicyModule, build_policy, entries, load_weights
 from rollart.trainer.schedule import lr_multiplier
 from rollart.trainer.sft_data import conversation_sample
+from rollart.trainer.strategy import make_strategy
+from rollart.trainer.tensor_files import TensorReader, TensorSpec, write_safetensors
 from rollart.types import LoraAdapter, TrainBatch, TrainSample
 
 log = logging.getLogger("rollart.trainer")
 _SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "behaviour_kl_sum",
              "ref_kl_sum", "pg_loss", "kl_loss", "entropy_sum", "lag_sum")
 _MAX_KEYS = ("iw_max", "ratio_max", "lag_max")
+LossFn = Callable[[MicroBatch, Sequence[int], bool], torch.Tensor]
 
 
 class Trainer:
@@ -82,22 +97,20 @@ class Trainer:
         if cfg.model.adapter:
             raise ValueError(f"model.adapter={cfg.model.adapter!r} is for serving and evaluation; to continue a LoRA "
                              "run use resume=true in its run_dir")
-        self.model = load_model(self.model_path, cfg.model.dtype, device, trust_remote_code=cfg.model.trust_remote_code)
         self.lora = train.lora
-        if self.lora is not None:  # frozen base, trainable adapters (PEFT)
-            self.model = attach_lora(self.model, self.lora)
-        self.model.train()
-        self.ref_model: torch.nn.Module | None = None  # the KL anchor, set at the first RL step (or loaded)
-        self.ddp = None
-        if world_size > 1:
-            self.ddp = DistributedDataParallel(
-                self.model, device_ids=[self.device.index or 0] if self.device.type == "cuda" else None
-            )
+        self.strategy = make_strategy(train, rank, world_size, self.device)
+        self.policy: PolicyModule = build_policy(cfg, self.model_path, self.strategy)
+        load_weights(self.policy, self.strategy, {"base": TensorReader.of_checkpoint(self.model_path),
+                                                  "adapter": InitialAdapter(cfg.seed)}, self.lora is not None)
+        self.model = self.policy.lm  # the Hugging Face (PEFT) model inside, its parameters sharded or not
+        self.policy.train()
+        self.wrapped = self.strategy.wrap(self.policy)  # what training forwards go through
         self.optimizer = torch.optim.AdamW(self.trainable(), lr=train.lr, weight_decay=train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_multiplier(train.schedule, train.warmup_steps, train.steps)
         )
         self.sft_optimizer: torch.optim.Optimizer | None = None
+        self.ref_policy: PolicyModule | None = None  # the KL anchor, set at the first RL step (or loaded)
         self.version = 0
 
     # --- steps -----------------------------------------------------------------------------------
@@ -113,44 +126,51 @@ class Trainer:
         samples = batch.samples
         if global_totals(samples)[0] == 0:
             raise ValueError(f"TrainBatch v{batch.version}: no model tokens to train on in {len(samples)} samples")
-        if self.objective.uses_reference and self.ref_model is None:
-            self.ref_model = _frozen_copy(self.model)  # RL starts from these weights: they are the anchor
-        plan = self.objective.update_plan(len(samples), f"{self.cfg.seed}/{batch.version}")
-        proximal = self._proximal_logprobs(samples, plan) if len(plan) > 1 else None
+        if self.objective.uses_reference and self.ref_policy is None:
+            self.ref_policy = self._frozen_copy()  # RL starts from these weights: they are the anchor
+        steps = self.objective.update_plan(len(samples), f"{self.cfg.seed}/{batch.version}")
+        proximal = self._proximal_logprobs(samples, steps) if len(steps) > 1 else None
         sums = dict.fromkeys(_SUM_KEYS, 0.0) | dict.fromkeys(_MAX_KEYS, 0.0)
         grad_norms: list[float] = []
+        layout = [0, 0]  # token slots the model computed, real tokens
         lr = self.optimizer.param_groups[0]["lr"]
-        for step in plan:
+        for step in steps:
             mini = [samples[i] for i in step]
             tokens, seqs = global_totals(mini)
 
-            def loss_fn(mb: MicroBatch, rows: Sequence[int]) -> torch.Tensor:
-                logprobs, entropy = self._logprobs(self.ddp or self.model, mb)
-                ref = self._logprobs(self.ref_model, mb, entropy=False)[0] if self.ref_model is not None else None
+            def loss_fn(mb: MicroBatch, rows: Sequence[int], counts: bool) -> torch.Tensor:
+                logprobs, entropy = self._logprobs(self.wrapped, mb)
+                ref = None
+                if self.ref_policy is not None:
+                    with torch.no_grad():
+                        ref = self._logprobs(self.ref_policy, mb, entropy=False)[0]
                 prox = None
                 if proximal is not None:
                     prox = pad_rows([proximal[step[r]] for r in rows], logprobs.shape[1]).to(self.device)
                 weights = self.objective.token_weights(mb.loss_mask, tokens, seqs)
                 loss, stats = self.objective(logprobs, mb.behaviour_logprobs, mb.advantages, mb.loss_mask,
                                              weights, prox, ref)
-                lag = (batch.version - mb.versions).float() * mb.loss_mask
-                for k, v in stats.items():
-                    sums[k] = max(sums[k], float(v)) if k in _MAX_KEYS else sums[k] + float(v)
-                sums["loss"] += float(loss.detach())
-                sums["entropy_sum"] += float((entropy * mb.loss_mask).sum())
-                sums["lag_sum"] += float(lag.sum())
-                sums["lag_max"] = max(sums["lag_max"], float(lag.max()))
+                if counts:
+                    lag = (batch.version - mb.versions).float() * mb.loss_mask
+                    for k, v in stats.items():
+                        sums[k] = max(sums[k], float(v)) if k in _MAX_KEYS else sums[k] + float(v)
+                    sums["loss"] += float(loss.detach())
+                    sums["entropy_sum"] += float((entropy * mb.loss_mask).sum())
+                    sums["lag_sum"] += float(lag.sum())
+                    sums["lag_max"] = max(sums["lag_max"], float(lag.max()))
                 return loss
 
-            self._accumulate(mini, loss_fn)
+            slots, real = self._accumulate(mini, loss_fn)
+            layout[0] += slots
+            layout[1] += real
             grad_norms.append(self._apply(self.optimizer))
         self.scheduler.step()
         self.version += 1
         s = self._all_reduce(sums)
         n = max(s["tokens"], 1.0)  # model tokens summed over the optimizer steps
         metrics = {
-            "train/loss": s["loss"] / len(plan),
-            "train/pg_loss": s["pg_loss"] / len(plan),
+            "train/loss": s["loss"] / len(steps),
+            "train/pg_loss": s["pg_loss"] / len(steps),
             "train/clip_frac": s["clipped"] / n,
             "train/ratio_max": s["ratio_max"],
             "train/iw_mean": s["iw_sum"] / n,
@@ -160,18 +180,19 @@ class Trainer:
             "train/behaviour_kl": s["behaviour_kl_sum"] / n,
             "train/entropy": s["entropy_sum"] / n,
             "train/grad_norm": sum(grad_norms) / len(grad_norms),
-            "train/updates": float(len(plan)),
+            "train/updates": float(len(steps)),
             "train/lr": lr,
             "train/tokens": float(global_totals(samples)[0]),
             "train/seqs": float(len(samples)),
+            "train/padding": 1.0 - layout[1] / max(layout[0], 1),
             "train/version_lag_mean": s["lag_sum"] / n,
             "train/version_lag_max": s["lag_max"],
             "train/version": float(self.version),
             "time/train": time.perf_counter() - start,
         }
-        if self.ref_model is not None:
+        if self.ref_policy is not None:
             metrics["train/ref_kl"] = s["ref_kl_sum"] / n
-            metrics["train/kl_loss"] = s["kl_loss"] / len(plan)
+            metrics["train/kl_loss"] = s["kl_loss"] / len(steps)
         return metrics
 
     def sft_step(self, data: Sequence[TrainSample | Sequence[Mapping[str, str]]]) -> dict[str, float]:
@@ -189,14 +210,14 @@ class Trainer:
         if total_tokens == 0:
             raise ValueError("sft_step: no loss-masked tokens in the batch")
         if self.sft_optimizer is None:
-            self.sft_optimizer = torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr,
-                                                   weight_decay=self.cfg.train.weight_decay)
+            self.sft_optimizer = self._sft_optimizer()
         sums = {"loss": 0.0}
 
-        def loss_fn(mb: MicroBatch, rows: Sequence[int]) -> torch.Tensor:
-            logprobs, _ = self._logprobs(self.ddp or self.model, mb, entropy=False)
+        def loss_fn(mb: MicroBatch, rows: Sequence[int], counts: bool) -> torch.Tensor:
+            logprobs, _ = self._logprobs(self.wrapped, mb, entropy=False)
             loss = -(logprobs * mb.loss_mask).sum() / total_tokens
-            sums["loss"] += float(loss.detach())
+            if counts:
+                sums["loss"] += float(loss.detach())
             return loss
 
         lr = self.sft_optimizer.param_groups[0]["lr"]
@@ -212,54 +233,78 @@ class Trainer:
             "time/sft": time.perf_counter() - start,
         }
 
-    def _accumulate(self, samples: Sequence[TrainSample],
-                    loss_fn: Callable[[MicroBatch, Sequence[int]], torch.Tensor]) -> None:
-        """Backward over this rank's micro-batches of `samples` (one optimizer step's worth of gradient).
+    def _sft_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr,
+                                 weight_decay=self.cfg.train.weight_decay)
 
-        `loss_fn(mb, rows)` gets each micro-batch and the indices into `samples` of its rows."""
-        mine = shard(samples, self.world_size)[self.rank]
-        groups = micro_batches(samples, mine, self.cfg.train.micro_batch_tokens)
+    def _accumulate(self, samples: Sequence[TrainSample], loss_fn: LossFn) -> tuple[int, int]:
+        """Backward over this rank's micro-batches of `samples` (one optimizer step's worth of gradient);
+        returns (token slots computed, real tokens) over every rank's micro-batches.
+
+        `loss_fn(mb, rows, counts)` gets each micro-batch, the indices into `samples` of its rows, and
+        whether its statistics count (False for a filler micro-batch, whose loss is also multiplied by 0)."""
+        train = self.cfg.train
+        every = plan(samples, self.world_size, train.micro_batch_tokens, train.packing)
+        groups = every[self.rank]
         for i, group in enumerate(groups):
-            mb = collate([samples[j] for j in group], self.pad_id).to(self.device)
-            sync = self.ddp is None or i == len(groups) - 1
-            with nullcontext() if sync else self.ddp.no_sync():
-                (loss_fn(mb, group) * self.world_size).backward()  # DDP averages over ranks; the loss is global
+            mb = self._collate(samples, group)
+            with self.strategy.sync(self.wrapped, i == len(groups) - 1):
+                loss = loss_fn(mb, group.indices, not group.filler)
+                scale = 0.0 if group.filler else float(self.world_size)  # ranks average: the loss is global
+                (loss * scale).backward()
+        return padding_counts(samples, [g.indices for rank in every for g in rank if not g.filler], train.packing)
+
+    def _collate(self, samples: Sequence[TrainSample], group: Group) -> MicroBatch:
+        return collate([samples[j] for j in group.indices], self.pad_id, self.cfg.train.packing).to(self.device)
 
     def _apply(self, optimizer: torch.optim.Optimizer) -> float:
-        """Clip the accumulated gradient, take one optimizer step, clear it; the norm before clipping."""
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable(), self.cfg.train.grad_clip))
+        """Clip the accumulated gradient, take one optimizer step, clear it; the norm before clipping.
+
+        The norm is summed in float64 (a float32 sum over millions of small gradient entries is off by
+        ~1e-5 relative, and differently for whole and sharded tensors); the clip is torch's
+        (coefficient max_norm / (norm + 1e-6), at most 1)."""
+        grads = [p.grad for p in self.trainable() if p.grad is not None]
+        grad_norm = math.sqrt(self.strategy.squared_norm(grads))
+        coefficient = self.cfg.train.grad_clip / (grad_norm + 1e-6)
+        if coefficient < 1.0:
+            for g in grads:
+                g.mul_(coefficient)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
     @torch.no_grad()
-    def _proximal_logprobs(self, samples: Sequence[TrainSample], plan: Sequence[Sequence[int]]) -> dict[int, torch.Tensor]:
-        """log π_prox [len − 1] for every sample this rank trains in `plan`, with the current weights (before
+    def _proximal_logprobs(self, samples: Sequence[TrainSample], steps: Sequence[Sequence[int]]
+                           ) -> dict[int, torch.Tensor]:
+        """log π_prox [len − 1] for every sample this rank trains in `steps`, with the current weights (before
         the batch's first step), in eval mode (no dropout: the proximal policy is the network itself)."""
-        mine = sorted({step[j] for step in plan
-                       for j in shard([samples[i] for i in step], self.world_size)[self.rank]})
+        train = self.cfg.train
+        per_rank = [sorted({step[j] for step in steps for j in shard([samples[i] for i in step], self.world_size)[r]})
+                    for r in range(self.world_size)]
         out: dict[int, torch.Tensor] = {}
-        self.model.eval()
+        self.policy.eval()
         try:
-            for group in micro_batches(samples, mine, self.cfg.train.micro_batch_tokens):
-                mb = collate([samples[i] for i in group], self.pad_id).to(self.device)
-                logprobs, _ = self._logprobs(self.model, mb, entropy=False)
-                for row, i in enumerate(group):
+            for group in plan_groups(samples, per_rank, train.micro_batch_tokens, train.packing)[self.rank]:
+                logprobs, _ = self._logprobs(self.policy, self._collate(samples, group), entropy=False)
+                for row, i in enumerate(group.indices):
                     out[i] = logprobs[row, : len(samples[i].token_ids) - 1].cpu()
         finally:
-            self.model.train()
+            self.policy.train()
         return out
 
-    def _logprobs(self, model: Any, mb: MicroBatch, entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token log π(target) [b, L-1] (float32, with grad) and the policy entropy (no grad) if asked."""
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        token_logp = logp.gather(-1, mb.targets.unsqueeze(-1)).squeeze(-1)
-        if not entropy:
-            return token_logp, None
-        with torch.no_grad():
-            ent = -(logp.exp() * logp).sum(-1)
-        return token_logp, ent
+    def _logprobs(self, module: Any, mb: MicroBatch, entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token log π(target) [b, L-1] (float32, with grad; 0 off the model tokens) and the policy
+        entropy (no grad) if asked."""
+        with self.strategy.compute():
+            logp, ent = module(mb.input_ids, mb.select, mb.select_targets, mb.attention_mask, mb.position_ids,
+                               mb.cu_seqlens, entropy)
+        b, width = mb.label_shape
+
+        def place(values: torch.Tensor) -> torch.Tensor:  # the K selected tokens into the [b, L-1] label layout
+            flat = torch.zeros(b * width, dtype=torch.float32, device=values.device)
+            return flat.index_copy(0, mb.dest, values.float()).view(b, width)
+
+        return place(logp), (place(ent.detach()) if ent is not None else None)
 
     def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
         if self.world_size == 1:
@@ -273,75 +318,130 @@ class Trainer:
         dist.all_reduce(top, op=dist.ReduceOp.MAX)
         return {k: float(top[i]) if k in _MAX_KEYS else float(add[i]) for i, k in enumerate(keys)}
 
+    def _frozen_copy(self) -> PolicyModule:
+        """A gradient-free, eval-mode policy with the current weights, sharded like the policy (the KL reference)."""
+        ref = build_policy(self.cfg, self.model_path, self.strategy, trainable=False)
+        with torch.no_grad():
+            for mine, theirs in zip(entries(ref, self.lora is not None), entries(self.policy, self.lora is not None)):
+                self.strategy.local(mine.tensor).copy_(self.strategy.local(theirs.tensor))
+        return ref
+
     # --- weights and checkpoints -----------------------------------------------------------------
     def trainable(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizers update: all of them, or only the adapters of a LoRA run."""
-        return [p for p in self.model.parameters() if p.requires_grad]
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+    def full_tensors(self, kinds: Sequence[str] = ("base", "adapter"), policy: PolicyModule | None = None,
+                     aliases: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, full tensor) for every tensor of `kinds`, by checkpoint name (policy.py), one at a time: a
+        collective under fsdp2, so every rank must consume it whole, in step. Tied names come one after
+        the other, with the same tensor (`aliases=False`: only the first)."""
+        for entry in self._entries(kinds, policy):
+            full = self.strategy.full(entry.tensor.detach())
+            for name in entry.names if aliases else entry.names[:1]:
+                yield name, full
+
+    def _entries(self, kinds: Sequence[str], policy: PolicyModule | None = None) -> list[Entry]:
+        return [e for e in entries(policy or self.policy, self.lora is not None) if e.kind in kinds]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The current weights by Hugging Face parameter name (tied names share one tensor); a LoRA run's
-        names are PEFT's (base layers and adapters)."""
-        return {k: v.detach() for k, v in self.model.state_dict().items()}
+        """All current weights by checkpoint name, gathered at once (for checks; publishing streams them)."""
+        return {k: v.clone() for k, v in self.full_tensors()}
 
-    def published_weights(self) -> dict[str, torch.Tensor] | LoraAdapter:
-        """What inference needs to serve the current version: all weights, or only the adapter (LoRA)."""
-        return adapter_of(self.model) if self.lora is not None else self.state_dict()
+    def published_weights(self) -> Iterator[tuple[str, torch.Tensor]] | LoraAdapter:
+        """What inference needs to serve the current version: all weights one tensor at a time (consume it
+        whole, on every rank), or only the adapter (LoRA)."""
+        if self.lora is not None:
+            return LoraAdapter(config=peft_config_json(self.model), tensors=dict(self.full_tensors(("adapter",))))
+        return self.full_tensors(("base",))
+
+    def export(self, directory: str | Path) -> None:
+        """Write the Hugging Face checkpoint of the current weights (every rank calls; rank 0 writes): config,
+        generation config, tokenizer and model.safetensors — or, under LoRA, the PEFT adapter directory."""
+        path = Path(directory)
+        kind = "adapter" if self.lora is not None else "base"
+        self._write_tensors(path / (ADAPTER_WEIGHTS if self.lora is not None else "model.safetensors"), (kind,))
+        if self.rank != 0:
+            return
+        if self.lora is not None:
+            (path / ADAPTER_CONFIG).write_text(json.dumps(peft_config_json(self.model), indent=2))
+        else:
+            base = self.model
+            base.config.architectures = [type(base).__name__]
+            base.config.save_pretrained(path)
+            generation = self.model_path / "generation_config.json"
+            if generation.is_file():
+                (path / generation.name).write_text(generation.read_text())
+        self.tokenizer.save_pretrained(path)
+
+    def _write_tensors(self, file: Path, kinds: Sequence[str], policy: PolicyModule | None = None) -> None:
+        """One safetensors file of the full tensors of `kinds`, streamed: gathered one by one, written by
+        rank 0 (tied names once, under their first name — as transformers saves them)."""
+        specs = [TensorSpec(e.name, e.tensor.dtype, tuple(e.tensor.shape)) for e in self._entries(kinds, policy)]
+        tensors = (t for _, t in self.full_tensors(kinds, policy, aliases=False))
+        if self.rank == 0:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            write_safetensors(file, specs, tensors)
+        else:
+            for _ in tensors:  # take part in every gather
+                pass
+
+    def _named_trainable(self) -> list[tuple[str, torch.Tensor]]:
+        return [(e.name, e.tensor) for e in self._entries(("base", "adapter")) if e.tensor.requires_grad]
 
     def save(self, directory: str | Path, extra_state: Mapping[str, Any] | None) -> None:
-        """Write this rank's part of a checkpoint into `directory` (rank 0: everything but other ranks' RNG)."""
+        """Write this rank's part of a checkpoint into `directory` (every rank calls, in step)."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         ckpt.save_rng(path, self.rank)
+        self.export(path)
+        if self.ref_policy is not None:  # a LoRA run's reference differs from the base by its adapter only
+            self._write_tensors(path / ckpt.REFERENCE_FILE, ("adapter" if self.lora is not None else "base",),
+                                self.ref_policy)
+        named = self._named_trainable()
+        ckpt.save_optimizer_shard(path / ckpt.OPTIMIZER, self.rank, named, self.optimizer, self.strategy)
+        if self.sft_optimizer is not None:
+            ckpt.save_optimizer_shard(path / ckpt.SFT_OPTIMIZER, self.rank, named, self.sft_optimizer, self.strategy)
         if self.rank != 0:
             return
-        self.model.save_pretrained(path, safe_serialization=True)
-        self.tokenizer.save_pretrained(path)
         ckpt.save_extra(path, dict(extra_state or {}))
-        if self.ref_model is not None:  # a LoRA run's reference differs from the base by its adapter only
-            if self.lora is not None:
-                safetensors.torch.save_file(dict(adapter_of(self.ref_model).tensors), str(path / ckpt.REFERENCE_FILE))
-            else:
-                safetensors.torch.save_model(self.ref_model, str(path / ckpt.REFERENCE_FILE))
         ckpt.save_trainer_state(path, {
             "version": self.version,
             "world_size": self.world_size,
-            "optimizer": self.optimizer.state_dict(),
+            "strategy": self.strategy.name,
             "scheduler": self.scheduler.state_dict(),
-            "sft_optimizer": self.sft_optimizer.state_dict() if self.sft_optimizer else None,
+            "optimizer": ckpt.param_groups(self.optimizer, named),
+            "sft_optimizer": ckpt.param_groups(self.sft_optimizer, named) if self.sft_optimizer else None,
         })
 
     def load(self, directory: str | Path) -> dict[str, Any]:
-        """Restore weights, optimizer(s), scheduler, version and this rank's RNG; returns `extra_state`."""
+        """Restore weights, optimizer(s), scheduler, version and this rank's RNG from a checkpoint written with
+        any number of ranks and either strategy; returns `extra_state`."""
         path = Path(directory)
         ckpt.check_checkpoint_files(path)
         state = ckpt.load_trainer_state(path, self.device)
-        if self.lora is not None:  # a PEFT adapter directory: the base is model.path, unchanged
-            load_adapter_state(self.model, path)
+        lora = self.lora is not None
+        if lora:  # a PEFT adapter directory: the base is model.path, unchanged
+            load_weights(self.policy, self.strategy, {"adapter": TensorReader.of_files([path / ADAPTER_WEIGHTS])},
+                         lora, kinds=("adapter",))
         else:
-            loaded = load_model(path, self.cfg.model.dtype, str(self.device),
-                                trust_remote_code=self.cfg.model.trust_remote_code)
-            with torch.no_grad():
-                self.model.load_state_dict(loaded.state_dict())
-            del loaded
-        self.optimizer.load_state_dict(state["optimizer"])
+            load_weights(self.policy, self.strategy, {"base": TensorReader.of_checkpoint(path)}, lora, kinds=("base",))
+        named = self._named_trainable()
+        ckpt.load_optimizer(path / ckpt.OPTIMIZER, state["optimizer"], named, self.optimizer, self.strategy)
         self.scheduler.load_state_dict(state["scheduler"])
         if state["sft_optimizer"] is not None:
-            self.sft_optimizer = torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr)
-            self.sft_optimizer.load_state_dict(state["sft_optimizer"])
+            self.sft_optimizer = self._sft_optimizer()
+            ckpt.load_optimizer(path / ckpt.SFT_OPTIMIZER, state["sft_optimizer"], named, self.sft_optimizer,
+                                self.strategy)
         self.version = int(state["version"])
-        if self.objective.uses_reference and not (path / ckpt.REFERENCE_FILE).is_file():
+        reference = path / ckpt.REFERENCE_FILE
+        if self.objective.uses_reference and not reference.is_file():
             log.warning("%s holds no KL reference (written with kl_coef=0?): the reference becomes the weights "
                         "at the next RL step, not the ones this run started RL from", path)
-        if (path / ckpt.REFERENCE_FILE).is_file():
-            self.ref_model = _frozen_copy(self.model)
-            if self.lora is not None:
-                set_adapter_state(self.ref_model, safetensors.torch.load_file(str(path / ckpt.REFERENCE_FILE)))
-            else:
-                safetensors.torch.load_model(self.ref_model, str(path / ckpt.REFERENCE_FILE), device=str(self.device))
+        if reference.is_file():
+            self.ref_policy = self._frozen_copy()
+            kind = "adapter" if lora else "base"
+            load_weights(self.ref_policy, self.strategy, {kind: TensorReader.of_files([reference])}, lora,
+                         kinds=(kind,))
         ckpt.load_rng(path, self.rank)  # a rank the checkpoint did not have keeps its seeded RNG
         return ckpt.load_extra(path)
-
-
-def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """An independent, gradient-free, eval-mode copy of `model` (the KL reference)."""
-    return copy.deepcopy(model).eval().requires_grad_(False)

@@ -107,8 +107,8 @@ class TrainerGroup:
         return path
 
     def weights(self, rank: int = 0) -> dict[str, Any]:
-        """A copy of one rank's weights (for checks)."""
-        return self._call(lambda: self.cluster.gather([self.cluster.call_one(rank, "weights")])[0])
+        """A copy of the full weights as one rank holds or gathers them (for checks; every rank takes part)."""
+        return self._call(lambda: self.cluster.gather(self.cluster.call_all("weights"))[rank])
 
     def pids(self) -> list[int]:
         """Each rank's process id (fault injection)."""
@@ -192,7 +192,7 @@ class TrainerGroup:
             args=(self.cfg, self.objective, self.publisher),
             worker_kwargs=lambda p: {"rank": next(ranks), "world_size": n, "name": p.worker, "device": p.device},
             call_timeout_s=self.cfg.train.timeout_s,
-            replace_dead=False,  # DDP ranks are rebuilt as a group, from a checkpoint (see the module doc)
+            replace_dead=False,  # ranks are rebuilt as a group, from a checkpoint (see the module doc)
             elastic=False,
         )
         self.cluster.on_change(self._on_change)

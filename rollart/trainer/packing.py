@@ -1,21 +1,35 @@
-"""A `TrainBatch` → per-rank micro-batches of padded tensors (pure; no model, no process group).
+"""A `TrainBatch` → per-rank micro-batches of tensors, padded or packed (pure; no model, no process group).
 
 In: `TrainSample`s (token ids, loss mask, behaviour logprobs, per-token versions, advantage), the number
-of data-parallel ranks, `train.micro_batch_tokens` and the pad id. Out: for one rank, `MicroBatch`es whose
-tensors are shifted for next-token prediction: position t of `targets`, `loss_mask`, `behaviour_logprobs`
-and `versions` describes token t + 1, predicted from tokens ≤ t (so a model token in position 0 —
-which nothing predicts — is never trained on).
+of data-parallel ranks, `train.micro_batch_tokens`, `train.packing` and the pad id. Out: for each rank, an
+equally long list of `Group`s (sample indices), and for one group a `MicroBatch`:
 
-Guarantees: `shard` gives every rank at least one sample and balances their token counts
-(longest first to the least-loaded rank — deterministic); `micro_batches` keeps each micro-batch's padded
-size (rows × longest row) within the budget unless a single sample is longer; `global_totals` are the
+- the model's input, one of two layouts of the same tokens —
+  padded: one right-padded row per sample, [b, L] with an attention mask;
+  packed: every sample of the group concatenated into one row [1, T] with no padding at all, position ids
+  restarting at 0 for each sample and `cu_seqlens` (the sample boundaries) so attention never crosses a
+  sample (trainer/attention.py);
+- the labels, in the padded layout either way, shifted for next-token prediction: position t of `targets`,
+  `loss_mask`, `behaviour_logprobs` and `versions` [b, L − 1] describes token t + 1 of that sample, predicted
+  from its tokens ≤ t (so a model token in position 0 — which nothing predicts — is never trained on);
+- `select`/`dest`/`select_targets`: the model tokens only — for each, the flat position of the hidden state
+  that predicts it in the model input, its flat position in the [b, L − 1] label layout, and its id. Only
+  these K positions meet the LM head (prompts and observations never get logits), and the K log-probs
+  land in [b, L − 1] at `dest`, so the loss sees the same tensors whatever the layout.
+
+Guarantees: `shard` gives every rank at least one sample and balances their token counts (longest first
+to the least-loaded rank — deterministic); a group's padded size (rows × longest row) or packed size (the
+sum of its lengths) stays within the budget unless a single sample is longer; `plan` gives every rank the
+same number of groups (FSDP2 runs a collective in every forward: a rank with fewer micro-batches would
+leave the others waiting), splitting a rank's groups where it can and adding `filler` groups — a sample
+of its own run with weight 0, so nothing counts twice — where it cannot; `global_totals` are the
 batch-wide model-token and sequence counts every rank must normalise by, so the sum over ranks and
 micro-batches of the micro-batch losses is the loss of the whole batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
@@ -25,17 +39,34 @@ from rollart.types import TrainSample
 
 
 @dataclass(frozen=True)
+class Group:
+    """One micro-batch's samples (indices into the batch); `filler`: run only to keep ranks in step."""
+
+    indices: tuple[int, ...]
+    filler: bool = False
+
+
+@dataclass(frozen=True)
 class MicroBatch:
-    input_ids: Tensor  # [b, L] long, right-padded
-    attention_mask: Tensor  # [b, L] long
-    targets: Tensor  # [b, L-1] long
+    input_ids: Tensor  # [b, L] right-padded, or [1, T] packed
+    attention_mask: Tensor | None  # [b, L] long (padded); None (packed)
+    position_ids: Tensor | None  # None (padded: 0..L-1); [1, T] restarting per sample (packed)
+    cu_seqlens: Tensor | None  # None (padded); [b + 1] int32 sample boundaries in the packed row
+    select: Tensor  # [K] long: flat index into input positions whose hidden state predicts a model token
+    dest: Tensor  # [K] long: flat index of that token in the [b, L-1] label layout
+    select_targets: Tensor  # [K] long: the model tokens' ids
+    targets: Tensor  # [b, L-1] long: every next token, padded layout
     loss_mask: Tensor  # [b, L-1] float32
     behaviour_logprobs: Tensor  # [b, L-1] float32
     versions: Tensor  # [b, L-1] long (-1 on prompt and padding)
     advantages: Tensor  # [b] float32
 
+    @property
+    def label_shape(self) -> tuple[int, int]:
+        return tuple(self.loss_mask.shape)  # type: ignore[return-value]
+
     def to(self, device: str | torch.device) -> MicroBatch:
-        return MicroBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+        return MicroBatch(*(None if (v := getattr(self, f.name)) is None else v.to(device) for f in fields(self)))
 
 
 def _check(sample: TrainSample) -> None:
@@ -73,10 +104,24 @@ def shard(samples: Sequence[TrainSample], world_size: int) -> list[list[int]]:
     return [sorted(s) for s in shards]
 
 
-def micro_batches(samples: Sequence[TrainSample], indices: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Group `indices` (longest first) so that rows × longest row ≤ `token_budget` per micro-batch."""
+def micro_batches(samples: Sequence[TrainSample], indices: Sequence[int], token_budget: int,
+                  packed: bool = False) -> list[list[int]]:
+    """Group `indices` (longest first) within `token_budget` per micro-batch: rows × longest row (padded),
+    or the sum of the lengths (packed, first fit)."""
     order = sorted(indices, key=lambda i: (-len(samples[i].token_ids), i))
     groups: list[list[int]] = []
+    if packed:
+        room: list[int] = []
+        for i in order:
+            n = len(samples[i].token_ids)
+            fit = next((g for g, r in enumerate(room) if r >= n), None)
+            if fit is None:
+                groups.append([i])
+                room.append(token_budget - n)
+            else:
+                groups[fit].append(i)
+                room[fit] -= n
+        return groups
     for i in order:
         if groups and (len(groups[-1]) + 1) * len(samples[groups[-1][0]].token_ids) <= token_budget:
             groups[-1].append(i)
@@ -85,33 +130,85 @@ def micro_batches(samples: Sequence[TrainSample], indices: Sequence[int], token_
     return groups
 
 
-def collate(samples: Sequence[TrainSample], pad_id: int) -> MicroBatch:
-    """Right-pad `samples` to one tensor batch, shifted for next-token prediction (module docstring)."""
+def plan(samples: Sequence[TrainSample], world_size: int, token_budget: int, packed: bool) -> list[list[Group]]:
+    """Every rank's micro-batches of its shard of `samples`, the same number on each (module docstring)."""
+    return plan_groups(samples, shard(samples, world_size), token_budget, packed)
+
+
+def plan_groups(samples: Sequence[TrainSample], per_rank: Sequence[Sequence[int]], token_budget: int,
+                packed: bool) -> list[list[Group]]:
+    """Micro-batches of each rank's `per_rank` indices (each non-empty), the same number on every rank."""
+    per_rank = [micro_batches(samples, mine, token_budget, packed) for mine in per_rank]
+    count = max(len(groups) for groups in per_rank)
+    out: list[list[Group]] = []
+    for groups in per_rank:
+        groups = [list(g) for g in groups]
+        while len(groups) < count and any(len(g) > 1 for g in groups):
+            widest = max(range(len(groups)), key=lambda k: (len(groups[k]), -k))
+            g = groups.pop(widest)
+            groups[widest:widest] = [g[: len(g) // 2], g[len(g) // 2:]]
+        fill = [Group((min(groups[-1], key=lambda i: len(samples[i].token_ids)),), filler=True)
+                for _ in range(count - len(groups))]
+        out.append([Group(tuple(g)) for g in groups] + fill)
+    return out
+
+
+def collate(samples: Sequence[TrainSample], pad_id: int, packed: bool = False) -> MicroBatch:
+    """The micro-batch of `samples` in the padded or the packed layout (module docstring)."""
     for s in samples:
         _check(s)
     length = max(len(s.token_ids) for s in samples)
     b = len(samples)
     ids = torch.full((b, length), pad_id, dtype=torch.long)
-    attn = torch.zeros((b, length), dtype=torch.long)
     mask = torch.zeros((b, length), dtype=torch.float32)
     beh = torch.zeros((b, length), dtype=torch.float32)
     ver = torch.full((b, length), -1, dtype=torch.long)
     for row, s in enumerate(samples):
         n = len(s.token_ids)
         ids[row, :n] = torch.tensor(s.token_ids, dtype=torch.long)
-        attn[row, :n] = 1
         mask[row, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
         beh[row, :n] = torch.tensor(s.behaviour_logprobs, dtype=torch.float32)
         ver[row, :n] = torch.tensor(s.token_versions, dtype=torch.long)
+    loss_mask = mask[:, 1:].contiguous()
+    rows, cols = loss_mask.nonzero(as_tuple=True)  # predicted model tokens, row-major
+    dest = rows * (length - 1) + cols
+    if packed:
+        lengths = torch.tensor([len(s.token_ids) for s in samples])
+        starts = torch.cumsum(lengths, 0) - lengths
+        select = starts[rows] + cols
+        model_ids = torch.cat([ids[r, :n] for r, n in enumerate(lengths.tolist())]).unsqueeze(0)
+        positions = torch.cat([torch.arange(n) for n in lengths.tolist()]).unsqueeze(0)
+        cu = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)]).to(torch.int32)
+        attention, position_ids, cu_seqlens = None, positions, cu
+    else:
+        select = rows * length + cols
+        model_ids = ids
+        attention = (torch.arange(length)[None, :] < torch.tensor([len(s.token_ids) for s in samples])[:, None]).long()
+        position_ids, cu_seqlens = None, None
     return MicroBatch(
-        input_ids=ids,
-        attention_mask=attn,
+        input_ids=model_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        cu_seqlens=cu_seqlens,
+        select=select,
+        dest=dest,
+        select_targets=ids[:, 1:][rows, cols],
         targets=ids[:, 1:].contiguous(),
-        loss_mask=mask[:, 1:].contiguous(),
+        loss_mask=loss_mask,
         behaviour_logprobs=beh[:, 1:].contiguous(),
         versions=ver[:, 1:].contiguous(),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
     )
+
+
+def padding_counts(samples: Sequence[TrainSample], groups: Sequence[Sequence[int]], packed: bool) -> tuple[int, int]:
+    """(token slots the model computes, real tokens) over `groups`: their padded fraction is 1 − real/slots."""
+    slots = real = 0
+    for g in groups:
+        lengths = [len(samples[i].token_ids) for i in g]
+        real += sum(lengths)
+        slots += sum(lengths) if packed else len(lengths) * max(lengths)
+    return slots, real
 
 
 def pad_rows(rows: Sequence[Tensor], width: int) -> Tensor:

@@ -3,7 +3,8 @@
 In: the `RunConfig`, the injected `Objective` and `WeightPublisher` (the trainer never imports the algo or
 weights planes), this rank, the world size, its worker name and torch device (from its placement).
 Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights (a LoRA run:
-the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored), other ranks hold the same weights.
+the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored) — every
+rank takes part, since under fsdp2 each tensor is gathered from all the shards as rank 0 streams it out.
 A group rebuilt after a rank died is set up with `publish_after` = the newest version the store holds: it
 replays steps whose versions were published already, and publishes those again with `replace=True` (the
 dead rank 0's buckets died with it) if the store may still hold them (the last `weights.keep_versions`).
@@ -33,7 +34,7 @@ from rollart.resources.affinity import affinity
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.core import Trainer
 from rollart.trainer.objective import Objective
-from rollart.types import TrainBatch, TrainSample, WeightPublisher
+from rollart.types import LoraAdapter, TrainBatch, TrainSample, WeightPublisher
 
 
 @affinity("train", role="trainer")
@@ -102,13 +103,18 @@ class TrainerWorker:
 
     def publish(self) -> dict[str, float]:
         """Rank 0 publishes the current weights under the current version (again, if published before and
-        maybe still held); other ranks do nothing."""
+        maybe still held); the other ranks take part in gathering them (fsdp2) and publish nothing."""
         version = self._t().version
-        if self.rank != 0 or version <= self._published - self.cfg.weights.keep_versions:
+        if version <= self._published - self.cfg.weights.keep_versions:
             return {}
         again = version <= self._published
-        metrics = dict(self.publisher.publish(version, self._t().published_weights(), replace=again))
+        weights = self._t().published_weights()
         self._published = max(self._published, version)
+        if self.rank != 0:
+            for _ in weights if not isinstance(weights, LoraAdapter) else ():
+                pass  # every rank gathers every tensor, in the same order
+            return {}
+        metrics = dict(self.publisher.publish(version, weights, replace=again))
         return {} if again else metrics
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -128,8 +134,9 @@ class TrainerWorker:
         return os.getpid()
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """A copy of this rank's weights (for checks; the store is the path for serving)."""
-        return {k: v.detach().cpu().clone() for k, v in self._t().state_dict().items()}
+        """A copy of the full weights as this rank gathers them (for checks; every rank must be called at
+        once: under fsdp2 it is a collective. The store is the path for serving)."""
+        return {k: v.detach().cpu() for k, v in self._t().state_dict().items()}
 
     def _t(self) -> Trainer:
         if self.trainer is None:

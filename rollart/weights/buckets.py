@@ -8,15 +8,21 @@ zero-copy reads), while torch tensors are pickled (measured on a 2-core machine:
 against 50–200 ms to put a numpy array of that size and 0.3 ms to get it). Bytes also carry dtypes numpy
 lacks (bfloat16) unchanged.
 
-Guarantees: `unpack(pack(t))` is bit-identical to `t`; names that share storage (tied embeddings) are
-stored once and come back as one tensor under both names; a tensor larger than the bucket size gets a
-bucket of its own (buckets hold whole tensors); buckets keep the order of the input.
+Streaming (`iter_buckets`): the tensors may come from an iterator that makes each one just before it is
+needed (gathered from the shards of a sharded trainer); a bucket leaves as soon as it is full, so at most
+one bucket and the next tensor are held at any time — with `weights.bucket_mb` at least the largest tensor,
+never more than two buckets.
+
+Guarantees: `unpack(pack(t))` is bit-identical to `t`; names that share storage (tied embeddings) and come
+one after the other (or in one bucket) are stored once and come back as one tensor under both names; a
+tensor larger than the bucket size gets a bucket of its own (buckets hold whole tensors); buckets keep the
+order of the input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -49,32 +55,46 @@ def _as_bytes(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
-def pack(named_tensors: Mapping[str, torch.Tensor], bucket_bytes: int) -> tuple[list[Bucket], list[TensorMeta]]:
-    """Group tensors, in order, into buckets of at most `bucket_bytes` (one oversized tensor per bucket)."""
+def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+                 ) -> Iterator[tuple[Bucket, list[TensorMeta]]]:
+    """Buckets of at most `bucket_bytes` (one oversized tensor per bucket), each with the metas of the names
+    it holds, as the tensors arrive: a bucket is handed on as soon as the next tensor does not fit, and this
+    function keeps no reference to it after that — the caller's copy is the only one."""
     if bucket_bytes <= 0:
         raise ValueError(f"bucket size must be > 0 bytes, got {bucket_bytes}")
-    buckets: list[list[np.ndarray]] = []
+    arrays: list[np.ndarray] = []
     metas: list[TensorMeta] = []
-    seen: dict[tuple, tuple[int, int]] = {}
-    size = 0
-    for name, t in named_tensors.items():
+    seen: dict[tuple, tuple[int, torch.Tensor]] = {}  # within the open bucket: the tensor is kept alive here
+    index, size = 0, 0
+    for name, t in named_tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"weight '{name}' is a {type(t).__name__}, not a torch.Tensor")
         dtype = str(t.dtype).removeprefix("torch.")
         key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
-        if key in seen and t.numel():
-            b, i = seen[key]
-        else:
-            arr = _as_bytes(t)
-            if not buckets or (buckets[-1] and size + arr.nbytes > bucket_bytes):
-                buckets.append([])
-                size = 0
-            buckets[-1].append(arr)
-            size += arr.nbytes
-            b, i = len(buckets) - 1, len(buckets[-1]) - 1
-            seen[key] = (b, i)
-        metas.append(TensorMeta(name, b, i, dtype, tuple(t.shape)))
-    return [Bucket(tuple(arrs)) for arrs in buckets], metas
+        if key in seen and t.numel():  # a tied name of a tensor in this bucket
+            metas.append(TensorMeta(name, index, seen[key][0], dtype, tuple(t.shape)))
+            continue
+        arr = _as_bytes(t)
+        if arrays and size + arr.nbytes > bucket_bytes:
+            yield Bucket(tuple(arrays)), metas
+            arrays, metas, seen, size, index = [], [], {}, 0, index + 1
+        seen[key] = (len(arrays), t)
+        arrays.append(arr)
+        size += arr.nbytes
+        metas.append(TensorMeta(name, index, len(arrays) - 1, dtype, tuple(t.shape)))
+    if arrays or metas:
+        yield Bucket(tuple(arrays)), metas
+
+
+def pack(named_tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+         ) -> tuple[list[Bucket], list[TensorMeta]]:
+    """All of `iter_buckets` at once: the buckets and every name's meta."""
+    items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+    buckets, metas = [], []
+    for bucket, names in iter_buckets(items, bucket_bytes):
+        buckets.append(bucket)
+        metas += names
+    return buckets, metas
 
 
 def unpack(buckets: Sequence[Bucket], metas: Sequence[TensorMeta]) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Short real training runs through the CLI, each in its own embedded Ray (a subprocess, as a user runs it).
 
-- RL (decoupled PPO, four mini-batches per batch) raises the validation score of a trivially learnable user
-  environment (`module.path:Class`), and the clip acts.
+- RL (decoupled PPO, four mini-batches per batch, two fsdp2 trainer ranks) raises the validation score of a
+  trivially learnable user environment (`module.path:Class`), and the clip acts.
 - α = 0 with no barrier produces the same samples and losses as the batch-synchronous loop (α = 0,
   barrier=batch): the async pipeline degenerates exactly to sync.
 - Injected env faults and redundancy lose and duplicate nothing; every socket that run listens on, Serve's
@@ -86,18 +86,19 @@ def test_the_console_check_catches_each_kind_of_noise():
 
 
 def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_env(tmp_path):
-    """Decoupled PPO with four optimizer steps per batch learns, and its clip acts (one run checks both)."""
+    """Decoupled PPO with four optimizer steps per batch learns on two sharded trainer ranks (fsdp2, packed
+    micro-batches), and its clip acts (one run checks all three)."""
     run = tmp_path / "run"
     summary = rollart_train(
         run, *PICK,
         "train.steps=12", "train.lr=1e-3", "train.aggregation=seq_mean", "train.warm_start.steps=20",
         "train.mini_batches=4", "rollout.batch_size=16", "eval.episodes_per_domain=32", "eval.temperature=1.0",
-        "eval.every=100", cwd=USERENV,
+        "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2", cwd=USERENV,
     )
     assert summary["steps"] == 12
     assert summary["eval_last"] - summary["eval_first"] >= 0.25, summary
     m = metrics_by_step(run)
-    assert all(m[s]["train/updates"] == 4 for s in range(12))
+    assert all(m[s]["train/updates"] == 4 and m[s]["train/padding"] == 0 for s in range(12))
     assert [m[s]["train/version"] for s in (0, 11)] == [21.0, 32.0]  # 20 warm-start steps, then one per batch
     assert max(m[s]["train/clip_frac"] for s in range(12)) > 0, [m[s]["train/clip_frac"] for s in range(12)]
     assert all(m[s]["train/ratio_max"] > 1 and m[s]["train/approx_kl"] > 0 for s in range(12))

@@ -1,4 +1,5 @@
-"""Two DDP ranks equal one rank on the same global batch; the store serves the trainer's exact weights.
+"""Two trainer ranks (the default strategy, fsdp2: sharded) equal one rank on the same global batch; the store
+serves the trainer's exact weights, gathered from the shards bucket by bucket on two ranks.
 
 The default `train.lr` (1e-4) is used: Adam's first step divides each gradient coordinate by its own
 magnitude, so float32 reduction-order noise in near-zero coordinates shows up in the update; at lr 1e-4 it
@@ -43,13 +44,14 @@ def run(tiny_model_path, tmp_path, workers, micro_batch_tokens):
 
 def test_two_ranks_equal_one_rank_and_pulled_weights_are_the_trainers(ray_local, tiny_model_path, tmp_path):
     before1, after1, m1, v0, v1, _, version1 = run(tiny_model_path, tmp_path, 1, micro_batch_tokens=4096)
-    before2, after2, m2, _, _, other2, _ = run(tiny_model_path, tmp_path, 2, micro_batch_tokens=64)
+    before2, after2, m2, v0_2, v1_2, other2, version2 = run(tiny_model_path, tmp_path, 2, micro_batch_tokens=64)
 
-    # published weights are bit-identical to the trainer's for their version
-    assert version1 == 1
+    # published weights are bit-identical to the trainer's for their version (one rank, and two shards)
+    assert version1 == version2 == 1
     for name, t in before1.items():
         assert torch.equal(v0[name], t), name
         assert torch.equal(v1[name], after1[name]), name
+        assert torch.equal(v0_2[name], before2[name]) and torch.equal(v1_2[name], after2[name]), name
 
     # the step moved the weights far more than the tolerance, so the comparison can fail
     assert rel_diff(before1, after1) > 1e-3

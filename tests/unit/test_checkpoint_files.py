@@ -60,8 +60,9 @@ def test_a_trainer_checkpoint_is_data_only_and_resumes_exactly(tiny_model_path, 
     extra = {"step": 1, "run_id": "ab" * 16, "attempt": 2, "scheduler": {"rng": (3, (1, 2), None)}}
     first.save(tmp_path / "ckpt", extra)
     files = [p for p in (tmp_path / "ckpt").rglob("*") if p.is_file()]
-    assert {p.name for p in files} >= {"trainer_state.json", "trainer_state.safetensors", "extra_state.json",
-                                       "rank0.json", "rank0.safetensors", "model.safetensors"}
+    assert {str(p.relative_to(tmp_path / "ckpt")) for p in files} >= {
+        "trainer_state.json", "extra_state.json", "rng/rank0.json", "rng/rank0.safetensors", "model.safetensors",
+        "config.json", "sft_optimizer/rank0.json", "sft_optimizer/rank0.safetensors"}
     check_checkpoint_files(tmp_path / "ckpt")  # nothing in it would need unpickling
     assert not any(p.suffix in (".pt", ".bin", ".pkl") for p in files)
 
@@ -112,3 +113,28 @@ def test_a_resume_keeps_the_run_id_and_counts_the_attempt():
     assert resumed.restart_identity("unused") == ("ab" * 16, 1)
     assert RunState.from_checkpoint({**saved, "attempt": 1}).restart_identity("unused") == ("ab" * 16, 2)
     assert RunState.from_checkpoint({"step": 3}).restart_identity("new") == ("new", 0)  # an older checkpoint
+
+
+def test_a_checkpoint_of_another_model_shape_is_refused_naming_the_tensor_and_both_shapes(tiny_model_path, tmp_path):
+    from rollart.config import ModelConfig
+    from rollart.models import resolve_model_path
+
+    trainer(tiny_model_path).save(tmp_path / "ckpt", {})
+    wider = resolve_model_path(ModelConfig(tiny={"intermediate_size": 256}), cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match=r"ckpt: tensor 'model\.layers\.0\.mlp\.gate_proj\.weight' has shape "
+                                         r"\[384, 128\] there but \[256, 128\] in this model"):
+        trainer(wider).load(tmp_path / "ckpt")
+
+
+def test_a_corrupt_optimizer_shard_is_named_before_anything_loads(tiny_model_path, tmp_path):
+    from rollart.trainer.checkpoint import check_state_files
+    from rollart.trainer.state_files import StateFileError
+
+    t = trainer(tiny_model_path)
+    t.sft_step([[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "\\boxed{4}"}]] * 2)
+    t.save(tmp_path / "ckpt", {"step": 1})
+    check_state_files(tmp_path / "ckpt")  # as written: sound
+    index = tmp_path / "ckpt" / "sft_optimizer" / "rank0.json"
+    index.write_text(index.read_text()[:40])  # cut short, as by a full disk
+    with pytest.raises(StateFileError, match=r"sft_optimizer/rank0\.json: not an optimizer shard index"):
+        check_state_files(tmp_path / "ckpt")

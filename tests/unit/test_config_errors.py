@@ -189,6 +189,18 @@ def test_every_mini_batch_needs_a_sample_per_trainer_rank():
     assert "train.mini_batches" in msg and "rollout.batch_size ≥ train.mini_batches × train.workers" in msg
 
 
+def test_trainer_settings_that_cannot_work_together_are_refused_naming_the_keys():
+    msg = _error(overrides=["train.strategy=ddp", "train.offload=true"])
+    assert "train.offload: host offload is FSDP2's" in msg and "train.strategy=fsdp2" in msg
+    msg = _error(overrides=["train.precision=bf16", "model.dtype=bfloat16"])
+    assert "train.precision: bf16 computes over float32 master weights" in msg and "model.dtype=float32" in msg
+    msg = _error(overrides=["train.workers=2"])  # the default train pool has one slot
+    assert "train.workers: 2 ranks cannot be placed" in msg and "raise pools.train.capacity to at least 2" in msg
+    msg = _error(overrides=["train.strategy=fsdp3", "train.precision=fp16"])
+    assert "train.strategy" in msg and "'ddp' or 'fsdp2'" in msg and "train.precision" in msg and "'bf16'" in msg
+    load_config(None, ["train.workers=2", "pools.train.capacity=2", "train.offload=true", "train.precision=bf16"])
+
+
 def test_lora_with_an_engine_that_cannot_serve_it_is_refused():
     assert "served by the builtin engine only" in _error(overrides=["train.lora.rank=8", "inference.engine=vllm"])
 

@@ -187,7 +187,7 @@ def test_a_checkpoint_that_links_outside_is_refused_before_anything_starts(tmp_p
 def checkpoint(run: Path, step: int, **extra) -> Path:
     """A minimal checkpoint: trainer state and run state as rollart writes them (no weights needed here)."""
     ckpt = step_path(run, step)
-    save_state(ckpt / STATE, {"version": step, "world_size": 1, "optimizer": {"state": {}, "param_groups": []},
+    save_state(ckpt / STATE, {"version": step, "world_size": 1, "optimizer": [{"lr": 1e-3, "params": []}],
                               "scheduler": {}, "sft_optimizer": None})
     save_state(ckpt / "extra_state", {**RunState(step=step).to_checkpoint(), **extra})
     return ckpt

@@ -1,6 +1,8 @@
 """A single-process Trainer: micro-batch split invariance, decoupled-PPO mini-batches, version checks, SFT on
 assistant tokens only, the KL reference is the weights RL started from."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -28,11 +30,18 @@ def grads_after(trainer: Trainer, train_batch: TrainBatch | None = None):
     captured: list[dict[str, torch.Tensor]] = []
 
     def capture(optimizer, args, kwargs):
-        captured.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+        captured.append({n: full(p.grad).clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
 
     trainer.optimizer.register_step_pre_hook(capture)
     metrics = trainer.train_step(train_batch or batch())
     return (captured[0] if len(captured) == 1 else captured), metrics
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly FSDP2-sharded) parameter or gradient."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def assert_same_grads(g1: dict[str, torch.Tensor], g2: dict[str, torch.Tensor], rel: float) -> None:
@@ -77,7 +86,9 @@ def test_one_mini_batch_gives_the_importance_weighted_policy_gradient(tiny_model
     hand from a plain forward pass: what the trainer did before decoupled PPO had mini-batches."""
     from rollart.trainer.packing import collate
 
-    cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"grad_clip": 1e9, "aggregation": "seq_mean"})
+    # padded, like the forward by hand below (packed ≡ padded is its own test below)
+    cfg = RunConfig(model={"path": str(tiny_model_path)},
+                    train={"grad_clip": 1e9, "aggregation": "seq_mean", "packing": False})
     trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
     grads, metrics = grads_after(trainer)
     assert metrics["train/updates"] == 1 and metrics["train/clip_frac"] == 0 and metrics["train/approx_kl"] == 0
@@ -144,6 +155,55 @@ def test_the_kl_reference_is_the_weights_rl_started_from(tiny_model_path, tmp_pa
     trainer.save(tmp_path / "ckpt", {})
     resumed = Trainer(cfg, PolicyObjective.from_config(cfg.train))
     resumed.load(tmp_path / "ckpt")
-    ref, back = trainer.ref_model.state_dict(), resumed.ref_model.state_dict()
+    ref = dict(trainer.full_tensors(policy=trainer.ref_policy))
+    back = dict(resumed.full_tensors(policy=resumed.ref_policy))
     assert ref.keys() == back.keys() and all(torch.equal(ref[k], back[k]) for k in ref)
     assert resumed.train_step(batch(version=5))["train/ref_kl"] > 0.0
+
+
+def test_packed_rows_give_the_padded_loss_and_gradients(tiny_model_path):
+    """Padding-free packing changes the layout, not the maths: loss and every gradient within 1e-5 (fp32)."""
+    results = []
+    for packing in (False, True):
+        cfg = RunConfig(model={"path": str(tiny_model_path)},
+                        train={"strategy": "ddp", "packing": packing, "micro_batch_tokens": 80})
+        results.append(grads_after(Trainer(cfg, PolicyObjective.from_config(cfg.train)), big_batch()))
+    (padded, m1), (packed, m2) = results
+    assert abs(m1["train/loss"] - m2["train/loss"]) <= 1e-5 and m1["train/loss"] != 0
+    assert_same_grads(padded, packed, 1e-5)
+    assert max(float((padded[n] - packed[n]).abs().max()) for n in padded) <= 1e-5
+    assert m2["train/padding"] == 0 < m1["train/padding"]
+
+
+def test_in_a_packed_row_no_sample_attends_to_another(tiny_model_path):
+    from rollart.trainer.packing import collate
+
+    cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"strategy": "ddp"})
+    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    a, b = batch().samples[0], batch().samples[2]
+    other = dataclasses.replace(a, token_ids=tuple((t * 7 + 1) % 900 + 3 for t in a.token_ids))
+    with torch.no_grad():
+        alone = trainer._logprobs(trainer.policy, collate([b], trainer.pad_id, packed=True))[0][0]
+        after_a = trainer._logprobs(trainer.policy, collate([a, b], trainer.pad_id, packed=True))[0][1]
+        after_other = trainer._logprobs(trainer.policy, collate([other, b], trainer.pad_id, packed=True))[0][1]
+    assert alone.abs().sum() > 0
+    assert torch.allclose(after_a, alone, atol=1e-6) and torch.allclose(after_other, alone, atol=1e-6)
+
+
+@pytest.mark.parametrize("switch", [{"activation_checkpointing": True}, {"offload": True}])
+def test_memory_switches_do_not_change_the_gradient(tiny_model_path, switch):
+    """Activation checkpointing recomputes each layer in the backward; offload keeps the shards in host
+    memory: the same gradients either way (here on CPU, where offload moves nothing but runs its path)."""
+    results, layer_calls = [], []
+    for extra in ({}, switch):
+        cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"strategy": "fsdp2", **extra})
+        trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+        calls = []
+        trainer.model.model.layers[0].self_attn.register_forward_pre_hook(lambda *a: calls.append(1))  # inside the checkpoint
+        results.append(grads_after(trainer, big_batch()))
+        layer_calls.append(len(calls))
+    (g1, m1), (g2, m2) = results
+    assert_same_grads(g1, g2, 1e-6)
+    if "activation_checkpointing" in switch:  # every layer forward ran again in the backward
+        assert layer_calls[1] == 2 * layer_calls[0] > 0
+    assert m2["train/loss"] == pytest.approx(m1["train/loss"], rel=1e-6)

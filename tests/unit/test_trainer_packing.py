@@ -1,10 +1,11 @@
-"""Sharding, token-budget micro-batches, the shifted collate, LR schedules, SFT masks, micro-batch invariance."""
+"""Sharding, token-budget micro-batches, the shifted collate (padded and packed), the per-rank plan, LR schedules."""
 
 import math
 
 import pytest
+import torch
 
-from rollart.trainer.packing import collate, global_totals, micro_batches, shard
+from rollart.trainer.packing import collate, global_totals, micro_batches, padding_counts, plan, shard
 from rollart.trainer.schedule import lr_multiplier
 from rollart.types import TrainSample
 
@@ -24,6 +25,39 @@ def test_collate_shifts_for_next_token_prediction_and_pads():
     assert mb.versions.tolist() == [[-1, -1, 3, 3], [-1, 3, -1, -1]]
     assert mb.behaviour_logprobs[0].tolist() == pytest.approx([0, 0, -0.1, -0.1])
     assert mb.advantages.tolist() == [0.5, 0.5]
+
+
+def test_a_packed_micro_batch_is_one_row_without_padding_and_the_same_labels():
+    samples = [sample(0, 5, 2), sample(1, 3, 1), sample(2, 4, 4)]  # the last: a model token in position 0
+    padded, packed = collate(samples, pad_id=0), collate(samples, pad_id=0, packed=True)
+    assert packed.input_ids.tolist() == [[1, 2, 3, 4, 5, 1, 2, 3, 1, 2, 3, 4]] and packed.attention_mask is None
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 0, 1, 2, 3]]  # restarting per sample
+    assert packed.cu_seqlens.tolist() == [0, 5, 8, 12]
+    for field in ("targets", "loss_mask", "behaviour_logprobs", "versions", "advantages", "dest", "select_targets"):
+        assert torch.equal(getattr(packed, field), getattr(padded, field)), field  # the loss sees the same
+    for mb in (padded, packed):  # each selected hidden state predicts the next token of its own sample
+        flat = mb.input_ids.reshape(-1)
+        assert torch.equal(flat[mb.select + 1], mb.select_targets)
+        assert mb.loss_mask.reshape(-1)[mb.dest].eq(1).all() and len(mb.dest) == int(mb.loss_mask.sum())
+    assert len(packed.select) == 2 + 1 + 3  # sample 2's first token is never predicted, so never selected
+    assert padding_counts(samples, [[0, 1, 2]], packed=False) == (15, 12)
+    assert padding_counts(samples, [[0, 1, 2]], packed=True) == (12, 12)
+
+
+def test_the_plan_gives_every_rank_as_many_micro_batches_and_each_sample_once():
+    samples = [sample(i, n, 1) for i, n in enumerate([60, 58, 9, 8, 7, 6, 5, 40])]
+    for packed in (False, True):
+        per_rank = plan(samples, 2, token_budget=64, packed=packed)
+        assert len({len(groups) for groups in per_rank}) == 1
+        real = sorted(i for groups in per_rank for g in groups if not g.filler for i in g.indices)
+        assert real == list(range(8))
+        for groups in per_rank:
+            for g in groups:
+                lengths = [len(samples[i].token_ids) for i in g.indices]
+                assert len(lengths) == 1 or (sum(lengths) if packed else len(lengths) * max(lengths)) <= 64
+    # a rank whose one sample cannot be split gets a filler micro-batch (run with weight 0)
+    uneven = plan([sample(0, 60, 1), sample(1, 30, 1), sample(2, 29, 1)], 2, token_budget=32, packed=True)
+    assert [len(g) for g in uneven] == [2, 2] and uneven[0][1].filler and uneven[0][1].indices == (0,)
 
 
 def test_shard_balances_tokens_and_covers_every_sample_once():

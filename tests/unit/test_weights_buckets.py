@@ -39,3 +39,35 @@ def test_bad_input_is_named():
         pack({"x": [1, 2]}, 1024)
     with pytest.raises(ValueError, match="bucket size"):
         pack({}, 0)
+
+
+def test_streamed_tensors_are_never_held_more_than_two_buckets_at_a_time():
+    """A sharded trainer gathers each full tensor just before it is packed: the buckets go out as they fill,
+    so the gathered tensors alive at once never exceed two buckets (and a tied name right after its tensor
+    is still stored once, even across the gather)."""
+    import weakref
+
+    bucket, alive, peak, made = 16 * 1024, {}, [0], {}
+
+    def gathered():
+        g = torch.Generator().manual_seed(1)
+        for i in range(40):
+            t = torch.randn(16, 32 if i % 3 else 64, generator=g)  # 2 KiB or 4 KiB, like gathered shards
+            alive[id(t)] = t.nbytes
+            weakref.finalize(t, alive.pop, id(t))
+            peak[0] = max(peak[0], sum(alive.values()))
+            made[f"w{i}"] = t.clone()
+            yield f"w{i}", t
+            if i == 7:
+                yield "tied", t
+
+    from rollart.weights.buckets import Bucket, iter_buckets
+
+    buckets, metas = [], []
+    for b, names in iter_buckets(gathered(), bucket):
+        buckets.append(Bucket(tuple(a.copy() for a in b.arrays)))  # what the object store keeps: its own copy
+        metas += names
+        del b
+    assert len(buckets) > 4 and peak[0] <= 2 * bucket
+    out = unpack(buckets, metas)
+    assert all(torch.equal(out[n], t) for n, t in made.items()) and out["tied"] is out["w7"]

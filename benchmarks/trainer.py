@@ -1,0 +1,276 @@
+"""`rollart bench trainer`: the trainer's strategies, precision and memory switches, side by side.
+
+Setup: a Qwen3-architecture model built locally (random init; full run: hidden 640, 10 layers, vocabulary
+32,768 — 68 M parameters), trained by 2 gloo ranks, each a fresh process (torch.multiprocessing), one CPU
+thread each, glibc's mmap threshold at 64 KiB so RSS follows live memory (trainer_ranks.py). Each setting
+trains a warm-up step and a measured one on the same synthetic RL batch — 4 sequences of 2,048, 2,048,
+1,024 and 1,024 tokens, three quarters of each the model's own tokens — at `train.micro_batch_tokens=4096`:
+
+| row | strategy | precision | activation checkpointing | packing | chunked log-probs |
+|---|---|---|---|---|---|
+| ddp-fp32 | ddp | fp32 | – | on | 512 |
+| fsdp2-fp32 | fsdp2 | fp32 | – | on | 512 |
+| fsdp2-bf16 | fsdp2 | bf16 | – | on | 512 |
+| fsdp2-bf16-ac | fsdp2 | bf16 | on | on | 512 |
+| fsdp2-bf16-full-logits | fsdp2 | bf16 | – | on | off (0) |
+| packing on / off | fsdp2 | bf16 | – | on / off | 512, on the demo's batch |
+
+Each row: tokens/s (real tokens of the batch over the step's wall time), per-rank peak RSS and its rise over
+the RSS before the step, per-rank parameters + gradients + optimizer state counted from the tensors.
+
+Ratios (the issue's targets):
+- `fsdp2_vs_ddp_max_abs_loss_diff`: fp32, 3 RL steps on the same batches (8 sequences of 128–256 tokens),
+  2 ranks each (target ≤ 1e-5).
+- `fsdp2_state_bytes_vs_ddp`: per-rank parameters + gradients + AdamW state (target ≤ 0.55).
+- `ac_activation_peak_reduction`: the step's RSS rise over its start, without ÷ with activation
+  checkpointing (sequences up to 2,048; target ≥ 3).
+- `chunked_logprob_peak_reduction`: the peak of log-probs + entropy, forward and backward, from 4,096 hidden
+  states against the 32,768-token head, whole ÷ in chunks of 512 (each in its own process; target ≥ 4).
+- `packing_padding_reduction`: the padded fraction of the demo's batches (the default job's two domains,
+  36 episodes as the warm start demonstrates them, tokenised by the default tokenizer) padded ÷ packed
+  (packed has none: the ratio is reported as null with both fractions; target ≥ 2).
+- `packing_tokens_per_s_gain`: packed ÷ padded tokens/s on that batch (target ≥ 1.3).
+- `max_params_fsdp2_bf16_ac_vs_ddp_fp32`: the largest model each setting trains on this machine, from its
+  measured bytes per parameter (the two ranks' peak RSS above their RSS after imports, over the parameter
+  count) and the machine's memory less the two ranks' import RSS; confirmed by one real step of fsdp2-bf16-ac
+  on a model of that size (or of the size the memory free at that moment allows, said in the notes), at
+  sequences of 256 tokens (target ≥ 2.5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.common import BenchResult
+
+FULL = dict(hidden_size=640, num_hidden_layers=10, num_attention_heads=10, num_key_value_heads=5, head_dim=64,
+            intermediate_size=1792, vocab_size=32768)
+QUICK = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+             intermediate_size=384, vocab_size=4096)
+WIDE = dict(hidden_size=1536, num_attention_heads=12, num_key_value_heads=4, head_dim=128, intermediate_size=4096,
+            vocab_size=32768)  # the shape the confirmation model grows in depth
+LENGTHS = {True: [256, 256, 128, 128], False: [2048, 2048, 1024, 1024]}
+SETTINGS = [
+    ("ddp-fp32", {"strategy": "ddp", "precision": "fp32"}),
+    ("fsdp2-fp32", {"strategy": "fsdp2", "precision": "fp32"}),
+    ("fsdp2-bf16", {"strategy": "fsdp2", "precision": "bf16"}),
+    ("fsdp2-bf16-ac", {"strategy": "fsdp2", "precision": "bf16", "activation_checkpointing": True}),
+    ("fsdp2-bf16-full-logits", {"strategy": "fsdp2", "precision": "bf16", "logprob_chunk_tokens": 0}),
+]
+WORLD = 2
+TIMEOUT_S = 1800
+
+
+def _params(shape: dict[str, int]) -> int:
+    h, v, inter = shape["hidden_size"], shape["vocab_size"], shape["intermediate_size"]
+    q = shape["num_attention_heads"] * shape["head_dim"]
+    kv = shape["num_key_value_heads"] * shape["head_dim"]
+    layer = h * q * 2 + h * kv * 2 + 3 * h * inter + 2 * h + 2 * shape["head_dim"]
+    return v * h + shape["num_hidden_layers"] * layer + h
+
+
+def build_model(directory: Path, shape: dict[str, int], seed: int = 0) -> Path:
+    """A random-init Qwen3 checkpoint (tied head), written one tensor at a time, with the tiny tokenizer."""
+    import torch
+    from transformers import Qwen3Config
+
+    from rollart.models.tiny import build_tokenizer
+    from rollart.trainer.tensor_files import TensorSpec, write_safetensors
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(1024)
+    config = Qwen3Config(**shape, tie_word_embeddings=True, max_position_embeddings=4096, bos_token_id=None,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config.architectures = ["Qwen3ForCausalLM"]
+    with torch.device("meta"):
+        from transformers import Qwen3ForCausalLM
+
+        meta = Qwen3ForCausalLM(config)
+    specs = [TensorSpec(n, torch.float32, tuple(p.shape)) for n, p in meta.named_parameters()]
+    g = torch.Generator().manual_seed(seed)
+
+    def tensors():
+        for s in specs:
+            yield (torch.ones(s.shape) if s.name.endswith("norm.weight")
+                   else torch.randn(s.shape, generator=g) * 0.02)
+
+    write_safetensors(directory / "model.safetensors", specs, tensors())
+    config.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def _spawn(job: dict[str, Any], work: Path) -> list[dict[str, Any]]:
+    """Run one setting on WORLD fresh rank processes; each rank's measurements."""
+    import torch.multiprocessing as mp
+
+    from benchmarks.trainer_ranks import _rank
+
+    out = Path(tempfile.mkdtemp(dir=work))
+    mp.start_processes(_rank, args=(WORLD, str(out / "store"), {**job, "out": str(out)}), nprocs=WORLD,
+                       join=True, start_method="spawn")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def _row(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    seconds = max(r["step_s"] for r in ranks)
+    return {
+        "setting": name,
+        "tokens_per_s": round(ranks[0]["tokens"] / seconds, 1),
+        "step_s": round(seconds, 2),
+        "peak_rss_mb_per_rank": round(max(r["rss_peak_mb"] for r in ranks)),
+        "step_rss_rise_mb_per_rank": round(max(r["rss_peak_mb"] - r["rss_before_mb"] for r in ranks)),
+        "state_mb_per_rank": round(max(r["state_mb"] for r in ranks), 1),
+        "params": ranks[0]["params"],
+        "padding": round(ranks[0]["padding"], 4),
+        # the model's share of the memory: both ranks' peak above their RSS after imports
+        "bytes_per_param": sum(r["rss_peak_mb"] - r["rss_imported_mb"] for r in ranks) * 2**20 / ranks[0]["params"],
+        "import_rss_mb": sum(r["rss_imported_mb"] for r in ranks),
+    }
+
+
+def _demo_samples() -> list[Any]:
+    """The demo's batch: the default job's domains, 36 episodes as the warm start demonstrates them."""
+    import random
+
+    from rollart.config import RunConfig
+    from rollart.models import resolve_model_path
+    from rollart.types import TrainSample
+    from rollart.warm_start import demonstration_batches
+
+    cfg = RunConfig()
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={
+        "warm_start": cfg.train.warm_start.model_copy(update={"batch_size": cfg.rollout.batch_size})})})
+    path = resolve_model_path(cfg.model, cfg.seed)
+    rng = random.Random(0)
+    out = []
+    for i, s in enumerate(next(iter(demonstration_batches(cfg, path)))):  # laid out as rollouts are
+        out.append(TrainSample(s.trajectory_id, f"g{i // 4}", "demo", s.token_ids, s.loss_mask,
+                               tuple(-2.0 * m for m in s.loss_mask), tuple(0 if m else -1 for m in s.loss_mask),
+                               rng.uniform(-1, 1), 0.0))
+    return out
+
+
+def _logprob_peaks(shape: dict[str, int], tokens: int, work: Path) -> dict[int, float]:
+    import torch.multiprocessing as mp
+
+    from benchmarks.trainer_ranks import _logprob_rank
+
+    peaks = {}
+    for chunk in (512, 0):
+        job = {"hidden_size": shape["hidden_size"], "vocab": shape["vocab_size"], "tokens": tokens, "chunk": chunk,
+               "out": str(work)}
+        mp.start_processes(_logprob_rank, args=(job,), nprocs=1, join=True, start_method="spawn")
+        peaks[chunk] = json.loads((work / f"logprobs-{chunk}.json").read_text())["peak_mb"]
+    return peaks
+
+
+def run(quick: bool = False, **_: Any) -> BenchResult:
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # inherited by every spawned rank (read at its start)
+    shape = QUICK if quick else FULL
+    work = Path(tempfile.mkdtemp(prefix="rollart-bench-trainer-"))
+    notes: list[str] = []
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    try:
+        model = str(build_model(work / "model", shape))
+        lengths = LENGTHS[quick]
+        base = {"micro_batch_tokens": 4096}
+        by_name = {}
+        for name, setting in SETTINGS:
+            ranks = _spawn({"model_path": model, "train": {**base, **setting}, "lengths": lengths,
+                            "steps": 2}, work)
+            by_name[name] = _row(name, ranks)
+            rows.append(by_name[name])
+
+        demo = _demo_samples()
+        for packing in (True, False):
+            name = f"packing-{'on' if packing else 'off'}"
+            ranks = _spawn({"model_path": model, "train": {**base, "strategy": "fsdp2", "precision": "bf16",
+                                                           "packing": packing},
+                            "lengths": [], "samples": demo, "steps": 2}, work)
+            by_name[name] = _row(name, ranks)
+            rows.append(by_name[name])
+
+        equal = {}
+        short = [256, 224, 192, 160, 128, 256, 192, 128] if not quick else [64, 48, 40, 32]
+        for strategy in ("ddp", "fsdp2"):
+            ranks = _spawn({"model_path": model, "train": {"strategy": strategy, "micro_batch_tokens": 512,
+                                                           "lr": 1e-4}, "lengths": short, "steps": 3}, work)
+            equal[strategy] = ranks[0]["losses"]
+        logprob = _logprob_peaks(shape, 4096, work)
+
+        confirm = _confirm_max(by_name, work, quick, notes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    total = psutil.virtual_memory().total
+    max_params = {name: int((total - r["import_rss_mb"] * 2**20) / r["bytes_per_param"])
+                  for name, r in by_name.items() if name in dict(SETTINGS)}
+    for name, row in by_name.items():
+        if name in max_params:
+            row["max_params_this_machine"] = max_params[name]
+            row["bytes_per_param"] = round(row["bytes_per_param"], 2)
+    pad_on, pad_off = by_name["packing-on"]["padding"], by_name["packing-off"]["padding"]
+    ratios = {
+        "fsdp2_vs_ddp_max_abs_loss_diff": max(abs(a - b) for a, b in zip(equal["ddp"], equal["fsdp2"])),
+        "fsdp2_state_bytes_vs_ddp": (by_name["fsdp2-fp32"]["state_mb_per_rank"]
+                                     / by_name["ddp-fp32"]["state_mb_per_rank"]),
+        "ac_activation_peak_reduction": (by_name["fsdp2-bf16"]["step_rss_rise_mb_per_rank"]
+                                         / by_name["fsdp2-bf16-ac"]["step_rss_rise_mb_per_rank"]),
+        "chunked_logprob_peak_reduction": logprob[0] / logprob[512],
+        "packing_padding_reduction": pad_off / pad_on if pad_on > 0 else None,
+        "packing_tokens_per_s_gain": by_name["packing-on"]["tokens_per_s"] / by_name["packing-off"]["tokens_per_s"],
+        "max_params_fsdp2_bf16_ac_vs_ddp_fp32": max_params["fsdp2-bf16-ac"] / max_params["ddp-fp32"],
+    }
+    notes += [
+        f"model: {by_name['ddp-fp32']['params'] / 1e6:.1f} M parameters ({shape}); 2 gloo ranks, 1 thread each; "
+        f"sequences {lengths}",
+        f"fsdp2 vs ddp losses over 3 steps: {equal['fsdp2']} vs {equal['ddp']}",
+        f"log-probs of 4,096 tokens × {shape['vocab_size']} vocabulary: peak {logprob[0]:.0f} MB whole, "
+        f"{logprob[512]:.0f} MB in chunks of 512",
+        f"padded fraction of the demo's batch: {pad_off:.1%} padded, {pad_on:.1%} packed"
+        + (" (packed has no padding: packing_padding_reduction is unbounded, reported as null)" if pad_on == 0 else ""),
+        f"confirmation: {confirm}",
+        f"wall {time.perf_counter() - started:.0f} s",
+    ]
+    return BenchResult("trainer", ratios, rows, notes, data={"confirmation": confirm, "max_params": max_params})
+
+
+def _confirm_max(by_name: dict[str, dict[str, Any]], work: Path, quick: bool, notes: list[str]) -> dict[str, Any]:
+    """One real fsdp2-bf16-ac step on the largest model its bytes per parameter allow (in the memory free now)."""
+    row = by_name["fsdp2-bf16-ac"]
+    total, free = psutil.virtual_memory().total, psutil.virtual_memory().available
+    predicted = int((total - row["import_rss_mb"] * 2**20) / row["bytes_per_param"])
+    # 70 % of what is free now: the machine is shared, and the step must not push anyone else into the OOM killer
+    fits_now = int((free * 0.7 - row["import_rss_mb"] * 2**20) / row["bytes_per_param"])
+    target = min(predicted, fits_now)
+    if quick:
+        target = min(target, 30_000_000)
+    per_layer = _params({**WIDE, "num_hidden_layers": 1}) - _params({**WIDE, "num_hidden_layers": 0})
+    layers = max(1, (target - _params({**WIDE, "num_hidden_layers": 0})) // per_layer)
+    shape = {**WIDE, "num_hidden_layers": int(layers)}
+    if quick:
+        shape = {**QUICK, "num_hidden_layers": 4}
+    model = build_model(work / "confirm", shape)
+    ranks = _spawn({"model_path": str(model), "train": {"micro_batch_tokens": 4096, "strategy": "fsdp2",
+                                                        "precision": "bf16", "activation_checkpointing": True},
+                    "lengths": [256, 256], "steps": 1}, work)
+    shutil.rmtree(model, ignore_errors=True)
+    used = sum(r["rss_peak_mb"] for r in ranks)
+    result = {"params": ranks[0]["params"], "predicted_max_params": predicted, "free_gib_at_start": free / 2**30,
+              "peak_rss_gib_both_ranks": used / 1024, "step_s": max(r["step_s"] for r in ranks),
+              "loss": ranks[0]["losses"][-1]}
+    if target < predicted and not quick:
+        notes.append(f"the confirmation ran at {result['params'] / 1e9:.2f} B parameters, what the "
+                     f"{free / 2**30:.1f} GiB free at that moment allow, below the {predicted / 1e9:.2f} B the "
+                     "whole machine would")
+    return result

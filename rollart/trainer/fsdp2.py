@@ -1,0 +1,103 @@
+"""`train.strategy=fsdp2`: parameters, gradients and optimizer state sharded over the ranks (torch FSDP2).
+
+In: `train.precision`, `train.offload`, this rank, the world size and the rank's device; the process group
+(one rank: a private single-process gloo group is made here). Out: a `ParallelStrategy` (strategy.py).
+
+`fully_shard` goes on every decoder layer and on the root (the policy module: embedding, tied head, final
+norm), on an explicit 1-D device mesh — without one, on a machine with CUDA, FSDP2 would place CPU shards
+on the GPU. Each parameter is split along dim 0 (rank r holds rows [r·c, (r+1)·c), c = ⌈rows / N⌉). A
+layer's parameters are gathered for its forward, freed after it, gathered again for its backward; the
+root's stay gathered from its forward to the end of its backward.
+
+- `bf16`: FSDP2's mixed precision — the gathered parameters are cast to bfloat16 for compute, gradients are
+  reduce-scattered in float32 into the float32 sharded parameters (the master weights) the optimizer owns.
+- `offload`: `CPUOffloadPolicy` — sharded parameters, gradients and optimizer state live in host memory;
+  each layer's parameters are copied to the device for its compute.
+- Gradient accumulation: gradients are reduce-scattered after *every* micro-batch, so they stay sharded
+  (skipping the sync would accumulate full, unsharded gradients on every rank — the memory FSDP exists to
+  save); the micro-batch plan gives every rank the same number of micro-batches (packing.plan).
+- Gloo has no PREMUL_SUM: FSDP2's default averaging (divide, sum) is used; the trainer's loss scaling is
+  the same as under DDP.
+"""
+
+from __future__ import annotations
+
+import datetime
+from contextlib import AbstractContextManager, nullcontext
+from typing import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from rollart.config import TrainConfig
+
+
+class Fsdp2Strategy:
+    name = "fsdp2"
+
+    def __init__(self, train: TrainConfig, rank: int, world_size: int, device: torch.device) -> None:
+        if not dist.is_initialized():
+            if world_size != 1:
+                raise RuntimeError(f"train.strategy=fsdp2 with {world_size} ranks needs the process group first")
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                    timeout=datetime.timedelta(seconds=train.timeout_s))
+        if dist.get_world_size() != world_size:
+            raise RuntimeError(f"train.workers={world_size} but the process group has {dist.get_world_size()} ranks")
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self.mesh = init_device_mesh(device.type, (world_size,))
+        self.mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                   if train.precision == "bf16" else MixedPrecisionPolicy())
+        self.offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if train.offload else OffloadPolicy()
+        self.param_device = torch.device("cpu") if train.offload else device
+
+    def shard(self, module: nn.Module, layers: Sequence[nn.Module]) -> None:
+        for layer in layers:
+            fully_shard(layer, mesh=self.mesh, mp_policy=self.mp, offload_policy=self.offload)
+        fully_shard(module, mesh=self.mesh, mp_policy=self.mp, offload_policy=self.offload)
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        return module
+
+    def compute(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def sync(self, wrapped: nn.Module, last: bool) -> AbstractContextManager[None]:
+        return nullcontext()  # reduce-scatter every micro-batch: gradients stay sharded (module docstring)
+
+    def squared_norm(self, tensors: Iterable[torch.Tensor]) -> float:
+        """Σ‖t‖² of the full tensors: each rank's rows in float64, summed over the ranks (a tensor every rank
+        holds whole counts once)."""
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for t in tensors:
+            if isinstance(t, DTensor) or self.rank == 0:
+                total += torch.linalg.vector_norm(self.local(t), dtype=torch.float64).to(self.device) ** 2
+        dist.all_reduce(total)
+        return float(total)
+
+    def full(self, t: torch.Tensor) -> torch.Tensor:
+        return t.full_tensor() if isinstance(t, DTensor) else t
+
+    def rows(self, t: torch.Tensor) -> tuple[int, int] | None:
+        if not isinstance(t, DTensor):
+            return None
+        n = t.shape[0]
+        per = -(-n // self.world_size)
+        start = min(self.rank * per, n)
+        stop = min(start + per, n)
+        if t.to_local().shape[0] != stop - start:
+            raise RuntimeError(f"FSDP2 shard of a {tuple(t.shape)} tensor on rank {self.rank}: "
+                               f"{t.to_local().shape[0]} rows, expected rows {start}:{stop}")
+        return start, stop
+
+    def local(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    def like(self, param: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        if not isinstance(param, DTensor):
+            return rows.to(param.device)
+        return DTensor.from_local(rows.to(param.to_local().device), param.device_mesh, param.placements,
+                                  run_check=False, shape=param.shape, stride=param.stride())
