@@ -198,9 +198,10 @@ class EnvManager:
 
     # --- the episode ----------------------------------------------------------------------------------
     async def _acquire_env(self) -> AsyncEnv | FaultInjectingEnv:
-        """A prepared env: from the domain's warm pool when it has one, else built and prepared now."""
+        """A prepared env: from the domain's warm pool when it has one (staged for this episode's seed when
+        the pool was told the group was coming), else built and prepared now."""
         if self._pool is not None:
-            env, hit = await self._pool.acquire()
+            env, hit = await self._pool.acquire(episode_seed(self.task))
             if self._pool_hit is None:
                 self._pool_hit = hit
         else:

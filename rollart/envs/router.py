@@ -8,7 +8,8 @@ None}; `stats()`.
 
 Routing: a new trajectory goes to the alive worker with the fewest trajectories in flight from this router
 object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `cancel` reaches the right
-worker — even if the cancel overtakes the `run` call (the worker remembers it). A cancel for an id this
+worker — even if the cancel overtakes the `run` call (the worker remembers it). A forecast group (`expect`) is
+assigned to workers ahead, and its members go to those workers, whose warm pools staged their envs. A cancel for an id this
 object never started (e.g. from a copy of the router) is sent to every worker.
 Domains with `env_servers` are served by env servers it places first (`envs/fleet.py`), which the
 env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -35,9 +37,11 @@ from rollart.config import RunConfig
 from rollart.envs.reset_stats import ResetStats
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import death_cause, gather_alive, is_worker_death
-from rollart.types import SamplingParams, Status, Task, Trajectory, TurnBarrier
+from rollart.types import SamplingParams, Status, Task, Trajectory, TurnBarrier, UpcomingGroup
 
 log = logging.getLogger(__name__)
+
+MAX_RESERVED_GROUPS = 16  # forecast groups whose members' workers are remembered
 
 
 class EnvRouter:
@@ -53,6 +57,8 @@ class EnvRouter:
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
         self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
         self.fleets: dict[str, Any] = {}  # domain → the EnvServerFleet serving it (domains.<d>.env_servers)
+        # (domain, split, seed) of a forecast group → the workers told to stage its members' envs, one per member
+        self._reserved: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
 
     @classmethod
     def place(
@@ -97,7 +103,7 @@ class EnvRouter:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(cluster=None, _where={}, _load=Counter(), fleets={})
+        state.update(cluster=None, _where={}, _load=Counter(), fleets={}, _reserved=OrderedDict())
         return state
 
     def members(self) -> list[tuple[str, Any]]:
@@ -111,7 +117,8 @@ class EnvRouter:
         trajectory_id = task.trajectory_id
         if trajectory_id in self._where:
             raise ValueError(f"trajectory {trajectory_id} is already running in this router")
-        name, handle = min(await self._alive(), key=lambda m: self._load[m[0]])
+        members = await self._alive()
+        name, handle = self._reserved_for(task, members) or min(members, key=lambda m: self._load[m[0]])
         self._where[trajectory_id] = handle
         self._load[name] += 1
         try:
@@ -124,6 +131,47 @@ class EnvRouter:
         finally:
             self._where.pop(trajectory_id, None)
             self._load[name] -= 1
+
+    def _reserved_for(self, task: Task, members: list[tuple[str, Any]]) -> tuple[str, Any] | None:
+        """An alive worker that was told to stage this task's env (`expect`), taken off the reservation."""
+        key = (task.domain, task.split, task.seed)
+        names, alive = self._reserved.get(key), dict(members)
+        while names:
+            name = names.pop(0)
+            if not names:
+                del self._reserved[key]
+            if name in alive:
+                return name, alive[name]
+        return None
+
+    async def expect(self, group: UpcomingGroup) -> None:
+        """A forecast group (`TrajectoryRunner.expect`): its members are assigned to the least-loaded alive
+        workers now, each told how many envs of the task to stage, and its trajectories go there when they
+        come (to another worker if that one has died). Bounded: reservations of the last
+        `MAX_RESERVED_GROUPS` forecasts are kept."""
+        members = self.members()
+        if not members:
+            return
+        load = Counter({name: self._load[name] for name, _ in members})
+        chosen: list[str] = []
+        for _ in range(group.size):
+            name = min(load, key=lambda n: load[n])
+            load[name] += 1
+            chosen.append(name)
+        task = group.task
+        key = (task.domain, task.split, task.seed)
+        self._reserved[key] = chosen
+        self._reserved.move_to_end(key)
+        while len(self._reserved) > MAX_RESERVED_GROUPS:
+            self._reserved.popitem(last=False)
+        handles = dict(members)
+        targets = [(handles[name], count) for name, count in Counter(chosen).items()]
+        try:
+            await gather_alive({i: h.expect.remote(replace(group, size=count)) for i, (h, count) in enumerate(targets)},
+                               self.call_timeout_s, lambda i, exc: self._report_dead(targets[i][0], exc))
+        except TimeoutError:
+            log.warning("forecast of group %s: env workers did not answer within %gs", task.group_id,
+                        self.call_timeout_s)
 
     async def _alive(self) -> list[tuple[str, Any]]:
         """The alive workers; with none, wait for one to join (at most `wait_for_worker_s`)."""
