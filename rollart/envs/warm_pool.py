@@ -16,8 +16,9 @@ Two depths of "prepared":
   that seed (counted in `staged_hits`), then a seed-free one, then builds one (a miss).
 
 Guarantees: at most `size` envs are ready, staged or being prepared at once (bounded memory, bounded
-leftovers); refill is one env at a time, after every acquire and every `expect`, expected seeds first (in
-the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
+leftovers); refill is one env at a time, after every acquire and every `expect` — once no acquire came for
+`QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
+(in the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
 not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
 room, or at `close()` — every env the pool made is either handed out by `acquire` or closed, also one
 whose construction or staging was still running in a thread when the pool closed.
@@ -35,10 +36,16 @@ from rollart.envs.protocol import AsyncEnv, EnvFactory
 
 log = logging.getLogger(__name__)
 
+# The refill starts this long after the last acquire: a group's resets come in a burst, and preparing envs
+# beside them (Python work that holds the GIL for its 5 ms switch interval) would slow the very resets the
+# pool is there to speed up.
+QUIET_S = 0.05
+
 
 class WarmPool:
     def __init__(self, domain: str, factory: EnvFactory, size: int, *, executor: Executor | None = None,
-                 prepare_timeout_s: float = 60.0, backoff_s: float = 0.2, backoff_max_s: float = 5.0) -> None:
+                 prepare_timeout_s: float = 60.0, backoff_s: float = 0.2, backoff_max_s: float = 5.0,
+                 quiet_s: float = QUIET_S) -> None:
         if size < 1:
             raise ValueError(f"a warm pool holds at least 1 env, got size={size}")
         self.domain, self.size = domain, size
@@ -48,6 +55,7 @@ class WarmPool:
         self._staged: OrderedDict[int, deque[AsyncEnv]] = OrderedDict()  # seed → envs staged for it, oldest first
         self._expected: OrderedDict[int, int] = OrderedDict()  # seed → envs still to stage for it, oldest first
         self._preparing = 0  # envs being built or staged by the refill (0 or 1)
+        self.quiet_s, self._last_acquire = quiet_s, float("-inf")
         self._refill: asyncio.Task[None] | None = None
         self._closed = False
         self.counts = {"hits": 0, "staged_hits": 0, "misses": 0, "prepared": 0, "staged": 0, "staged_unused": 0,
@@ -87,6 +95,7 @@ class WarmPool:
         now (False); the pool refills behind it."""
         if self._closed:
             raise RuntimeError(f"the warm pool of {self.domain!r} is closed")
+        self._last_acquire = asyncio.get_running_loop().time()
         staged = self._staged.get(seed) if seed is not None else None
         if staged:
             env = staged.popleft()
@@ -130,7 +139,12 @@ class WarmPool:
 
     async def _fill(self) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
         while not self._closed and self._work():
+            quiet = self._last_acquire + self.quiet_s - loop.time()
+            if quiet > 0:  # resets are still coming in: prepare once they have passed
+                await asyncio.sleep(quiet)
+                continue
             self._preparing += 1
             try:
                 if self._expected:
