@@ -326,8 +326,11 @@ def _isolation() -> str:
     from rollart.config import WorkspaceConfig
     from rollart.sandbox.workspace import open_workspace
 
+    from rollart.sandbox import cgroups
+
     ws = open_workspace(WorkspaceConfig(), {}, owner="bench")
     try:
-        return ws.isolation
+        version = cgroups.support().version
+        return f"{ws.isolation} (native backend; cgroup v{version})" if version else f"{ws.isolation} (native backend)"
     finally:
         ws.close()

@@ -67,6 +67,7 @@ class AsyncEnv:
                 )
         self.inner = env
         self._executor = executor
+        self.staged_for: int | None = None  # the seed a warm pool ran `preload` for (its reset will find it done)
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -105,6 +106,7 @@ class AsyncEnv:
         preload = getattr(self.inner, "preload", None)
         if callable(preload):
             await self._call(preload, seed)
+        self.staged_for = seed
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)

@@ -181,6 +181,7 @@ def test_reset_stats_percentiles_totals_and_drain():
     assert metrics["env/swe/reset_p99_s"] == pytest.approx(0.9901)
     assert (metrics["env/swe/resets"], metrics["env/swe/reset_retries"], metrics["env/swe/resets_failed"]) == (100, 5, 1)
     assert (metrics["env/swe/pool_hits"], metrics["env/swe/pool_misses"]) == (75, 25)
+    assert metrics["env/swe/pool_staged_hits"] == 0
     assert metrics["env/math/reset_p99_s"] == 0.5 and metrics["env/math/pool_hits"] == 0
     again = router.metrics()  # no resets since: no percentiles, the totals stay
     assert "env/swe/reset_p50_s" not in again and again["env/swe/resets"] == 100
@@ -208,6 +209,10 @@ def test_the_manager_resets_from_the_pool_and_records_every_reset(chat):
         first = await manager(chat, "t0", pool=pool, stats=stats).run()
         await until(lambda: pool.ready == 2)
         second = await manager(chat, "t1", pool=pool, stats=stats).run()
+        pool.expect(3, 1)  # the group of seed 3 is forecast: its env is staged
+        await until(lambda: pool.staged == 1)
+        staged = await manager(chat, "t4", pool=pool, stats=stats).run()
+        assert staged.status is Status.COMPLETED and staged.turns[0].observation == "seed 3"
         unpooled = await manager(chat, "t2", stats=stats).run()
         failing = await manager(chat, "t3", stats=stats, inject=FaultInjectionConfig(reset_fail_prob=1.0),
                                 envs=EnvsConfig(reset_retries=2, retry_backoff_s=0.0)).run()
@@ -217,8 +222,8 @@ def test_the_manager_resets_from_the_pool_and_records_every_reset(chat):
     metrics, first, second, unpooled, failing = asyncio.run(scenario())
     assert first.status is second.status is unpooled.status is Status.COMPLETED
     assert failing.status is Status.FAILED
-    assert (metrics["env/d/pool_misses"], metrics["env/d/pool_hits"]) == (1, 1)
-    assert (metrics["env/d/resets"], metrics["env/d/resets_failed"], metrics["env/d/reset_retries"]) == (4, 1, 2)
+    assert (metrics["env/d/pool_misses"], metrics["env/d/pool_hits"], metrics["env/d/pool_staged_hits"]) == (1, 2, 1)
+    assert (metrics["env/d/resets"], metrics["env/d/resets_failed"], metrics["env/d/reset_retries"]) == (5, 1, 2)
     assert metrics["env/d/reset_p99_s"] >= Prepared.prepare_s  # a miss and the unpooled resets prepare inline
     assert all(p.closed for p in Prepared.made)  # each env the episodes used, and the pool's spares
 
