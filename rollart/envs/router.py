@@ -1,7 +1,7 @@
 """EnvRouter: the env plane's `TrajectoryRunner` over N EnvWorker actors.
 
-In: Ray actor handles of `EnvWorker`s, or (with `EnvRouter.place`) the resource plane's `Cluster` of them on
-the `env` pool — then the workers are the cluster's membership view, which the resource plane keeps
+In: Ray actor handles of `EnvWorker`s, or (with `EnvRouter.place`) the resource plane's `WorkerSet` of them on
+the `env` pool — then the workers are the worker set's membership view, which the resource plane keeps
 whole (a dead worker leaves it, its replacement joins it). Out: `run(task, start_version)` → the finished
 Trajectory; `cancel(trajectory_id, status, reason)`; `progress()` → {trajectory_id: oldest token version or
 None}; `stats()`.
@@ -12,11 +12,11 @@ worker — even if the cancel overtakes the `run` call (the worker remembers it)
 assigned to workers ahead, and its members go to those workers, whose warm pools staged their envs. A cancel for an id this
 object never started (e.g. from a copy of the router) is sent to every worker.
 Domains with `env_servers` are served by env servers it places first (`envs/fleet.py`), which the
-env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
+env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed worker set, which
 only the creating process may shut down, is left behind: a copy routes over the workers placed first).
 
 Failures: a worker that dies ends the `run` calls it held with `WorkerDied` naming it (the control plane
-ends those trajectories FAILED and replaces them with the same seed) and is reported to its cluster at
+ends those trajectories FAILED and replaces them with the same seed) and is reported to its worker set at
 once, so no new trajectory goes to it; `cancel`, `progress` and `stats` go on past a dead worker. With no
 worker alive, `run` waits for one to join, at most `wait_for_worker_s`.
 
@@ -45,14 +45,14 @@ MAX_RESERVED_GROUPS = 16  # forecast groups whose members' workers are remembere
 
 
 class EnvRouter:
-    def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, cluster: Any = None,
+    def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, worker_set: Any = None,
                  wait_for_worker_s: float = 300.0) -> None:
         if not workers:
             raise ValueError("EnvRouter needs at least one EnvWorker handle")
         self.workers = list(workers)
         self.call_timeout_s = call_timeout_s
         self.wait_for_worker_s = wait_for_worker_s
-        self.cluster = cluster  # a rollart.resources Cluster when made by `place`: the membership view
+        self.worker_set = worker_set  # a rollart.resources WorkerSet when made by `place`: the membership view
         self._where: dict[str, Any] = {}  # trajectory id → the handle running it
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
         self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
@@ -82,7 +82,7 @@ class EnvRouter:
             directory = resources.spawn(ServerDirectory, name="env_server_directory") if managed else None
             for domain in managed:
                 fleets[domain] = EnvServerFleet.place(resources, cfg, domain, directory)
-            cluster = resources.place(
+            worker_set = resources.place(
                 EnvWorker,
                 replicas=cfg.envs.workers,
                 kwargs={"cfg": cfg, "llm": llm, "turn_barrier": turn_barrier, "model_path": str(model_path) if model_path else None,
@@ -95,21 +95,21 @@ class EnvRouter:
             raise
         # a replacement may take a placement and a constructor to join
         wait = cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s + cfg.cluster.health_interval_s
-        for actor in cluster.actors:
+        for actor in worker_set.actors:
             actor.ready.remote()  # warm pools begin filling before the first trajectory arrives
-        router = cls(list(cluster.actors), cluster=cluster, wait_for_worker_s=wait)
+        router = cls(list(worker_set.actors), worker_set=worker_set, wait_for_worker_s=wait)
         router.fleets = fleets
         return router
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(cluster=None, _where={}, _load=Counter(), fleets={}, _reserved=OrderedDict())
+        state.update(worker_set=None, _where={}, _load=Counter(), fleets={}, _reserved=OrderedDict())
         return state
 
     def members(self) -> list[tuple[str, Any]]:
         """(name, handle) of every alive worker."""
-        if self.cluster is not None:
-            return [(m.worker, m.actor) for m in self.cluster.members()]
+        if self.worker_set is not None:
+            return [(m.worker, m.actor) for m in self.worker_set.members()]
         return [(f"env#{i}", w) for i, w in enumerate(self.workers)]
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
@@ -184,8 +184,8 @@ class EnvRouter:
         return members
 
     def _report_dead(self, handle: Any, exc: BaseException) -> None:
-        if self.cluster is not None:
-            self.cluster.report_dead(handle, death_cause(exc))
+        if self.worker_set is not None:
+            self.worker_set.report_dead(handle, death_cause(exc))
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
         handle = self._where.get(trajectory_id)
@@ -229,9 +229,9 @@ class EnvRouter:
     def shutdown(self) -> None:
         """Kill the placed workers and env servers, and free their pool slots (only for a router made by
         `place`)."""
-        if self.cluster is not None:
-            self.cluster.shutdown()
-            self.cluster = None
+        if self.worker_set is not None:
+            self.worker_set.shutdown()
+            self.worker_set = None
         for fleet in self.fleets.values():
             fleet.shutdown()
         self.fleets = {}

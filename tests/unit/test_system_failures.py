@@ -13,7 +13,7 @@ import pytest
 
 from rollart.config_loader import load_config
 from rollart.control import SchedulerFailed
-from rollart.resources.cluster import MemberEvent
+from rollart.resources.worker_set import MemberEvent
 from rollart.resources.errors import WorkerDied
 from rollart.system import System
 from rollart.types import RewardResult, Status, Trajectory, Turn
