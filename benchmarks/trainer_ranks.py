@@ -132,7 +132,6 @@ def measure(rank: int, world: int, model_path: str, train: dict[str, Any], lengt
                 "params": sum(p.numel() for p in trainer.policy.parameters()),
                 "tokens": sum(len(s.token_ids) for s in data.samples), "padding": metrics["train/padding"],
             }
-    (out / f"rank{rank}.json").write_text(json.dumps(result))
     return result
 
 
@@ -142,8 +141,13 @@ def _rank(rank: int, world: int, store: str, job: dict[str, Any]) -> None:
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        measure(rank, world, job["model_path"], job["train"], job["lengths"], job["steps"], Path(job["out"]),
-                job.get("samples"), job.get("warmup", ()), job.get("bf16_via_float32", False))
+        # one trainer after another in this process (the equality runs, which read losses, not memory)
+        for i, strategy in enumerate(job.get("strategies") or [None]):
+            train = job["train"] if strategy is None else {**job["train"], "strategy": strategy}
+            result = measure(rank, world, job["model_path"], train, job["lengths"], job["steps"], Path(job["out"]),
+                             job.get("samples"), job.get("warmup", ()), job.get("bf16_via_float32", False))
+            (Path(job["out"]) / f"rank{rank}{'' if strategy is None else '-' + strategy}.json").write_text(
+                json.dumps(result))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
