@@ -1072,7 +1072,7 @@ class TrainConfig(Section):
     threads: int = Field(1, ge=1, le=MAX_THREADS, description="torch threads per trainer worker")
     timeout_s: float = Field(600.0, gt=0, le=WEEK_S, description="bound on one trainer call and on its collectives")
     restarts: int = Field(
-        2, ge=0, le=MAX_RETRIES, description="times a trainer group whose rank died is rebuilt from its latest "
+        2, ge=0, le=MAX_RETRIES, description="times the trainer ranks are rebuilt after a rank died, each time from the latest "
         "checkpoint (the steps since are replayed) before the run stops with the command that resumes it"
     )
     warm_start: WarmStartConfig = WarmStartConfig()
