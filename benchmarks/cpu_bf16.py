@@ -31,30 +31,22 @@ BLOCK = 1024
 aten = torch.ops.aten
 
 
-def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b for 2-D bf16 `a` [m, k], `b` [k, n]: float32 accumulation in blocks, one rounding to bf16."""
+def _mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, beta: float = 1,
+        alpha: float = 1) -> torch.Tensor:
+    """alpha · (a @ b) + beta · bias for 2-D bf16 `a` [m, k], `b` [k, n] (bias broadcast to [m, n]): float32
+    accumulation block by block, one rounding to bf16 per output block."""
     m, k = a.shape
     n = b.shape[1]
     out = torch.empty(m, n, dtype=torch.bfloat16)
+    bias = None if bias is None else bias.expand(m, n)
     for i in range(0, m, BLOCK):
         for j in range(0, n, BLOCK):
-            acc = None
+            acc = torch.zeros(min(BLOCK, m - i), min(BLOCK, n - j))
             for p in range(0, k, BLOCK):
-                part = a[i:i + BLOCK, p:p + BLOCK].float() @ b[p:p + BLOCK, j:j + BLOCK].float()
-                acc = part if acc is None else acc.add_(part)
-            out[i:i + BLOCK, j:j + BLOCK] = acc if acc is not None else 0
-    return out
-
-
-def _mm_float(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Like `_mm` but returns the float32 accumulator (for addmm/baddbmm, which add before rounding)."""
-    m, k = a.shape
-    n = b.shape[1]
-    out = torch.zeros(m, n, dtype=torch.float32)
-    for i in range(0, m, BLOCK):
-        for j in range(0, n, BLOCK):
-            for p in range(0, k, BLOCK):
-                out[i:i + BLOCK, j:j + BLOCK] += a[i:i + BLOCK, p:p + BLOCK].float() @ b[p:p + BLOCK, j:j + BLOCK].float()
+                acc += a[i:i + BLOCK, p:p + BLOCK].float() @ b[p:p + BLOCK, j:j + BLOCK].float()
+            if bias is not None:
+                acc.mul_(alpha).add_(bias[i:i + BLOCK, j:j + BLOCK].float(), alpha=beta)
+            out[i:i + BLOCK, j:j + BLOCK] = acc
     return out
 
 
@@ -75,17 +67,13 @@ class Bf16ViaFloat32(TorchDispatchMode):
         if func is aten.mm.default and _is_bf16(*args[:2]) and not kwargs:
             return _mm(args[0], args[1])
         if func is aten.addmm.default and _is_bf16(*args[:3]):
-            bias, a, b = args[:3]
-            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
-            acc = _mm_float(a, b)
-            return (acc.mul_(alpha).add_(bias.float(), alpha=beta)).to(torch.bfloat16)
+            return _mm(args[1], args[2], args[0], kwargs.get("beta", 1), kwargs.get("alpha", 1))
         if func is aten.bmm.default and _is_bf16(*args[:2]) and not kwargs:
             return torch.stack([_mm(x, y) for x, y in zip(args[0], args[1])])
         if func is aten.baddbmm.default and _is_bf16(*args[:3]):
             bias, a, b = args[:3]
-            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
             bias = bias.expand(a.shape[0], a.shape[1], b.shape[2])
-            return torch.stack([_mm_float(x, y).mul_(alpha).add_(c.float(), alpha=beta).to(torch.bfloat16)
+            return torch.stack([_mm(x, y, c, kwargs.get("beta", 1), kwargs.get("alpha", 1))
                                 for x, y, c in zip(a, b, bias)])
         if func is aten._scaled_dot_product_flash_attention_for_cpu.default and _is_bf16(*args[:3]):
             out, lse = func(*[_float(x) for x in args], **kwargs)
