@@ -6,8 +6,11 @@ Measured side by side in one run:
 - `warm_pool_reset_p99_reduction` (target ≥ 5): `concurrency` trajectory loops each reset a SWE env, hold it
   for `episode_s` (its turns), close it, and go again — the loops' k-th episodes are one GRPO group (one
   seed, so its task is generated once); the reset latency (what a trajectory waits: build + prepare the
-  workspace + the task, or a pooled env + the task) with no pool and with a pool of `concurrency` prepared
-  envs, each arm with the task cache emptied. Also their p50s.
+  workspace + the task, or a pooled env + what of the task is not staged) with no pool and with a pool of
+  `concurrency` envs told each group when the one before it starts (as the scheduler forecasts the group
+  admission waits for): its envs hold the task's package before their resets. Each arm with the task cache
+  emptied. Also their p50s, and `warm_pool_unforecast_reset_p99_reduction`: the pool told nothing (seed-free
+  envs only: the task is generated and written at reset).
 - `sandbox_create_ms_p50`/`_p99`, `sandbox_destroy_ms_p50`/`_p99`: `open_workspace` and `close` of an empty
   workspace (tmpfs, cgroup, private root are made and removed).
 - `remote_step_overhead_ms_p50` (target ≤ 5), `_p99`: an env step through `remote:<url>` (an env server in
@@ -43,7 +46,10 @@ def _ms(values: list[float], q: int) -> float:
     return round(quantile(sorted(values), q) * 1e3, 2)
 
 
-async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_size: int) -> list[float]:
+async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_size: int,
+                       forecast: bool = False) -> list[float]:
+    """Reset latencies of `concurrency` loops × `episodes`; with `forecast`, the pool is told each group when
+    the one before it starts (what the scheduler does when admission stops to wait: `UpcomingGroup`)."""
     from rollart.envs.domains.swe import env as swe_env
     from rollart.envs.domains.swe.env import SweEnv
     from rollart.envs.warm_pool import WarmPool, build_prepared
@@ -52,15 +58,21 @@ async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_s
     executor = ThreadPoolExecutor(max(4, concurrency * 2))
     pool = WarmPool("swe", SweEnv, pool_size, executor=executor) if pool_size else None
     if pool is not None:  # a warm start: the pool filled before the first trajectory, as at worker start
+        if forecast:
+            pool.expect(0, concurrency)  # the first group, forecast when the run's admission began
         pool.start()
-        while pool.ready < pool_size:
+        while pool.ready < pool_size or (forecast and pool.staged < concurrency):
             await asyncio.sleep(0.05)
     latencies: list[float] = []
+    told = {0}
 
     async def loop(index: int) -> None:
         for k in range(episodes):
+            if pool is not None and forecast and k + 1 not in told:  # group k is admitted: k + 1 is next
+                told.add(k + 1)
+                pool.expect(k + 1, concurrency)
             start = time.perf_counter()
-            env = (await pool.acquire())[0] if pool else await build_prepared(SweEnv, executor, 60.0)
+            env = (await pool.acquire(k))[0] if pool else await build_prepared(SweEnv, executor, 60.0)
             await env.reset(k)  # the loops' k-th episodes are one GRPO group: one seed
             latencies.append(time.perf_counter() - start)
             await asyncio.sleep(episode_s)
@@ -271,7 +283,8 @@ def run(quick: bool = False) -> BenchResult:
     episodes, episode_s = (5, 0.5) if quick else (25, 1.0)
     isolation = _isolation()  # probes the machine once, before anything is timed
     cold = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=0))
-    warm = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency))
+    seed_free = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency))
+    warm = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency, forecast=True))
     create, destroy = _sandbox_costs(10 if quick else 50)
     overhead = asyncio.run(_remote_overhead(100 if quick else 1000))
     count = 100 if quick else 1000
@@ -283,6 +296,8 @@ def run(quick: bool = False) -> BenchResult:
         "warm_pool_reset_p50_reduction": round(_ms(cold, 50) / _ms(warm, 50), 2),
         "reset_ms_p50_without_pool": _ms(cold, 50), "reset_ms_p99_without_pool": _ms(cold, 99),
         "reset_ms_p50_with_pool": _ms(warm, 50), "reset_ms_p99_with_pool": _ms(warm, 99),
+        "warm_pool_unforecast_reset_p99_reduction": round(_ms(cold, 99) / _ms(seed_free, 99), 2),
+        "reset_ms_p50_with_unforecast_pool": _ms(seed_free, 50), "reset_ms_p99_with_unforecast_pool": _ms(seed_free, 99),
         "sandbox_create_ms_p50": _ms(create, 50), "sandbox_create_ms_p99": _ms(create, 99),
         "sandbox_destroy_ms_p50": _ms(destroy, 50), "sandbox_destroy_ms_p99": _ms(destroy, 99),
         "remote_step_overhead_ms_p50": _ms(overhead, 50), "remote_step_overhead_ms_p99": _ms(overhead, 99),
@@ -293,8 +308,8 @@ def run(quick: bool = False) -> BenchResult:
         "cross_trajectory_reads": float(leaks),
     }
     rows = [
-        {"what": "resets", "without_pool": len(cold), "with_pool": len(warm), "concurrency": concurrency,
-         "episode_s": episode_s},
+        {"what": "resets", "without_pool": len(cold), "with_unforecast_pool": len(seed_free), "with_pool": len(warm),
+         "concurrency": concurrency, "episode_s": episode_s},
         {"what": "trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
         {"what": "cross-trajectory reads", "attempts": attempts, "leaked": leaks},
     ]
@@ -311,8 +326,11 @@ def _isolation() -> str:
     from rollart.config import WorkspaceConfig
     from rollart.sandbox.workspace import open_workspace
 
+    from rollart.sandbox import cgroups
+
     ws = open_workspace(WorkspaceConfig(), {}, owner="bench")
     try:
-        return ws.isolation
+        version = cgroups.support().version
+        return f"{ws.isolation} (native backend; cgroup v{version})" if version else f"{ws.isolation} (native backend)"
     finally:
         ws.close()

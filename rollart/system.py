@@ -1,7 +1,7 @@
 """Builds every plane's objects from a `RunConfig` and wires them together — the RL loop's hands.
 
 In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: `build_system(...)` → a
-`System` holding the weight store, the trainer group, one inference cluster per generation pool behind the
+`System` holding the weight store, the trainer ranks, one inference worker set per generation pool behind the
 LLM proxy, the env router (over the env workers), the reward router, the run's ledger file and the
 `RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
 (`rollart.loop.RLLoop`) calls for the six steps — `start_rollout`, steps 2–5 (`suspend`, `update_weights`,
@@ -13,7 +13,7 @@ Only this module (with `driver.py`) imports more than one plane; planes meet her
 `rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
 started, in reverse order, even after a failure.
 
-Failures: the resource plane keeps the clusters whole (a dead worker is replaced, an elastic pool grows);
+Failures: the resource plane keeps the worker sets whole (a dead worker is replaced, an elastic pool grows);
 this module passes what it learns on — an inference worker that died leaves the LLM proxy's routing, one
 that joined is added to it (the proxy has it pull the served weights first) — and keeps every death, join
 and trainer rebuild as an `incident` (a timeline mark the recorder draws on the Gantt charts). What cannot
@@ -45,11 +45,11 @@ from rollart.observability.ledger import LedgerFile
 from rollart.observability.profile import DomainProfiler
 from rollart.observability.timeline import Mark
 from rollart.remapping import Remapper
-from rollart.resources import Cluster, Resources, Runtime
-from rollart.resources.cluster import MemberEvent
+from rollart.resources import WorkerSet, Resources, Runtime
+from rollart.resources.worker_set import MemberEvent
 from rollart.reward.router import RewardRouter, new_run_id
 from rollart.run_dir import RunPaths
-from rollart.trainer import TrainerGroup, latest_checkpoint
+from rollart.trainer import TrainerRanks, latest_checkpoint
 from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
 
@@ -70,8 +70,8 @@ class System:
     resources: Resources
     model_path: Path
     store: WeightStore | None  # None when built for evaluation only
-    trainer: TrainerGroup | None
-    inference: dict[str, Cluster]  # by hardware pool name
+    trainer: TrainerRanks | None
+    inference: dict[str, WorkerSet]  # by hardware pool name
     proxy: Any  # LLMProxy actor handle
     env_router: EnvRouter
     reward: RewardRouter
@@ -96,18 +96,18 @@ class System:
 
     # --- keeping the planes in step with the resource plane ---------------------------------------------
     def watch_membership(self) -> None:
-        """Follow every cluster's deaths and joins (see the module doc)."""
-        for cluster in self.inference.values():
-            cluster.on_change(self._inference_changed)
-        if self.env_router.cluster is not None:
-            self.env_router.cluster.on_change(self._env_changed)
+        """Follow every worker set's deaths and joins (see the module doc)."""
+        for worker_set in self.inference.values():
+            worker_set.on_change(self._inference_changed)
+        if self.env_router.worker_set is not None:
+            self.env_router.worker_set.on_change(self._env_changed)
         if self.trainer is not None:
             self.trainer.on_change(self._record)
 
     def _inference_changed(self, event: MemberEvent) -> None:
         self._record(event)
         if event.kind == "unplaced":
-            alive = {m.placement.pool for cluster in self.inference.values() for m in cluster.members()}
+            alive = {m.placement.pool for worker_set in self.inference.values() for m in worker_set.members()}
             stranded = sorted(d for d, dc in self.cfg.domains.items()
                               if not {dc.pool, *self.cfg.pools[dc.pool].fallback} & alive)
             if stranded:
@@ -251,7 +251,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
             if cfg.resume and checkpoint is None:
                 log.warning("resume=true but %s/checkpoints holds no checkpoint: starting fresh", cfg.run_dir)
-            trainer = TrainerGroup(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
+            trainer = TrainerRanks(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
                                    checkpoint=checkpoint)
             stack.callback(trainer.close)
         resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()

@@ -51,6 +51,16 @@ class Task:
 
 
 @dataclass(frozen=True)
+class UpcomingGroup:
+    """A GRPO group the control plane expects to admit next (its forecast, not a promise): `size` members
+    of `task` (the first member's task; the others differ only in their trajectory ids). The env plane may
+    prepare their envs ahead — a warm pool writes the task's files into workspaces before the resets ask."""
+
+    task: Task
+    size: int
+
+
+@dataclass(frozen=True)
 class Span:
     """A timed piece of a trajectory's life, for step-time breakdowns and the Chrome-trace timeline.
 
@@ -464,7 +474,9 @@ class TrajectoryRunner(Protocol):
     trajectory early with the given status (ABORTED or STALE): its generation is aborted, its env closed,
     and its `run` returns the partial trajectory with that status. Cancelling an unknown or finished id is
     a no-op. `progress` reports, per running trajectory, the oldest policy version among its tokens (or
-    None before the first token) — what per-token staleness needs.
+    None before the first token) — what per-token staleness needs. `expect` is a hint: the group the control
+    plane will likely admit next, so its envs can be prepared ahead (a wrong forecast costs a prepared env
+    that is closed unused, never a wrong episode); it returns at once and never fails the caller.
     """
 
     async def run(self, task: Task, start_version: int) -> Trajectory: ...
@@ -472,6 +484,8 @@ class TrajectoryRunner(Protocol):
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None: ...
 
     async def progress(self) -> dict[str, int | None]: ...
+
+    async def expect(self, group: UpcomingGroup) -> None: ...
 
 
 @runtime_checkable

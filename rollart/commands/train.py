@@ -4,7 +4,7 @@ It says at start where the run goes, how to read its samples and the TensorBoard
 live (Ray's dashboard URL follows once Ray is up, when there is one: `cluster.dashboard`). A run that stops
 on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
 exact command that continues it from its last checkpoint: the same run file and overrides, with
-`run_dir=<its run dir> resume=true`. An expected failure (the trainer group past `train.restarts`, a
+`run_dir=<its run dir> resume=true`. An expected failure (the trainer ranks rebuilt past `train.restarts`, a
 resource-plane error) is told in one message; anything else with its traceback. A domain whose env or
 agent keeps failing (`DomainBroken`, the rollout's circuit breaker) is a bug, not an outage: one message
 with the domain, the count and the first error's traceback, and no resume command.

@@ -8,6 +8,9 @@ What it does:
 - Samples a task domain per group (by `domains.<d>.weight`; `stratified` keeps the pending mix on target),
   gives the group a seed — a dataset domain's groups take its rows in order, so their seed is the domain's
   ordinal (0, 1, 2 …: the env maps it to a row of the epoch's shuffle) — and starts `group_size + redundancy.extra_per_group` trajectories of it.
+- Forecast: whenever admission stops to wait, the group it would admit next (domain, seed; a guess when
+  several domains compete) is told to the runner once (`TrajectoryRunner.expect`), so the env plane can
+  prepare that group's envs while it waits (a warm pool stages the task's files ahead).
 - Admission (staleness.py (2)): pending groups (running or ready) ≤ window × (groups per batch incl.
   `extra_groups`), so pending trajectories ≤ (α + 1) × (batch size + redundancy) and nothing is started
   that could only ever be stale.
@@ -70,9 +73,21 @@ from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import JournalSink, RewardScorer, Span, Status, Task, Trajectory, TrajectoryRunner, TurnBarrier
+from rollart.types import (
+    JournalSink,
+    RewardScorer,
+    Span,
+    Status,
+    Task,
+    Trajectory,
+    TrajectoryRunner,
+    TurnBarrier,
+    UpcomingGroup,
+)
 
 log = logging.getLogger("rollart.control")
+
+EXPECT_TIMEOUT_S = 30.0  # for the runner to take a forecast (`TrajectoryRunner.expect`)
 
 
 class SchedulerFailed(RuntimeError):
@@ -188,6 +203,7 @@ class RolloutScheduler:
         self._background: set[asyncio.Task] = set()  # cancels, replacements, drops: kept until done
         self._cohort = 0
         self.unsettled = self.unsettled_peak = 0  # trajectories started and not settled: now, and at most
+        self._announced: tuple[str, int, int] | None = None  # the last forecast told the runner
         self._replay: list[tuple[str, int, int]] = []  # (domain, seq, seed) of groups to re-admit after a resume
         self.ordinals: Counter[str] = Counter()  # per dataset domain: groups drawn so far (its next row)
         self.failure: SchedulerFailed | None = None
@@ -313,7 +329,46 @@ class RolloutScheduler:
                 admitted += 1
             if admitted:
                 self._cohort += 1
+            if self.failure is None:
+                self._announce_upcoming()
             await self._wake.wait()
+
+    def _announce_upcoming(self) -> None:
+        """Tell the runner which group admission will likely take next (`TrajectoryRunner.expect`), once per
+        group to come, so its envs can be prepared while admission waits for room (a batch training, a group
+        finishing). A hint: a runner that fails or is slow to take it costs a warning, never the run."""
+        upcoming = self._forecast()
+        if upcoming is None or (self._announced is not None and upcoming[1] == self._announced[1]):
+            return  # one forecast per sequence number: a guess that flips between domains is not told twice
+        self._announced = upcoming
+        domain, seq, seed = upcoming
+        group_id = f"g{seq:06d}"
+        task = Task(f"{group_id}/0", domain, self.domains[domain].env, seed, group_id)
+        self._in_background(self._expect(UpcomingGroup(task, self.cfg.group_size + self.cfg.redundancy.extra_per_group)))
+
+    async def _expect(self, group: UpcomingGroup) -> None:
+        try:
+            await asyncio.wait_for(self.runner.expect(group), EXPECT_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("the forecast of group %s did not reach the env plane: %s: %s", group.task.group_id,
+                        type(exc).__name__, exc)
+
+    def _forecast(self) -> tuple[str, int, int] | None:
+        """(domain, seq, seed) of the group `_next_group` would admit next if nothing changed meanwhile — a
+        guess (with several domains, another may have room first); nothing is drawn or counted."""
+        if self._replay:
+            return self._replay[0]
+        domains = sorted(self.weights)
+        if not domains:
+            return None
+        if self.cfg.redundancy.selection == "first":
+            rng = random.Random()
+            rng.setstate(self.rng.getstate())  # the draw `_select_domain` will make, on a copy
+            domain = rng.choices(domains, weights=[self.weights[d] for d in domains])[0]
+        else:
+            pending, window = self.pending_by_domain(), self.window()
+            domain = max(domains, key=lambda d: (window * self.admission_quotas[d] - pending[d], -domains.index(d)))
+        return domain, self.next_seq, self._seed_of(domain, self.next_seq)
 
     def _in_background(self, coro: Any) -> None:
         """Run `coro` as a task the scheduler keeps (an unreferenced task may be collected mid-flight) and
@@ -338,10 +393,17 @@ class RolloutScheduler:
         return domain, self.next_seq - 1, self._new_seed(domain, self.next_seq - 1)
 
     def _new_seed(self, domain: str, seq: int) -> int:
-        """A new group's seed: a dataset domain's next ordinal (its rows in order), else one per sequence number."""
+        """A new group's seed (`_seed_of`), its dataset ordinal counted."""
+        seed = self._seed_of(domain, seq)
         if self.domains[domain].data is not None:
             self.ordinals[domain] += 1
-            return self.ordinals[domain] - 1
+        return seed
+
+    def _seed_of(self, domain: str, seq: int) -> int:
+        """The seed of the next group of `domain` at sequence number `seq`: a dataset domain's next ordinal (its
+        rows in order), else one per sequence number."""
+        if self.domains[domain].data is not None:
+            return self.ordinals[domain]
         return self.seed * 1_000_003 + seq
 
     def _below_total_bound(self) -> bool:

@@ -6,7 +6,7 @@ In: the resource plane's `Resources`, the `RunConfig` and a domain whose `env_se
 (rollart/envs/server.py) on its node's address, and a `ServerDirectory` actor that holds the live
 servers' URLs and the fleet's token. The env workers reach the domain through `RemoteEnv(directory=...)`.
 
-Failures, as for every worker (docs/architecture.md §7): an env server that dies leaves the cluster's
+Failures, as for every worker (docs/architecture.md §7): an env server that dies leaves the worker set's
 view and a replacement is placed in its slot; the directory follows the membership events (`died`: its
 URL leaves at once; `joined`: the new one's URL is added). A trajectory whose server died ends FAILED
 with the reason (`RemoteEnvError` names the server) and the control plane replaces it with the same seed;
@@ -66,24 +66,24 @@ class ServerDirectory:
 
 
 class EnvServerFleet:
-    def __init__(self, domain: str, cluster: Any, directory: Any, token: str) -> None:
-        self.domain, self.cluster, self.directory, self._token = domain, cluster, directory, token
+    def __init__(self, domain: str, worker_set: Any, directory: Any, token: str) -> None:
+        self.domain, self.worker_set, self.directory, self._token = domain, worker_set, directory, token
         self._lock = threading.Lock()
         self._urls: dict[str, str] = {}  # actor id → url
-        cluster.on_change(self._changed)
+        worker_set.on_change(self._changed)
 
     @classmethod
     def place(cls, resources: Any, cfg: RunConfig, domain: str, directory: Any) -> EnvServerFleet:
         import ray
 
         token = secrets.token_urlsafe(24)
-        cluster = resources.place(EnvServerActor, replicas=cfg.domains[domain].env_servers,
+        worker_set = resources.place(EnvServerActor, replicas=cfg.domains[domain].env_servers,
                                   kwargs={"cfg": cfg, "domain": domain, "token": token},
                                   worker_kwargs=lambda p: {"name": p.worker})
-        fleet = cls(domain, cluster, directory, token)
-        urls = ray.get([m.actor.url.remote() for m in cluster.members()], timeout=URL_TIMEOUT_S)
+        fleet = cls(domain, worker_set, directory, token)
+        urls = ray.get([m.actor.url.remote() for m in worker_set.members()], timeout=URL_TIMEOUT_S)
         with fleet._lock:
-            fleet._urls = {m.actor_id: u for m, u in zip(cluster.members(), urls)}
+            fleet._urls = {m.actor_id: u for m, u in zip(worker_set.members(), urls)}
         fleet._publish()
         return fleet
 
@@ -122,4 +122,4 @@ class EnvServerFleet:
             return sorted(self._urls.values())
 
     def shutdown(self) -> None:
-        self.cluster.shutdown()
+        self.worker_set.shutdown()

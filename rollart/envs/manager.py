@@ -95,6 +95,7 @@ class EnvManager:
         self._make_env, self._executor = make_env, executor
         self._pool, self._reset_stats = pool, reset_stats
         self._pool_hit: bool | None = None  # whether the first reset try got a prepared env from the pool
+        self._staged = False  # … and whether that env was staged for this episode's seed
         self.trajectory = Trajectory(trajectory_id=task.trajectory_id, task=task, start_version=start_version)
         # one RNG per episode for injected faults, shared by re-created envs so a retry draws anew
         inject_seed = domain_cfg.inject.seed if domain_cfg.inject else 0
@@ -198,11 +199,12 @@ class EnvManager:
 
     # --- the episode ----------------------------------------------------------------------------------
     async def _acquire_env(self) -> AsyncEnv | FaultInjectingEnv:
-        """A prepared env: from the domain's warm pool when it has one, else built and prepared now."""
+        """A prepared env: from the domain's warm pool when it has one (staged for this episode's seed when
+        the pool was told the group was coming), else built and prepared now."""
         if self._pool is not None:
-            env, hit = await self._pool.acquire()
+            env, hit = await self._pool.acquire(episode_seed(self.task))
             if self._pool_hit is None:
-                self._pool_hit = hit
+                self._pool_hit, self._staged = hit, env.staged_for == episode_seed(self.task)
         else:
             env = await build_prepared(self._make_env, self._executor, self.envs.reset_timeout_s)
         if self.domain_cfg.inject is not None:
@@ -223,7 +225,7 @@ class EnvManager:
     def _record_reset(self, start: float, ok: bool) -> None:
         if self._reset_stats is not None:
             self._reset_stats.record(self.task.domain, time.time() - start, int(self._metrics["reset_attempts"]),
-                                     ok, self._pool_hit)
+                                     ok, self._pool_hit, self._staged)
 
     async def _reset_with_retries(self) -> tuple[str, dict[str, Any]]:
         """Reset a prepared env, retried by the episode policy; FAILED when out of tries."""

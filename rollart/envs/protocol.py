@@ -3,9 +3,11 @@
 An environment is any object with
     reset(seed: int | None = None) -> (observation: str, info: dict)
     step(action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)
-and optionally close() and prepare(). Each method may be a plain function or `async def`. `prepare()` is
-the part of a reset that needs no seed (create a sandbox, start a process): the warm pool
-(`envs.warm_pool`) calls it ahead of time, and `reset` must work whether it was called or not. Observations are text;
+and optionally close(), prepare() and preload(seed). Each method may be a plain function or `async def`.
+`prepare()` is the part of a reset that needs no seed (create a sandbox, start a process), `preload(seed)`
+the part that does (write that seed's task files): the warm pool (`envs.warm_pool`) calls them ahead of
+time — preload only for seeds it was told to expect — and `reset(seed)` must work whether they were called
+or not, and return the same after `preload(seed)` as without it (a preload of another seed is undone). Observations are text;
 the action is the model's whole response text (the env parses it, as GEM's envs do).
 
 Conventions in `info` that the EnvManager reads (all optional):
@@ -65,6 +67,7 @@ class AsyncEnv:
                 )
         self.inner = env
         self._executor = executor
+        self.staged_for: int | None = None  # the seed a warm pool ran `preload` for (its reset will find it done)
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -98,6 +101,12 @@ class AsyncEnv:
         prepare = getattr(self.inner, "prepare", None)
         if callable(prepare):
             await self._call(prepare)
+
+    async def preload(self, seed: int) -> None:
+        preload = getattr(self.inner, "preload", None)
+        if callable(preload):
+            await self._call(preload, seed)
+        self.staged_for = seed
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)

@@ -8,7 +8,8 @@ Out: `drain()` → the records since the last drain as JSON data (what an env wo
 - `env/<domain>/reset_p50_s`, `env/<domain>/reset_p99_s`: over the resets recorded since the last
   `metrics()` call (absent when there were none);
 - `env/<domain>/resets`, `reset_retries` (tries past the first), `resets_failed` (out of tries: the
-  trajectory ended FAILED), `pool_hits`, `pool_misses`: totals since the stats were made.
+  trajectory ended FAILED), `pool_hits`, `pool_misses`, and `pool_staged_hits` (the hits whose env was staged
+  for the reset's seed, its task's files written ahead): totals since the stats were made.
 
 Guarantees: memory is bounded (at most `WINDOW` latencies per domain are kept between two calls); the
 totals never go back (a worker's records reach the router once, by drain).
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 WINDOW = 4096
-COUNTERS = ("resets", "reset_retries", "resets_failed", "pool_hits", "pool_misses")
+COUNTERS = ("resets", "reset_retries", "resets_failed", "pool_hits", "pool_staged_hits", "pool_misses")
 
 
 def quantile(values: list[float], q: int) -> float:
@@ -45,8 +46,10 @@ class ResetStats:
     def _domain(self, name: str) -> _Domain:
         return self._domains.setdefault(name, _Domain())
 
-    def record(self, domain: str, seconds: float, attempts: int, ok: bool, pool_hit: bool | None) -> None:
-        """One reset phase; `pool_hit` None when the domain has no warm pool."""
+    def record(self, domain: str, seconds: float, attempts: int, ok: bool, pool_hit: bool | None,
+               staged: bool = False) -> None:
+        """One reset phase; `pool_hit` None when the domain has no warm pool, `staged` when the pool's env was
+        staged for the reset's seed (a forecast group)."""
         d = self._domain(domain)
         d.latencies.append(seconds)
         d.counts["resets"] += 1
@@ -54,6 +57,7 @@ class ResetStats:
         d.counts["resets_failed"] += not ok
         if pool_hit is not None:
             d.counts["pool_hits" if pool_hit else "pool_misses"] += 1
+            d.counts["pool_staged_hits"] += bool(pool_hit and staged)
 
     def drain(self) -> dict[str, Any]:
         """The records since the last drain, as JSON data; this object starts afresh."""

@@ -1,21 +1,22 @@
 """EnvRouter: the env plane's `TrajectoryRunner` over N EnvWorker actors.
 
-In: Ray actor handles of `EnvWorker`s, or (with `EnvRouter.place`) the resource plane's `Cluster` of them on
-the `env` pool — then the workers are the cluster's membership view, which the resource plane keeps
+In: Ray actor handles of `EnvWorker`s, or (with `EnvRouter.place`) the resource plane's `WorkerSet` of them on
+the `env` pool — then the workers are the worker set's membership view, which the resource plane keeps
 whole (a dead worker leaves it, its replacement joins it). Out: `run(task, start_version)` → the finished
 Trajectory; `cancel(trajectory_id, status, reason)`; `progress()` → {trajectory_id: oldest token version or
 None}; `stats()`.
 
 Routing: a new trajectory goes to the alive worker with the fewest trajectories in flight from this router
 object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `cancel` reaches the right
-worker — even if the cancel overtakes the `run` call (the worker remembers it). A cancel for an id this
+worker — even if the cancel overtakes the `run` call (the worker remembers it). A forecast group (`expect`) is
+assigned to workers ahead, and its members go to those workers, whose warm pools staged their envs. A cancel for an id this
 object never started (e.g. from a copy of the router) is sent to every worker.
 Domains with `env_servers` are served by env servers it places first (`envs/fleet.py`), which the
-env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed cluster, which
+env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed worker set, which
 only the creating process may shut down, is left behind: a copy routes over the workers placed first).
 
 Failures: a worker that dies ends the `run` calls it held with `WorkerDied` naming it (the control plane
-ends those trajectories FAILED and replaces them with the same seed) and is reported to its cluster at
+ends those trajectories FAILED and replaces them with the same seed) and is reported to its worker set at
 once, so no new trajectory goes to it; `cancel`, `progress` and `stats` go on past a dead worker. With no
 worker alive, `run` waits for one to join, at most `wait_for_worker_s`.
 
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -35,24 +37,28 @@ from rollart.config import RunConfig
 from rollart.envs.reset_stats import ResetStats
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import death_cause, gather_alive, is_worker_death
-from rollart.types import SamplingParams, Status, Task, Trajectory, TurnBarrier
+from rollart.types import SamplingParams, Status, Task, Trajectory, TurnBarrier, UpcomingGroup
 
 log = logging.getLogger(__name__)
 
+MAX_RESERVED_GROUPS = 16  # forecast groups whose members' workers are remembered
+
 
 class EnvRouter:
-    def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, cluster: Any = None,
+    def __init__(self, workers: Sequence[Any], call_timeout_s: float = 30.0, worker_set: Any = None,
                  wait_for_worker_s: float = 300.0) -> None:
         if not workers:
             raise ValueError("EnvRouter needs at least one EnvWorker handle")
         self.workers = list(workers)
         self.call_timeout_s = call_timeout_s
         self.wait_for_worker_s = wait_for_worker_s
-        self.cluster = cluster  # a rollart.resources Cluster when made by `place`: the membership view
+        self.worker_set = worker_set  # a rollart.resources WorkerSet when made by `place`: the membership view
         self._where: dict[str, Any] = {}  # trajectory id → the handle running it
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
         self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
         self.fleets: dict[str, Any] = {}  # domain → the EnvServerFleet serving it (domains.<d>.env_servers)
+        # (domain, split, seed) of a forecast group → the workers told to stage its members' envs, one per member
+        self._reserved: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
 
     @classmethod
     def place(
@@ -76,7 +82,7 @@ class EnvRouter:
             directory = resources.spawn(ServerDirectory, name="env_server_directory") if managed else None
             for domain in managed:
                 fleets[domain] = EnvServerFleet.place(resources, cfg, domain, directory)
-            cluster = resources.place(
+            worker_set = resources.place(
                 EnvWorker,
                 replicas=cfg.envs.workers,
                 kwargs={"cfg": cfg, "llm": llm, "turn_barrier": turn_barrier, "model_path": str(model_path) if model_path else None,
@@ -89,21 +95,21 @@ class EnvRouter:
             raise
         # a replacement may take a placement and a constructor to join
         wait = cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s + cfg.cluster.health_interval_s
-        for actor in cluster.actors:
+        for actor in worker_set.actors:
             actor.ready.remote()  # warm pools begin filling before the first trajectory arrives
-        router = cls(list(cluster.actors), cluster=cluster, wait_for_worker_s=wait)
+        router = cls(list(worker_set.actors), worker_set=worker_set, wait_for_worker_s=wait)
         router.fleets = fleets
         return router
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(cluster=None, _where={}, _load=Counter(), fleets={})
+        state.update(worker_set=None, _where={}, _load=Counter(), fleets={}, _reserved=OrderedDict())
         return state
 
     def members(self) -> list[tuple[str, Any]]:
         """(name, handle) of every alive worker."""
-        if self.cluster is not None:
-            return [(m.worker, m.actor) for m in self.cluster.members()]
+        if self.worker_set is not None:
+            return [(m.worker, m.actor) for m in self.worker_set.members()]
         return [(f"env#{i}", w) for i, w in enumerate(self.workers)]
 
     async def run(self, task: Task, start_version: int, sampling: SamplingParams | None = None) -> Trajectory:
@@ -111,7 +117,8 @@ class EnvRouter:
         trajectory_id = task.trajectory_id
         if trajectory_id in self._where:
             raise ValueError(f"trajectory {trajectory_id} is already running in this router")
-        name, handle = min(await self._alive(), key=lambda m: self._load[m[0]])
+        members = await self._alive()
+        name, handle = self._reserved_for(task, members) or min(members, key=lambda m: self._load[m[0]])
         self._where[trajectory_id] = handle
         self._load[name] += 1
         try:
@@ -125,6 +132,47 @@ class EnvRouter:
             self._where.pop(trajectory_id, None)
             self._load[name] -= 1
 
+    def _reserved_for(self, task: Task, members: list[tuple[str, Any]]) -> tuple[str, Any] | None:
+        """An alive worker that was told to stage this task's env (`expect`), taken off the reservation."""
+        key = (task.domain, task.split, task.seed)
+        names, alive = self._reserved.get(key), dict(members)
+        while names:
+            name = names.pop(0)
+            if not names:
+                del self._reserved[key]
+            if name in alive:
+                return name, alive[name]
+        return None
+
+    async def expect(self, group: UpcomingGroup) -> None:
+        """A forecast group (`TrajectoryRunner.expect`): its members are assigned to the least-loaded alive
+        workers now, each told how many envs of the task to stage, and its trajectories go there when they
+        come (to another worker if that one has died). Bounded: reservations of the last
+        `MAX_RESERVED_GROUPS` forecasts are kept."""
+        members = self.members()
+        if not members:
+            return
+        load = Counter({name: self._load[name] for name, _ in members})
+        chosen: list[str] = []
+        for _ in range(group.size):
+            name = min(load, key=lambda n: load[n])
+            load[name] += 1
+            chosen.append(name)
+        task = group.task
+        key = (task.domain, task.split, task.seed)
+        self._reserved[key] = chosen
+        self._reserved.move_to_end(key)
+        while len(self._reserved) > MAX_RESERVED_GROUPS:
+            self._reserved.popitem(last=False)
+        handles = dict(members)
+        targets = [(handles[name], count) for name, count in Counter(chosen).items()]
+        try:
+            await gather_alive({i: h.expect.remote(replace(group, size=count)) for i, (h, count) in enumerate(targets)},
+                               self.call_timeout_s, lambda i, exc: self._report_dead(targets[i][0], exc))
+        except TimeoutError:
+            log.warning("forecast of group %s: env workers did not answer within %gs", task.group_id,
+                        self.call_timeout_s)
+
     async def _alive(self) -> list[tuple[str, Any]]:
         """The alive workers; with none, wait for one to join (at most `wait_for_worker_s`)."""
         loop = asyncio.get_running_loop()
@@ -136,8 +184,8 @@ class EnvRouter:
         return members
 
     def _report_dead(self, handle: Any, exc: BaseException) -> None:
-        if self.cluster is not None:
-            self.cluster.report_dead(handle, death_cause(exc))
+        if self.worker_set is not None:
+            self.worker_set.report_dead(handle, death_cause(exc))
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str) -> None:
         handle = self._where.get(trajectory_id)
@@ -181,9 +229,9 @@ class EnvRouter:
     def shutdown(self) -> None:
         """Kill the placed workers and env servers, and free their pool slots (only for a router made by
         `place`)."""
-        if self.cluster is not None:
-            self.cluster.shutdown()
-            self.cluster = None
+        if self.worker_set is not None:
+            self.worker_set.shutdown()
+            self.worker_set = None
         for fleet in self.fleets.values():
             fleet.shutdown()
         self.fleets = {}

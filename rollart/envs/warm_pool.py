@@ -1,24 +1,34 @@
 """A warm pool of prepared environments for one domain on one env worker, refilled in the background.
 
 In: the domain's env factory, how many prepared envs to keep (`envs.warm_pool.size`), the thread pool
-sync env calls run in, and bounds (prepare timeout, backoff after failures). Out: `acquire()` → (an
-`AsyncEnv` ready to be reset, whether it came from the pool). A miss (pool empty) builds and prepares
-an env on the spot, so a reset never waits on the pool's refill.
+sync env calls run in, and bounds (prepare timeout, backoff after failures); `expect(seed, count)`: the
+forecast of a group to come (the control plane's `UpcomingGroup`, via the env worker). Out:
+`acquire(seed)` → (an `AsyncEnv` ready to be reset with `seed`, whether it came from the pool). A miss
+(pool empty) builds and prepares an env on the spot, so a reset never waits on the pool's refill.
 
-"Prepared" is the part of a reset that does not depend on the seed: the env's constructor and its
-optional `prepare()` (the SWE domain creates its workspace sandbox there). A reset then only seeds it.
+Two depths of "prepared":
+- seed-free: the env's constructor and its optional `prepare()` (the SWE domain creates its workspace
+  sandbox there); a reset then only seeds it — but seeds it fully (the SWE domain generates its task and
+  writes the package: most of a reset on a sandbox that opens in a millisecond).
+- staged for a seed: also the env's optional `preload(seed)`, the seed-dependent part of a reset done
+  ahead (the SWE domain writes that seed's package into the workspace); `reset(seed)` then finds it done.
+  The pool stages envs only for seeds it was told to expect, and `acquire(seed)` prefers one staged for
+  that seed (counted in `staged_hits`), then a seed-free one, then builds one (a miss).
 
-Guarantees: at most `size` envs are ready or being prepared at once (bounded memory, bounded leftovers);
-refill is one env at a time, after every acquire, with exponential backoff while prepares keep failing
-(a failing domain does not spin a CPU); every env the pool made is either handed out by `acquire` or
-closed by `close()` — also one whose construction was still running in a thread when the pool closed.
+Guarantees: at most `size` envs are ready, staged or being prepared at once (bounded memory, bounded
+leftovers); refill is one env at a time, after every acquire and every `expect` — once no acquire came for
+`QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
+(in the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
+not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
+room, or at `close()` — every env the pool made is either handed out by `acquire` or closed, also one
+whose construction or staging was still running in a thread when the pool closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from typing import Any
 
@@ -26,33 +36,79 @@ from rollart.envs.protocol import AsyncEnv, EnvFactory
 
 log = logging.getLogger(__name__)
 
+# The refill starts this long after the last acquire: a group's resets come in a burst, and preparing envs
+# beside them (Python work that holds the GIL for its 5 ms switch interval) would slow the very resets the
+# pool is there to speed up.
+QUIET_S = 0.05
+
 
 class WarmPool:
     def __init__(self, domain: str, factory: EnvFactory, size: int, *, executor: Executor | None = None,
-                 prepare_timeout_s: float = 60.0, backoff_s: float = 0.2, backoff_max_s: float = 5.0) -> None:
+                 prepare_timeout_s: float = 60.0, backoff_s: float = 0.2, backoff_max_s: float = 5.0,
+                 quiet_s: float = QUIET_S) -> None:
         if size < 1:
             raise ValueError(f"a warm pool holds at least 1 env, got size={size}")
         self.domain, self.size = domain, size
         self._factory, self._executor = factory, executor
         self.prepare_timeout_s, self.backoff_s, self.backoff_max_s = prepare_timeout_s, backoff_s, backoff_max_s
-        self._ready: deque[AsyncEnv] = deque()
+        self._ready: deque[AsyncEnv] = deque()  # prepared, seed-free
+        self._staged: OrderedDict[int, deque[AsyncEnv]] = OrderedDict()  # seed → envs staged for it, oldest first
+        self._expected: OrderedDict[int, int] = OrderedDict()  # seed → envs still to stage for it, oldest first
+        self._preparing = 0  # envs being built or staged by the refill (0 or 1)
+        self.quiet_s, self._last_acquire = quiet_s, float("-inf")
         self._refill: asyncio.Task[None] | None = None
         self._closed = False
-        self.counts = {"hits": 0, "misses": 0, "prepared": 0, "prepare_failures": 0}
+        self.counts = {"hits": 0, "staged_hits": 0, "misses": 0, "prepared": 0, "staged": 0, "staged_unused": 0,
+                       "prepare_failures": 0}
 
     @property
     def ready(self) -> int:
-        return len(self._ready)
+        """Envs held ready (seed-free or staged)."""
+        return len(self._ready) + self.staged
+
+    @property
+    def staged(self) -> int:
+        return sum(len(envs) for envs in self._staged.values())
 
     def start(self) -> None:
-        """Begin filling (on the running event loop); acquire() calls it too."""
-        if not self._closed and (self._refill is None or self._refill.done()) and len(self._ready) < self.size:
+        """Begin filling (on the running event loop); acquire() and expect() call it too."""
+        if not self._closed and (self._refill is None or self._refill.done()) and self._work():
             self._refill = asyncio.ensure_future(self._fill())
 
-    async def acquire(self) -> tuple[AsyncEnv, bool]:
-        """A prepared env: from the pool (True) or built now (False); the pool refills behind it."""
+    def expect(self, seed: int, count: int) -> None:
+        """`count` resets with `seed` are forecast (a group to come): stage envs for them ahead, at most `size`
+        in all (a newer forecast beyond that replaces the oldest)."""
+        if self._closed or count < 1:
+            return
+        have = len(self._staged.get(seed, ())) + self._expected.pop(seed, 0)
+        if have < count:
+            self._expected[seed] = min(count, self.size) - len(self._staged.get(seed, ()))
+        while sum(self._expected.values()) > self.size:  # forecasts nobody acted on: the oldest go first
+            oldest = next(iter(self._expected))
+            self._expected[oldest] -= 1
+            if self._expected[oldest] <= 0:
+                del self._expected[oldest]
+        self.start()
+
+    async def acquire(self, seed: int | None = None) -> tuple[AsyncEnv, bool]:
+        """A prepared env for a reset with `seed`: staged for it or seed-free from the pool (True), or built
+        now (False); the pool refills behind it."""
         if self._closed:
             raise RuntimeError(f"the warm pool of {self.domain!r} is closed")
+        self._last_acquire = asyncio.get_running_loop().time()
+        staged = self._staged.get(seed) if seed is not None else None
+        if staged:
+            env = staged.popleft()
+            if not staged:
+                del self._staged[seed]
+            self.counts["hits"] += 1
+            self.counts["staged_hits"] += 1
+            self.start()
+            return env, True
+        if seed in self._expected:  # this reset takes another env: one fewer to stage for its seed
+            self._expected[seed] -= 1
+            if self._expected[seed] <= 0:
+                del self._expected[seed]
         if self._ready:
             env = self._ready.popleft()
             self.counts["hits"] += 1
@@ -65,11 +121,36 @@ class WarmPool:
     async def build(self) -> AsyncEnv:
         return await build_prepared(self._factory, self._executor, self.prepare_timeout_s)
 
+    def _held(self) -> int:
+        return self.ready + self._preparing
+
+    def _work(self) -> bool:
+        """Whether the refill has something to do: an expected seed to stage (with room, a seed-free env to
+        stage, or an env staged for another seed to replace), or room for a seed-free env."""
+        if self._expected:
+            seed = next(iter(self._expected))
+            if self._held() < self.size or self._ready or self._replaceable(seed) is not None:
+                return True
+        return self._held() < self.size
+
+    def _replaceable(self, seed: int) -> int | None:
+        """The oldest seed other than `seed` with an env staged for it."""
+        return next((other for other in self._staged if other != seed), None)
+
     async def _fill(self) -> None:
         failures = 0
-        while not self._closed and len(self._ready) < self.size:
+        loop = asyncio.get_running_loop()
+        while not self._closed and self._work():
+            quiet = self._last_acquire + self.quiet_s - loop.time()
+            if quiet > 0:  # resets are still coming in: prepare once they have passed
+                await asyncio.sleep(quiet)
+                continue
+            self._preparing += 1
             try:
-                env = await self.build()
+                if self._expected:
+                    await self._stage_next()
+                else:
+                    await self._keep(await self.build(), None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failing prepare: counted, backed off, tried again
@@ -80,12 +161,49 @@ class WarmPool:
                             type(exc).__name__, exc, delay)
                 await asyncio.sleep(delay)
                 continue
+            finally:
+                self._preparing -= 1
             failures = 0
-            if self._closed:
-                await _close_quietly(env)
-                return
+
+    async def _stage_next(self) -> None:
+        """Stage one env for the oldest expected seed: a seed-free env the pool holds, else a new one (room
+        made, if need be, by closing the env staged longest for another, older forecast)."""
+        seed = next(iter(self._expected))
+        if self._ready:
+            env = self._ready.popleft()
+        else:
+            other = self._replaceable(seed)
+            if self._held() > self.size and other is not None:  # (this env counts in _preparing already)
+                stale = self._staged[other].popleft()
+                if not self._staged[other]:
+                    del self._staged[other]
+                self.counts["staged_unused"] += 1
+                await _close_quietly(stale)
+            env = await self.build()
+        try:
+            await asyncio.wait_for(env.preload(seed), self.prepare_timeout_s)
+        except BaseException:
+            await _close_quietly(env)
+            raise
+        await self._keep(env, seed)
+
+    async def _keep(self, env: AsyncEnv, seed: int | None) -> None:
+        """Hold a prepared env (staged for `seed`, or seed-free) — or close it: the pool closed meanwhile, or
+        every reset forecast for its seed came while it was being staged (nobody will ask for it)."""
+        if self._closed:
+            await _close_quietly(env)
+        elif seed is None:
             self._ready.append(env)
             self.counts["prepared"] += 1
+        elif seed not in self._expected:
+            self.counts["staged_unused"] += 1
+            await _close_quietly(env)
+        else:
+            self._expected[seed] -= 1
+            if self._expected[seed] <= 0:
+                del self._expected[seed]
+            self._staged.setdefault(seed, deque()).append(env)
+            self.counts["staged"] += 1
 
     async def close(self) -> None:
         """Stop refilling and close every prepared env (idempotent)."""
@@ -94,8 +212,12 @@ class WarmPool:
         if refill is not None and not refill.done():
             refill.cancel()
             await asyncio.gather(refill, return_exceptions=True)
-        while self._ready:
-            await _close_quietly(self._ready.popleft())
+        envs = [*self._ready, *(env for staged in self._staged.values() for env in staged)]
+        self._ready.clear()
+        self._staged.clear()
+        self._expected.clear()
+        for env in envs:
+            await _close_quietly(env)
 
 
 async def build_prepared(factory: EnvFactory, executor: Executor | None, timeout_s: float) -> AsyncEnv:

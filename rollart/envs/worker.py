@@ -13,7 +13,7 @@ pool of `envs.threads` threads so a CPU-heavy env does not stall the others. A t
 plain Python, placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see
 `EnvRouter.place`) and
 usable without Ray in tests. Domains with a warm pool (`envs.warm_pool`) reset from envs the worker
-prepared in the background; every reset is recorded in `reset_stats` (drained by the router's metrics).
+prepared in the background — staged with the task of a group the router said is coming (`expect`); every reset is recorded in `reset_stats` (drained by the router's metrics).
 
 Guarantees: a trajectory id runs at most once per worker at a time; a cancel that arrives before its
 `run` (a race between two actor calls) is remembered, and that `run` returns at once with the cancel's
@@ -39,12 +39,23 @@ from rollart.envs.protocol import EnvFactory
 from rollart.envs.remote import RemoteEnv
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
+from rollart.envs.seeds import episode_seed
 from rollart.envs.spec import domain_env_factory, resolve_env
 from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
 from rollart.sandbox.workspace import reap_leftovers
-from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Status, Task, Trajectory, TurnBarrier
+from rollart.types import (
+    GenerationRequest,
+    GenerationResult,
+    LLMClient,
+    SamplingParams,
+    Status,
+    Task,
+    Trajectory,
+    TurnBarrier,
+    UpcomingGroup,
+)
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
 
@@ -199,6 +210,14 @@ class EnvWorker:
 
     async def progress(self) -> dict[str, int | None]:
         return {trajectory_id: m.progress() for trajectory_id, m in self._managers.items()}
+
+    async def expect(self, group: UpcomingGroup) -> None:
+        """A group forecast to run here (`UpcomingGroup`, from the router): the domain's warm pool, if it has
+        one, stages `group.size` envs of its task ahead of their resets."""
+        task = group.task
+        domain_cfg, pool = self.cfg.domains.get(task.domain), self.pools.get(task.domain)
+        if pool is not None and domain_cfg is not None and task.env == domain_cfg.env:
+            pool.expect(episode_seed(task), group.size)
 
     async def stats(self) -> dict[str, Any]:
         pools = {d: {"ready": p.ready, **p.counts} for d, p in self.pools.items()}

@@ -29,7 +29,7 @@ Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
   prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched and agent/<name>, the
   agent's own returned metrics, for agent domains); env/<d>/{reset_p50_s, reset_p99_s} (over the resets
   since the last step, retries included) and env/<d>/{resets, reset_retries, resets_failed, pool_hits,
-  pool_misses} (totals since the run started), from the env workers (`EnvRouter.reset_metrics`);
+  pool_staged_hits, pool_misses} (totals since the run started), from the env workers (`EnvRouter.reset_metrics`);
   reward/{mean, std, min, max, zero_std_groups}.
 - eval/<d>/score and eval/mean (the driver logs them at eval steps).
 - train/* (trainer stats through `prefixed("train", ...)`); weights/* (publisher stats).

@@ -256,7 +256,9 @@ def _resets(inp: _Inputs) -> str:
     for d in domains:
         p50, p99 = series(records, f"env/{d}/reset_p50_s")[1], series(records, f"env/{d}/reset_p99_s")[1]
         hits, misses = last(f"env/{d}/pool_hits"), last(f"env/{d}/pool_misses")
-        pool = f"{hits:g} of {hits + misses:g} from the warm pool" if hits + misses else "no warm pool"
+        staged = last(f"env/{d}/pool_staged_hits")
+        pool = (f"{hits:g} of {hits + misses:g} from the warm pool ({staged:g} staged for their group)"
+                if hits + misses else "no warm pool")
         latency = (f"p50 {statistics.median(p50) * 1e3:.1f} ms (median over steps), p99 up to {max(p99) * 1e3:.1f} ms"
                    if p50 and p99 else "no latency logged")
         rows.append((d, f"{last(f'env/{d}/resets'):g} resets, {last(f'env/{d}/reset_retries'):g} retries, "

@@ -1,13 +1,13 @@
 """rollart.resources — the resource plane: pools, `@affinity`, the ResourceManager, placement of
-`Cluster`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and docs/cluster.md
+`WorkerSet`s, and the Ray runtime (embedded or joined by address). See docs/architecture.md §3 and docs/cluster.md
 (pools, affinity and fallback).
 
-Public API (`from rollart.resources import affinity` imports no Ray; Runtime/Resources/Cluster load Ray
+Public API (`from rollart.resources import affinity` imports no Ray; Runtime/Resources/WorkerSet load Ray
 when first used):
 - `affinity(pool, fallback=[...], role=...)`, `affinity_of(cls)`, `role_of(cls)` — affinity.py
 - `Runtime(cfg)` — context manager; `rt.resources` is a `Resources` — runtime.py
-- `Resources.place(cls, role=, pool=, fallback=, replicas=, ...) -> Cluster`, `.snapshot()`, `.metrics()`
-- `Cluster.call_all / call_one / gather / gather_async / shutdown` — cluster.py
+- `Resources.place(cls, role=, pool=, fallback=, replicas=, ...) -> WorkerSet`, `.snapshot()`, `.metrics()`
+- `WorkerSet.call_all / call_one / gather / gather_async / shutdown` — worker_set.py
 - `Placement`, `PoolStatus`, `NodeShare` — accounts.py; `PlacementError`, `ClusterError` — errors.py
 - `pool_resource(pool)`, `worker_name(role, pool, index)` — names.py
 """
@@ -40,13 +40,13 @@ from rollart.resources.names import pool_resource, worker_name  # noqa: E402
 
 __all__ = [
     "affinity", "affinity_of", "role_of", "ClusterError", "PlacementError", "ResourceError", "NodeShare",
-    "Placement", "PoolStatus", "pool_resource", "worker_name", "Runtime", "Resources", "Cluster",
+    "Placement", "PoolStatus", "pool_resource", "worker_name", "Runtime", "Resources", "WorkerSet",
 ]
 
 _LAZY = {
     "Runtime": "rollart.resources.runtime",
     "Resources": "rollart.resources.placement",
-    "Cluster": "rollart.resources.cluster",
+    "WorkerSet": "rollart.resources.worker_set",
 }
 
 

@@ -1,7 +1,7 @@
 """Placing workers: `Resources` is the driver's handle on the resource plane.
 
 In: a connected Ray (see runtime.py), the run's pools and roles, and a worker class (plain Python class,
-usually decorated with `@affinity`). Out: a `Cluster` of N actors of that class, each on the first pool
+usually decorated with `@affinity`). Out: a `WorkerSet` of N actors of that class, each on the first pool
 of its chain with room; snapshots and flat metrics of every pool.
 
 How a worker is placed, and what is guaranteed:
@@ -17,12 +17,12 @@ How a worker is placed, and what is guaranteed:
 A multi-replica placement is all or nothing: on any failure every actor, group and slot made so far is
 released before the error is raised.
 
-Keeping clusters whole (see cluster.py): while any placed cluster is alive, a health check runs every
+Keeping worker sets whole (see worker_set.py): while any placed worker set is alive, a health check runs every
 `cluster.health_interval_s` on a daemon thread. It reads Ray's actor table (deaths are reported to their
-cluster, which replaces the worker if it was placed with `replace_dead`) and the alive nodes' resources: a
+worker set, which replaces the worker if it was placed with `replace_dead`) and the alive nodes' resources: a
 pool's capacity follows them, so a replacement for a worker whose node left falls back to the next pool
 of its chain; when a pool marked `pools.<name>.elastic` gains capacity (a node joined), its `elastic`
-clusters place workers there.
+worker sets place workers there.
 
 CPU requests: workers ask Ray for `num_cpus=0` by default. This machine has 2 cores and hosts about ten
 actors (trainer, inference workers, env workers, reward replicas); asking for a core each would leave
@@ -46,7 +46,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rollart.config import PoolConfig, RoleConfig, RunConfig
 from rollart.resources.affinity import resolve_request
 from rollart.resources.affinity import PlacementRequest
-from rollart.resources.cluster import Cluster, Member
+from rollart.resources.worker_set import WorkerSet, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import Ticker, actor_states
 from rollart.resources.accounts import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
@@ -96,7 +96,7 @@ class Resources:
         self.start_timeout_s = start_timeout_s
         self.health_interval_s = health_interval_s
         self._capacity = dict(capacity or {})  # what the alive nodes held of each pool at the last look
-        self._clusters: list[Cluster] = []
+        self._worker_sets: list[WorkerSet] = []
         self._lock = threading.Lock()
         self._health: Ticker | None = None
 
@@ -139,13 +139,13 @@ class Resources:
         call_timeout_s: float = 300.0,
         replace_dead: bool = True,
         elastic: bool = True,
-    ) -> Cluster:
+    ) -> WorkerSet:
         """Place `replicas` actors of `cls` (see the module doc for precedence and guarantees).
 
         `args`/`kwargs` go to every constructor; `worker_kwargs(placement)` adds per-worker keyword
         arguments (e.g. `lambda p: {"name": p.worker, "device": p.device}`). `actor_options` are passed to
         Ray's `.options()` (e.g. `max_concurrency`, `runtime_env`). `replace_dead`: a worker that dies is
-        replaced (same arguments, same pool chain); `elastic`: the cluster grows when its preferred pool
+        replaced (same arguments, same pool chain); `elastic`: the worker set grows when its preferred pool
         is `elastic` and gains capacity. A group that must be rebuilt as a whole (DDP ranks) passes False
         to both and handles deaths itself.
         """
@@ -160,10 +160,10 @@ class Resources:
         factory = _WorkerFactory(self, ray.remote(cls), req, args, kwargs or {}, worker_kwargs, slots, num_cpus,
                                  num_gpus, actor_options or {})
         members = factory.spawn_all(req.replicas)
-        cluster = Cluster(req.role, members, factory, call_timeout_s, chain=req.chain, slots=slots,
+        worker_set = WorkerSet(req.role, members, factory, call_timeout_s, chain=req.chain, slots=slots,
                           replace_dead=replace_dead, elastic=elastic and self.pools[req.chain[0]].elastic)
-        self._watch(cluster)
-        return cluster
+        self._watch(worker_set)
+        return worker_set
 
     def spawn(self, cls: type, *args: Any, name: str, **kwargs: Any) -> ray.actor.ActorHandle:
         """A control-plane actor (LLM proxy, turn barrier) that holds no pool slot and no CPU: it only
@@ -216,18 +216,18 @@ class Resources:
             except ray.exceptions.RayError as exc:
                 raise PlacementError(f"worker {member.worker} failed to start: {exc}") from exc
 
-    # --- keeping clusters whole ------------------------------------------------------------------
-    def _watch(self, cluster: Cluster) -> None:
+    # --- keeping worker sets whole ------------------------------------------------------------------
+    def _watch(self, worker_set: WorkerSet) -> None:
         with self._lock:
-            self._clusters.append(cluster)
+            self._worker_sets.append(worker_set)
             if self._health is None:
                 self._health = Ticker(self.check_health, self.health_interval_s)
 
-    def _unwatch(self, cluster: Cluster) -> None:
+    def _unwatch(self, worker_set: WorkerSet) -> None:
         with self._lock:
-            if cluster in self._clusters:
-                self._clusters.remove(cluster)
-            health = self._health if not self._clusters else None
+            if worker_set in self._worker_sets:
+                self._worker_sets.remove(worker_set)
+            health = self._health if not self._worker_sets else None
             if health is not None:
                 self._health = None
         if health is not None:
@@ -235,17 +235,17 @@ class Resources:
 
     def check_health(self) -> None:
         """One health check (the background thread runs it every `cluster.health_interval_s`): report
-        dead workers to their clusters, follow pool capacity to the alive nodes, grow elastic clusters."""
+        dead workers to their worker sets, follow pool capacity to the alive nodes, grow elastic worker sets."""
         with self._lock:
-            clusters = list(self._clusters)
-        if not clusters:
+            worker_sets = list(self._worker_sets)
+        if not worker_sets:
             return
         grown = self._follow_nodes()  # first: a replacement for a worker whose node left must not aim there
-        states = actor_states({m.actor_id for c in clusters for m in c.watched()})
-        for cluster in clusters:
-            cluster.check(states)
-            if cluster.elastic and cluster.chain[0] in grown:
-                cluster.grow()
+        states = actor_states({m.actor_id for c in worker_sets for m in c.watched()})
+        for worker_set in worker_sets:
+            worker_set.check(states)
+            if worker_set.elastic and worker_set.chain[0] in grown:
+                worker_set.grow()
 
     def _follow_nodes(self) -> set[str]:
         """Set each pool's capacity in the pool accounts to what the alive nodes hold; the pools that grew."""
@@ -275,7 +275,7 @@ class Resources:
 
 
 class _WorkerFactory:
-    """Places workers of one cluster, now and later (the `cluster.Placer` of the Cluster it made)."""
+    """Places workers of one worker set, now and later (the `worker_set.Placer` of the WorkerSet it made)."""
 
     def __init__(self, resources: Resources, remote_cls: Any, req: PlacementRequest, args: Sequence[Any],
                  kwargs: Mapping[str, Any], worker_kwargs: Callable[[Placement], Mapping[str, Any]] | None,
@@ -364,8 +364,8 @@ class _WorkerFactory:
         # the health check; a run that ends does not wait for it
         threading.Thread(target=fn, name="rollart-replace", daemon=True).start()
 
-    def forget(self, cluster: Cluster) -> None:
-        self.resources._unwatch(cluster)
+    def forget(self, worker_set: WorkerSet) -> None:
+        self.resources._unwatch(worker_set)
 
 
 def _call(ref: ray.ObjectRef, what: str) -> Any:
@@ -393,5 +393,5 @@ def _release(manager: ray.actor.ActorHandle, placements: list[Placement], groups
     if placements:
         try:
             ray.get(manager.release.remote([p.worker for p in placements]), timeout=_MANAGER_TIMEOUT_S)
-        except Exception as exc:  # the manager is gone with the cluster: its pool accounts are gone too
+        except Exception as exc:  # the manager is gone with the worker set: its pool accounts are gone too
             log.warning("could not release %s: %s", [p.worker for p in placements], exc)

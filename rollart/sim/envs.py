@@ -32,7 +32,18 @@ from rollart.envs.episode import EpisodeEnds, after_step, reset_with_retries
 from rollart.envs.injection import InjectedFault
 from rollart.sim.tokens import Runs
 from rollart.sim.workload import draw_episode
-from rollart.types import GenerationRequest, LLMClient, SamplingParams, Span, Status, Task, Trajectory, Turn, TurnBarrier
+from rollart.types import (
+    GenerationRequest,
+    LLMClient,
+    SamplingParams,
+    Span,
+    Status,
+    Task,
+    Trajectory,
+    Turn,
+    TurnBarrier,
+    UpcomingGroup,
+)
 
 WORKER = "env/sim/0"
 
@@ -89,6 +100,9 @@ class SimEnvRunner:
 
     async def progress(self) -> dict[str, int | None]:
         return {trajectory_id: live.oldest_version for trajectory_id, live in self._live.items()}
+
+    async def expect(self, group: UpcomingGroup) -> None:
+        """Forecasts change nothing here: the twin's resets take their profile's time (it models no warm pool)."""
 
     # --- one episode ------------------------------------------------------------------------------------
     async def _sleep(self, live: _Live, seconds: float) -> None:

@@ -1,6 +1,6 @@
 """The twin's trainer and weight movement.
 
-`SimTrainer` (the trainer group's surface the driver uses: `version`, `extra_state`, `names`,
+`SimTrainer` (the trainer ranks' surface the driver uses: `version`, `extra_state`, `names`,
 `train_step`, `save_checkpoint`): a train step on a batch takes `TrainerCost.step_s(tokens)` of virtual
 time, then publishes version + 1 to the `WeightChannel`.
 

@@ -20,7 +20,7 @@ class WeightStore:
     """Driver-side handle: creates the named store actor and hands out publishers and subscribers.
 
     >>> store = WeightStore(cfg.weights)           # once per run, on the driver
-    >>> publisher = store.publisher()              # → TrainerGroup (rank 0 publishes)
+    >>> publisher = store.publisher()              # → TrainerRanks (rank 0 publishes)
     >>> subscriber = store.subscriber()            # → each inference worker (picklable)
     """
 

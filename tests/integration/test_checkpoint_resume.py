@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollart.algo import PolicyObjective
 from rollart.config import WeightsConfig
-from rollart.trainer import TrainerGroup, latest_checkpoint, list_checkpoints
+from rollart.trainer import TrainerRanks, latest_checkpoint, list_checkpoints
 from rollart.weights import WeightStore
 
 from trainer_helpers import connect, synthetic_batch, trainer_config
@@ -20,7 +20,7 @@ CONVERSATION = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assista
 
 def make_group(cfg, checkpoint=None):
     store = WeightStore(WeightsConfig(), name=f"ws-{uuid.uuid4().hex[:8]}")
-    group = TrainerGroup(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher(),
+    group = TrainerRanks(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher(),
                          checkpoint=checkpoint)
     return group, store
 

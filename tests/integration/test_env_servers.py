@@ -69,7 +69,7 @@ def test_a_killed_env_server_fails_its_trajectory_and_is_replaced(ray_local, tin
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
             victim_url = next(u for u in first_urls if sessions(u) == 1)
-            victim = next(m for m in fleet.cluster.members()
+            victim = next(m for m in fleet.worker_set.members()
                           if ray.get(m.actor.url.remote(), timeout=10) == victim_url)
             ray.kill(victim.actor)  # the env server dies mid-trajectory
             failed = await asyncio.wait_for(lagging, 60)

@@ -1,6 +1,6 @@
 """Placement on the shared local Ray (pools test_a: 2 slots, test_b: 1 slot): workers land where declared,
 a full pool falls back (logged, counted), an impossible placement fails fast and leaves nothing behind,
-and a Cluster can be called as one."""
+and a WorkerSet can be called as one."""
 
 from __future__ import annotations
 
@@ -149,13 +149,13 @@ def test_a_worker_that_fails_to_start_releases_its_slot(resources):
     assert _status(resources, "test_a").free == 2
 
 
-def test_cluster_call_one_call_all_gather_and_errors(resources):
+def test_worker_set_call_one_call_all_gather_and_errors(resources):
     with resources.place(Probe, replicas=2) as c:
         assert c.gather([c.call_one(1, "echo", "x"), c.call_one(0, "echo", "y")]) == ["x", "y"]
         assert c.gather(c.call_all("echo", 7)) == [7, 7]
         with pytest.raises(ValueError, match="boom"):
             c.gather(c.call_all("fail"))
-        with pytest.raises(TimeoutError, match=r"cluster 'probe': 2 of 2 calls not done.*probe/test_a/0"):
+        with pytest.raises(TimeoutError, match=r"worker set 'probe': 2 of 2 calls not done.*probe/test_a/0"):
             c.gather(c.call_all("sleep", 3), timeout_s=0.3)
         with pytest.raises(IndexError):
             c.call_one(2, "echo", 1)
@@ -165,7 +165,7 @@ def test_cluster_call_one_call_all_gather_and_errors(resources):
         c.call_all("echo", 1)
 
 
-def test_cluster_gather_async(resources):
+def test_worker_set_gather_async(resources):
     with resources.place(Probe, replicas=2) as c:
 
         async def main():

@@ -1,4 +1,4 @@
-"""A trainer group that loses a rank (SIGKILL) on the shared test Ray.
+"""Trainer ranks that lose a rank (SIGKILL) on the shared test Ray.
 
 - Idle: the health check notices within `cluster.health_interval_s`, the other rank is killed at once;
   the next call rebuilds the group from the latest checkpoint and replays the steps since — the weights
@@ -25,7 +25,7 @@ from testutil import wait_until
 
 from rollart.algo import PolicyObjective
 from rollart.config import WeightsConfig
-from rollart.trainer import TrainerFailed, TrainerGroup, list_checkpoints
+from rollart.trainer import TrainerFailed, TrainerRanks, list_checkpoints
 from rollart.trainer.checkpoint import checkpoints_root
 from rollart.weights import WeightStore
 
@@ -44,7 +44,7 @@ def test_a_dead_rank_is_rebuilt_exactly_and_past_the_limit_the_group_fails_fast(
     cfg = trainer_config(tiny_model_path, tmp_path / "run", workers=2, restarts=1, timeout_s=600)
     cfg.cluster.health_interval_s = 0.5
     store = WeightStore(WeightsConfig(), name=f"ws-{uuid.uuid4().hex[:8]}")
-    group = TrainerGroup(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher())
+    group = TrainerRanks(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher())
     try:
         group.sft_step([CONVERSATION] * 4)                        # v0 → v1
         group.train_step(synthetic_batch(version=1, seed=1))      # → v2

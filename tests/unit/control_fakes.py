@@ -24,6 +24,7 @@ class FakeRunner:
     _tokens: dict[str, list[int]] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
     cancelled: list[tuple[str, Status, str]] = field(default_factory=list)  # only those still running
+    expected: list = field(default_factory=list)  # the forecasts (UpcomingGroup) the scheduler told it
 
     async def run(self, task: Task, start_version: int) -> Trajectory:
         self.runs.append(task.trajectory_id)
@@ -64,6 +65,9 @@ class FakeRunner:
 
     async def progress(self) -> dict[str, int | None]:
         return {tid: (min(v) if v else None) for tid, v in self._tokens.items()}
+
+    async def expect(self, group) -> None:
+        self.expected.append(group)
 
 
 @dataclass

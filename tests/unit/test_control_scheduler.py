@@ -408,3 +408,21 @@ def test_the_running_peak_counts_every_started_trajectory_and_runs_cancelled_loc
         assert h.sched.unsettled == 0 and h.sched.metrics()["rollout/running_peak"] == h.bound
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("selection", ["first", "stratified"])
+def test_the_group_admission_waits_for_is_forecast_to_the_runner_once_before_it_is_admitted(selection):
+    domains = {"only": DomainConfig(env="only", weight=1.0)}
+    h = Harness(rollout_cfg(alpha=0, redundancy=RedundancyConfig(selection=selection, extra_per_group=1)), steps=4,
+                domains=domains)
+    batches = asyncio.run(h.run())
+    check_invariants(h, batches)
+    admitted = {g.task.group_id: g for g in h.runner.expected}
+    assert len(admitted) == len(h.runner.expected) >= 3, "each forecast is told once"
+    firsts = {t: i for i, t in enumerate(h.runner.runs)}
+    for group_id, group in admitted.items():
+        assert group.size == 5 and group.task.domain == "only" and group.task.env == "only"
+        assert group.task.trajectory_id == f"{group_id}/0"
+        if f"{group_id}/0" in firsts:  # the forecast came true: that group was admitted with that seed
+            assert group.task.seed == h.sched.seed * 1_000_003 + int(group_id[1:])
+    assert sum(f"{g}/0" in firsts for g in admitted) >= len(admitted) - 1  # all but the last one in flight at the end

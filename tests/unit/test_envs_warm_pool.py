@@ -29,6 +29,7 @@ class Prepared:
 
     def __init__(self) -> None:
         self.prepared = self.closed = False
+        self.preloaded: int | None = None  # the seed preload() staged (the seed's part of a reset, ahead)
         with Prepared.lock:
             Prepared.made.append(self)
 
@@ -40,10 +41,15 @@ class Prepared:
                 raise OSError("sandbox could not be created")
         self.prepared = True
 
+    def preload(self, seed):
+        if not self.prepared:
+            self.prepare()
+        self.preloaded = seed
+
     def reset(self, seed=None):
         if not self.prepared:
             self.prepare()
-        return f"seed {seed}", {}
+        return f"seed {seed}", {"staged": self.preloaded == seed}
 
     def step(self, action):
         return "done", 1.0, True, False, {}
@@ -75,13 +81,57 @@ def test_hits_after_the_fill_misses_when_empty_and_the_bound_holds():
         got = [await pool.acquire() for _ in range(3)]
         assert all(hit for _, hit in got) and all(e.inner.prepared for e, _ in got)
         await until(lambda: pool.ready == 3)
-        assert pool.counts == {"hits": 3, "misses": 1, "prepared": 6, "prepare_failures": 0}
+        assert pool.counts == {"hits": 3, "staged_hits": 0, "misses": 1, "prepared": 6, "staged": 0, "staged_unused": 0,
+                               "prepare_failures": 0}
         await pool.close()
         await pool.close()  # idempotent
         ready = [p for p in Prepared.made if p not in {env.inner, *(e.inner for e, _ in got)}]
         assert len(ready) == 3 and all(p.closed for p in ready)
         with pytest.raises(RuntimeError, match="closed"):
             await pool.acquire()
+
+    asyncio.run(scenario())
+
+
+def test_forecast_seeds_are_staged_ahead_newer_forecasts_replace_older_and_nothing_leaks():
+    async def scenario():
+        pool = WarmPool("d", Prepared, 4)
+        pool.expect(7, 3)  # a group of 3 is coming: staged first, then one seed-free env fills the pool
+        await until(lambda: pool.staged == 3 and pool.ready == 4)
+        got = [await pool.acquire(7) for _ in range(3)]
+        assert all(hit for _, hit in got) and [e.inner.preloaded for e, _ in got] == [7, 7, 7]
+        assert (await got[0][0].reset(7))[1] == {"staged": True}
+        other, hit = await pool.acquire(8)  # not forecast: a seed-free env
+        assert hit and other.inner.preloaded is None
+        await until(lambda: pool.ready == 4)
+        pool.expect(9, 4)  # the seed-free envs the pool holds are staged, no new one built
+        await until(lambda: pool.staged == 4)
+        made = len(Prepared.made)
+        pool.expect(10, 2)  # a newer forecast, the pool full: two of 9's staged envs make room
+        await until(lambda: len(pool._staged.get(10, ())) == 2)
+        assert len(pool._staged[9]) == 2 and pool.counts["staged_unused"] == 2 and len(Prepared.made) == made + 2
+        pool.expect(9, 4)  # told again: 9 gets its room back from 10, the newer-told forecast now older
+        await until(lambda: len(pool._staged.get(9, ())) == 4)
+        assert pool.ready == 4 and pool.counts["staged_hits"] == 3 and pool.counts["misses"] == 0
+        await pool.close()
+        handed = {e.inner for e, _ in got} | {other.inner}
+        assert all(p.closed for p in Prepared.made if p not in handed)
+
+    asyncio.run(scenario())
+
+
+def test_resets_that_come_before_their_staged_envs_take_others_and_the_late_ones_are_closed():
+    Prepared.prepare_s = 0.1
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 2)
+        pool.expect(5, 2)  # nothing is ready yet: both members come while the first env is being staged
+        first, second = await pool.acquire(5), await pool.acquire(5)
+        assert not first[1] and not second[1]  # built on the spot
+        await until(lambda: pool.counts["staged_unused"] == 1 and pool.ready == 2)
+        assert pool.staged == 0 and pool.counts["staged"] == 0  # what was staged late went, seed-free ones came
+        await pool.close()
+        assert all(p.closed for p in Prepared.made if p not in {first[0].inner, second[0].inner})
 
     asyncio.run(scenario())
 
@@ -131,6 +181,7 @@ def test_reset_stats_percentiles_totals_and_drain():
     assert metrics["env/swe/reset_p99_s"] == pytest.approx(0.9901)
     assert (metrics["env/swe/resets"], metrics["env/swe/reset_retries"], metrics["env/swe/resets_failed"]) == (100, 5, 1)
     assert (metrics["env/swe/pool_hits"], metrics["env/swe/pool_misses"]) == (75, 25)
+    assert metrics["env/swe/pool_staged_hits"] == 0
     assert metrics["env/math/reset_p99_s"] == 0.5 and metrics["env/math/pool_hits"] == 0
     again = router.metrics()  # no resets since: no percentiles, the totals stay
     assert "env/swe/reset_p50_s" not in again and again["env/swe/resets"] == 100
@@ -158,6 +209,10 @@ def test_the_manager_resets_from_the_pool_and_records_every_reset(chat):
         first = await manager(chat, "t0", pool=pool, stats=stats).run()
         await until(lambda: pool.ready == 2)
         second = await manager(chat, "t1", pool=pool, stats=stats).run()
+        pool.expect(3, 1)  # the group of seed 3 is forecast: its env is staged
+        await until(lambda: pool.staged == 1)
+        staged = await manager(chat, "t4", pool=pool, stats=stats).run()
+        assert staged.status is Status.COMPLETED and staged.turns[0].observation == "seed 3"
         unpooled = await manager(chat, "t2", stats=stats).run()
         failing = await manager(chat, "t3", stats=stats, inject=FaultInjectionConfig(reset_fail_prob=1.0),
                                 envs=EnvsConfig(reset_retries=2, retry_backoff_s=0.0)).run()
@@ -167,8 +222,8 @@ def test_the_manager_resets_from_the_pool_and_records_every_reset(chat):
     metrics, first, second, unpooled, failing = asyncio.run(scenario())
     assert first.status is second.status is unpooled.status is Status.COMPLETED
     assert failing.status is Status.FAILED
-    assert (metrics["env/d/pool_misses"], metrics["env/d/pool_hits"]) == (1, 1)
-    assert (metrics["env/d/resets"], metrics["env/d/resets_failed"], metrics["env/d/reset_retries"]) == (4, 1, 2)
+    assert (metrics["env/d/pool_misses"], metrics["env/d/pool_hits"], metrics["env/d/pool_staged_hits"]) == (1, 2, 1)
+    assert (metrics["env/d/resets"], metrics["env/d/resets_failed"], metrics["env/d/reset_retries"]) == (5, 1, 2)
     assert metrics["env/d/reset_p99_s"] >= Prepared.prepare_s  # a miss and the unpooled resets prepare inline
     assert all(p.closed for p in Prepared.made)  # each env the episodes used, and the pool's spares
 

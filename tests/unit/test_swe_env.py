@@ -212,3 +212,21 @@ def test_the_openai_agent_example_repairs_through_the_gateway_and_a_bad_call_is_
     assert traj.status is Status.COMPLETED and len(traj.turns) == 3
     assert traj.env_return == pytest.approx(1.0 + swe_agent.FORMAT_PENALTY)
     assert traj.metrics["agent/solved"] == 1.0 and traj.metrics["agent/malformed"] == 1.0
+
+
+def test_a_reset_after_its_preload_is_the_same_reset_and_a_preload_of_another_seed_is_undone():
+    fresh, staged, other = SweEnv(difficulty=1), SweEnv(difficulty=1), SweEnv(difficulty=1)
+    try:
+        staged.preload(4)  # what the warm pool does for a forecast group: the task's package, ahead
+        other.preload(5)
+        root = staged._workspace.root
+        expected = fresh.reset(4)
+        assert staged.reset(4) == expected and staged._workspace.root == root  # the staged workspace, untouched
+        assert other.reset(4) == expected
+        assert staged.package_files() == fresh.package_files() == other.package_files()
+        staged.step(call_text("write_file", path="notes.txt", content="left by episode one"))
+        staged.reset(4)  # a second episode on the same env starts from a fresh workspace
+        assert "notes.txt" not in bash(staged, "ls") and staged._workspace.root != root
+    finally:
+        for env in (fresh, staged, other):
+            env.close()

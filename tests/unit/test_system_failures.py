@@ -13,7 +13,7 @@ import pytest
 
 from rollart.config_loader import load_config
 from rollart.control import SchedulerFailed
-from rollart.resources.cluster import MemberEvent
+from rollart.resources.worker_set import MemberEvent
 from rollart.resources.errors import WorkerDied
 from rollart.system import System
 from rollart.types import RewardResult, Status, Trajectory, Turn
@@ -35,6 +35,9 @@ class FlakyRouter:
         if task.domain == "math" and task.seed == 0:
             return traj.finished(Status.FAILED, "env.step failed: boom")
         return traj.finished(Status.COMPLETED)
+
+    async def expect(self, group):
+        pass
 
 
 class Reward:

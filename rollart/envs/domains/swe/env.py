@@ -3,9 +3,10 @@
 In: options `difficulty` (0–3), `families` (mutation families), `command_timeout_s` (per bash/run_tests
 call), `max_output_chars` (per tool result), `workspace` (the workspace's limits: `WorkspaceConfig` fields,
 rollart/sandbox/workspace.py), `owner` (names the workspaces' directory).
-`prepare()` opens the trajectory's workspace (the warm pool calls it ahead of time); `reset(seed)`
-writes the task's package (with its bug and visible tests) into it and answers the issue, the tools and
-the call format. `step(action)`: one tool call (tools.py) per turn; its result is the next observation.
+`prepare()` opens the trajectory's workspace and `preload(seed)` writes that seed's package into it (the warm
+pool calls them ahead of time, the latter for a group it was told is coming); `reset(seed)` writes the
+task's package (with its bug and visible tests) into the workspace — unless `preload(seed)` already did and
+nothing touched it since — and answers the issue, the tools and the call format. `step(action)`: one tool call (tools.py) per turn; its result is the next observation.
 
 Reward: `submit` ends the episode with reward 1.0 when every hidden case passes, else 0.0. The hidden
 cases never enter the policy's workspace: after its last command (none of its processes outlives a
@@ -64,6 +65,7 @@ class SweEnv:
         self.task: RepairTask | None = None
         self.score: scoring.Score | None = None
         self._workspace: Any = None
+        self._preloaded: int | None = None  # the seed whose package the workspace holds, untouched since
         self._rng = random.Random(0)
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -72,24 +74,37 @@ class SweEnv:
         if self._workspace is None:
             self._workspace = self.open_workspace({})
 
+    def preload(self, seed: int) -> None:
+        """Write the task of `seed` into a fresh workspace ahead of its reset (the seed's part of a reset)."""
+        self._load(int(seed))
+        self._preloaded = int(seed)
+
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        if self.task is not None:  # a second episode on this env: a fresh workspace, never the old one's files
-            self.close()
-        self.prepare()
-        self.task = _task(int(seed or 0), self.difficulty, self.families)
+        seed = int(seed or 0)
+        if self._preloaded != seed:
+            self._load(seed)
+        self._preloaded = None  # from here on the policy may change the files: a later reset starts afresh
         self.score = None
         self._rng = random.Random(seed)
-        for path, text in self.task.files.items():
-            self._workspace.write_file(path, text)
+        assert self.task is not None
         listing = ", ".join(sorted(self.task.files))
         obs = f"{self.task.prompt}\nFiles: {listing}\n{INSTRUCTIONS}"
         return obs, {"reference": {"package": self.task.package, "difficulty": self.difficulty}}
+
+    def _load(self, seed: int) -> None:
+        """A workspace holding the package of `seed` (a fresh one: never an earlier episode's files)."""
+        if self.task is not None:
+            self.close()
+        self.prepare()
+        self.task = _task(seed, self.difficulty, self.families)
+        for path, text in self.task.files.items():
+            self._workspace.write_file(path, text)
 
     def close(self) -> None:
         workspace, self._workspace = self._workspace, None
         if workspace is not None:
             workspace.close()
-        self.task = None
+        self.task, self._preloaded = None, None
 
     def open_workspace(self, files: Mapping[str, str]) -> Any:
         """A fresh workspace sandbox holding `files` (the policy's, or a scoring one)."""

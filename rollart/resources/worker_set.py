@@ -1,8 +1,8 @@
-"""A `Cluster`: same-role Ray actors placed by the resource plane, called as one and kept whole.
+"""A `WorkerSet`: same-role Ray actors placed by the resource plane, called as one and kept whole.
 
 In: the members made by `Resources.place` (one per slot: its placement, actor and Ray placement group), a
 `Placer` that can place one more worker of the same kind (same class, arguments and pool chain), and the
-policy chosen at placement: `replace_dead` (a dead worker is replaced) and `elastic` (the cluster grows
+policy chosen at placement: `replace_dead` (a dead worker is replaced) and `elastic` (the worker set grows
 when a node joins with room on its pool, if that pool is `elastic`). Out: calls (`call_all`, `call_one`
 return Ray ObjectRefs, awaitable in asyncio; `gather`, `gather_async` wait for them), the membership view
 (`members()`, `names`, `actors`, `len`), membership events to listeners (`on_change`), `shutdown`.
@@ -21,8 +21,8 @@ check. Elastic growth adds slots the same way (`joined` events), on the preferre
 Guarantees: every wait is bounded (`timeout_s`, default `call_timeout_s`): a call not done in time raises
 `TimeoutError` naming the pending workers; a call that a worker's death ended raises `WorkerDied` naming
 the worker at once (fail fast: `gather` does not wait for the others first). Listeners are called outside
-the cluster's lock, on the thread that learnt the news: they must be quick and thread-safe. `shutdown`
-stops replacing, kills the workers and gives their pool slots back exactly once; the Cluster is a context
+the worker set's lock, on the thread that learnt the news: they must be quick and thread-safe. `shutdown`
+stops replacing, kills the workers and gives their pool slots back exactly once; the WorkerSet is a context
 manager.
 """
 
@@ -46,7 +46,7 @@ log = logging.getLogger("rollart.resources")
 
 @dataclass
 class Member:
-    """One worker of a cluster: its slot, where it runs, its actor and its Ray placement group."""
+    """One worker of a worker set: its slot, where it runs, its actor and its Ray placement group."""
 
     slot: int
     placement: Placement
@@ -66,7 +66,7 @@ class Member:
 
 @dataclass(frozen=True)
 class MemberEvent:
-    """A change of a cluster's membership: `died` (with `cause`), `joined`, or `unplaced` (a dead worker's
+    """A change of a worker set's membership: `died` (with `cause`), `joined`, or `unplaced` (a dead worker's
     replacement could not be placed — `cause` says why; it is tried again at every health check); `actor`
     is the worker's actor handle (the dead one, or the one that joined)."""
 
@@ -80,7 +80,7 @@ class MemberEvent:
 
 
 class Placer(Protocol):
-    """What a Cluster needs of the resource plane to keep itself whole (placement.py implements it)."""
+    """What a WorkerSet needs of the resource plane to keep itself whole (placement.py implements it)."""
 
     def spawn(self, slot: int, growing: bool = False) -> Member: ...
 
@@ -94,10 +94,10 @@ class Placer(Protocol):
 
     def submit(self, fn: Callable[[], None]) -> None: ...
 
-    def forget(self, cluster: Cluster) -> None: ...
+    def forget(self, worker_set: WorkerSet) -> None: ...
 
 
-class Cluster:
+class WorkerSet:
     def __init__(
         self,
         role: str,
@@ -155,7 +155,7 @@ class Cluster:
         return iter([(m.placement, m.actor) for m in self.members()])
 
     def __repr__(self) -> str:
-        return f"Cluster(role={self.role!r}, workers={self.names})"
+        return f"WorkerSet(role={self.role!r}, workers={self.names})"
 
     def on_change(self, listener: Callable[[MemberEvent], None]) -> None:
         """Call `listener(event)` at every death and every join (see the module doc)."""
@@ -168,10 +168,10 @@ class Cluster:
         return [self._method(m, method).remote(*args, **kwargs) for m in self.members()]
 
     def call_one(self, index: int, method: str, *args: Any, **kwargs: Any) -> ray.ObjectRef:
-        """Call `method` on alive worker number `index` (0 ≤ index < len(cluster), slot order)."""
+        """Call `method` on alive worker number `index` (0 ≤ index < len(worker_set), slot order)."""
         members = self.members()
         if not 0 <= index < len(members):
-            raise IndexError(f"cluster '{self.role}' has {len(members)} workers; no worker {index}")
+            raise IndexError(f"worker set '{self.role}' has {len(members)} workers; no worker {index}")
         return self._method(members[index], method).remote(*args, **kwargs)
 
     def gather(self, refs: Sequence[ray.ObjectRef], timeout_s: float | None = None) -> list[Any]:
@@ -268,7 +268,7 @@ class Cluster:
                     return
                 if not self._install(member):
                     return
-                log.info("elastic pool %s grew: %s joined cluster '%s'", member.placement.pool, member.worker,
+                log.info("elastic pool %s grew: %s joined worker set '%s'", member.placement.pool, member.worker,
                          self.role)
         finally:
             with self._lock:
@@ -296,7 +296,7 @@ class Cluster:
                     self._unplaced.add(slot)
                     listeners = list(self._listeners)
                 if first:
-                    log.error("cannot replace worker %s of cluster '%s' yet (retrying at every health check): %s",
+                    log.error("cannot replace worker %s of worker set '%s' yet (retrying at every health check): %s",
                               dead.worker, self.role, exc)
                     _notify(listeners, MemberEvent("unplaced", self.role, slot, dead.worker, dead.placement.pool,
                                                    cause=str(exc)))
@@ -339,7 +339,7 @@ class Cluster:
         self._placer.forget(self)
         self._placer.release(members)
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> WorkerSet:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -348,11 +348,11 @@ class Cluster:
     # --- helpers ---------------------------------------------------------------------------------
     def _method(self, member: Member, method: str) -> Any:
         if self._closed:
-            raise RuntimeError(f"cluster '{self.role}' is shut down")
+            raise RuntimeError(f"worker set '{self.role}' is shut down")
         try:
             return getattr(member.actor, method)
         except AttributeError:
-            raise AttributeError(f"workers of cluster '{self.role}' have no method '{method}'") from None
+            raise AttributeError(f"workers of worker set '{self.role}' have no method '{method}'") from None
 
     def _check(self, ref: ray.ObjectRef) -> None:
         """Raise the exception a finished ref holds (a dead worker's as `WorkerDied`, reported)."""
@@ -382,7 +382,7 @@ class Cluster:
         names = self.names
         who = [names[i] for i in pending] if total == len(names) else [f"#{i}" for i in pending]
         return (
-            f"cluster '{self.role}': {len(pending)} of {total} calls not done after {timeout:g} s "
+            f"worker set '{self.role}': {len(pending)} of {total} calls not done after {timeout:g} s "
             f"(pending: {', '.join(who)})"
         )
 

@@ -1,12 +1,12 @@
-"""Cluster membership logic with a fake placer (no Ray): deaths are handled once, replacements go into
+"""WorkerSet membership logic with a fake placer (no Ray): deaths are handled once, replacements go into
 the dead worker's slot, a replacement that cannot be placed is retried at every health check, elastic
-growth fills the preferred pool's room, and a shut-down cluster neither replaces nor grows."""
+growth fills the preferred pool's room, and a shut-down worker set neither replaces nor grows."""
 
 from __future__ import annotations
 
 import threading
 
-from rollart.resources.cluster import Cluster, Member
+from rollart.resources.worker_set import WorkerSet, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import ActorState
 from rollart.resources.accounts import Placement
@@ -57,12 +57,12 @@ class FakePlacer:
     def submit(self, fn) -> None:
         fn()  # synchronously: the logic, not the threading, is under test
 
-    def forget(self, cluster) -> None:
+    def forget(self, worker_set) -> None:
         self.forgotten = True
 
 
-def make(placer: FakePlacer, n: int = 2, **policy) -> tuple[Cluster, list]:
-    cluster = Cluster("r", [placer.member(i) for i in range(n)], placer, chain=("a", "b"), **policy)
+def make(placer: FakePlacer, n: int = 2, **policy) -> tuple[WorkerSet, list]:
+    worker_set = WorkerSet("r", [placer.member(i) for i in range(n)], placer, chain=("a", "b"), **policy)
     events: list = []
     lock = threading.Lock()
 
@@ -70,65 +70,65 @@ def make(placer: FakePlacer, n: int = 2, **policy) -> tuple[Cluster, list]:
         with lock:
             events.append(e)
 
-    cluster.on_change(add)
-    return cluster, events
+    worker_set.on_change(add)
+    return worker_set, events
 
 
 def test_a_death_is_handled_once_and_replaced_in_its_slot_on_the_chain():
     placer = FakePlacer()
-    cluster, events = make(placer, replace_dead=True)
-    dead = cluster.members()[1]
-    assert cluster.report_dead(dead.actor, "SIGKILL") is True
-    assert cluster.report_dead(dead.actor, "again") is False
-    cluster.check({dead.actor_id: ActorState("DEAD", "gone")})  # the health check agrees: nothing new
+    worker_set, events = make(placer, replace_dead=True)
+    dead = worker_set.members()[1]
+    assert worker_set.report_dead(dead.actor, "SIGKILL") is True
+    assert worker_set.report_dead(dead.actor, "again") is False
+    worker_set.check({dead.actor_id: ActorState("DEAD", "gone")})  # the health check agrees: nothing new
     assert [(e.kind, e.slot) for e in events] == [("died", 1), ("joined", 1)]
     assert events[0].cause == "SIGKILL" and events[1].pool == "b"  # the fake places replacements on "b"
     assert placer.deaths == ["r/a/1"] and placer.replacements == ["a"] and placer.released == ["r/a/1"]
-    assert [m.slot for m in cluster.members()] == [0, 1] and cluster.names == ["r/a/0", "r/b/1"]
+    assert [m.slot for m in worker_set.members()] == [0, 1] and worker_set.names == ["r/a/0", "r/b/1"]
 
 
 def test_a_replacement_without_room_is_retried_at_every_health_check():
     placer = FakePlacer()
-    cluster, events = make(placer, replace_dead=True)
+    worker_set, events = make(placer, replace_dead=True)
     placer.fail_next = 2
-    cluster.report_dead(cluster.members()[0].actor, "node left")
-    assert [e.kind for e in events] == ["died", "unplaced"] and len(cluster) == 1
+    worker_set.report_dead(worker_set.members()[0].actor, "node left")
+    assert [e.kind for e in events] == ["died", "unplaced"] and len(worker_set) == 1
     assert events[1].cause == "no room"
-    cluster.check({})
-    assert len(cluster) == 1  # second failure: not announced again
-    cluster.check({})
-    assert [e.kind for e in events] == ["died", "unplaced", "joined"] and len(cluster) == 2
+    worker_set.check({})
+    assert len(worker_set) == 1  # second failure: not announced again
+    worker_set.check({})
+    assert [e.kind for e in events] == ["died", "unplaced", "joined"] and len(worker_set) == 2
     assert placer.replacements == ["a"]
 
 
 def test_without_replace_dead_the_death_is_only_reported():
     placer = FakePlacer()
-    cluster, events = make(placer)
-    cluster.check({cluster.members()[0].actor_id: ActorState("DEAD", "crashed")})
+    worker_set, events = make(placer)
+    worker_set.check({worker_set.members()[0].actor_id: ActorState("DEAD", "crashed")})
     assert [(e.kind, e.cause) for e in events] == [("died", "crashed")]
-    cluster.check({})
-    assert len(cluster) == 1 and placer.replacements == []
+    worker_set.check({})
+    assert len(worker_set) == 1 and placer.replacements == []
 
 
 def test_elastic_growth_fills_the_room_of_the_preferred_pool_only_when_elastic():
     placer = FakePlacer(room=2)
-    cluster, events = make(placer, n=1)
-    cluster.grow()
-    assert len(cluster) == 1  # not elastic: nothing
-    cluster.elastic = True
-    cluster.grow()
+    worker_set, events = make(placer, n=1)
+    worker_set.grow()
+    assert len(worker_set) == 1  # not elastic: nothing
+    worker_set.elastic = True
+    worker_set.grow()
     assert [(e.kind, e.slot, e.pool) for e in events] == [("joined", 1, "a"), ("joined", 2, "a")]
-    assert len(cluster) == 3 and placer.room_left == 0
+    assert len(worker_set) == 3 and placer.room_left == 0
 
 
 def test_a_shut_down_cluster_releases_everyone_and_replaces_no_one():
     placer = FakePlacer()
-    cluster, events = make(placer, replace_dead=True)
-    actor = cluster.members()[0].actor
-    cluster.shutdown()
-    cluster.shutdown()
+    worker_set, events = make(placer, replace_dead=True)
+    actor = worker_set.members()[0].actor
+    worker_set.shutdown()
+    worker_set.shutdown()
     assert placer.forgotten and sorted(placer.released) == ["r/a/0", "r/a/1"]
-    assert cluster.report_dead(actor, "late news") is False and events == []
+    assert worker_set.report_dead(actor, "late news") is False and events == []
 
 
 def test_a_call_that_raised_another_actors_death_is_not_the_workers_death():

@@ -1,4 +1,4 @@
-"""`TrainerGroup`: the driver's one handle on N data-parallel trainer actors.
+"""`TrainerRanks`: the driver's one handle on N data-parallel trainer actors.
 
 In: the `RunConfig` (`train.workers` ranks, `roles.trainer` may override the `train` pool), the resource
 plane's `Resources` (it places the actors), the policy `Objective` (`rollart.algo.PolicyObjective`) and the
@@ -6,16 +6,16 @@ weight store's `WeightPublisher`; optionally a checkpoint to resume from. Out: `
 (metrics of rank 0, after checking every rank agrees), `save_checkpoint`, `version`, `extra_state`,
 `restarts`.
 
-    group = TrainerGroup(cfg, rt.resources, PolicyObjective.from_config(cfg.train), store.publisher(),
+    ranks = TrainerRanks(cfg, rt.resources, PolicyObjective.from_config(cfg.train), store.publisher(),
                          checkpoint=latest_checkpoint(cfg.run_dir) if cfg.resume else None)
 
-Guarantees: at construction the weights of `group.version` (0, or the checkpoint's) are published; every
+Guarantees: at construction the weights of `ranks.version` (0, or the checkpoint's) are published; every
 step publishes the next version before it returns; every call is bounded by `train.timeout_s`; ranks that
 disagree on loss or version are an error, never averaged away.
 
 A rank that dies: the moment it is known (a call it ended, or the resource plane's health check) every
 other rank is killed too, so none waits out a gloo/NCCL timeout for it. The next call — or the call that
-saw the death — rebuilds the group: new ranks load the latest checkpoint this group wrote or started from
+saw the death — rebuilds the ranks: new ranks load the latest checkpoint these ranks wrote or started from
 (the initial weights if none), replay the steps taken since (kept in memory: their batches), which gives
 the same weights bit for bit on CPU without publishing versions the store already holds, then run the
 call. At most `train.restarts` rebuilds; past that the call raises `TrainerFailed` at once. A save that
@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import ray
 
 from rollart.config import RunConfig
-from rollart.resources.cluster import Cluster, MemberEvent
+from rollart.resources.worker_set import WorkerSet, MemberEvent
 from rollart.resources.errors import WorkerDied
 from rollart.resources.placement import Resources
 from rollart.run_dir import RunPaths
@@ -48,10 +48,10 @@ SftData = Sequence[TrainSample | Sequence[Mapping[str, str]]]
 
 
 class TrainerFailed(RuntimeError):
-    """The trainer group lost a rank more often than `train.restarts` allows; the run cannot go on here."""
+    """The trainer lost a rank more often than `train.restarts` allows; the run cannot go on here."""
 
 
-class TrainerGroup:
+class TrainerRanks:
     def __init__(
         self,
         cfg: RunConfig,
@@ -77,13 +77,13 @@ class TrainerGroup:
 
     @property
     def names(self) -> list[str]:
-        return self.cluster.names
+        return self.worker_set.names
 
     def on_change(self, listener: Callable[[MemberEvent], None]) -> None:
-        """Call `listener` when a rank dies, and for each rank of a rebuilt group (`joined`, its `cause`
-        saying what it was rebuilt from); see `rollart.resources.Cluster.on_change`."""
+        """Call `listener` when a rank dies, and for each rank of a rebuilt set of ranks (`joined`, its `cause`
+        saying what it was rebuilt from); see `rollart.resources.WorkerSet.on_change`."""
         self._listeners.append(listener)
-        self.cluster.on_change(listener)
+        self.worker_set.on_change(listener)
 
     # --- steps ---------------------------------------------------------------------------------------
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -108,22 +108,22 @@ class TrainerGroup:
 
     def weights(self, rank: int = 0) -> dict[str, Any]:
         """A copy of the full weights as one rank holds or gathers them (for checks; every rank takes part)."""
-        return self._call(lambda: self.cluster.gather(self.cluster.call_all("weights"))[rank])
+        return self._call(lambda: self.worker_set.gather(self.worker_set.call_all("weights"))[rank])
 
     def pids(self) -> list[int]:
         """Each rank's process id (fault injection)."""
-        return self.cluster.gather(self.cluster.call_all("pid"))
+        return self.worker_set.gather(self.worker_set.call_all("pid"))
 
     def _train(self, batch: TrainBatch) -> dict[str, float]:
         ref = ray.put(batch)
-        results = self.cluster.gather(self.cluster.call_all("train_step", ref))
+        results = self.worker_set.gather(self.worker_set.call_all("train_step", ref))
         self._agree(results, "train/loss")
         self.version = int(self._agree(results, "train/version"))
         return results[0]
 
     def _sft(self, data: SftData) -> dict[str, float]:
         ref = ray.put(list(data))
-        results = self.cluster.gather(self.cluster.call_all("sft_step", ref))
+        results = self.worker_set.gather(self.worker_set.call_all("sft_step", ref))
         self._agree(results, "sft/loss")
         self.version = int(self._agree(results, "train/version"))
         return results[0]
@@ -134,9 +134,9 @@ class TrainerGroup:
         final = ckpt.step_path(self.cfg.run_dir, step).absolute()
         tmp = ckpt.temporary_path(final)
         try:
-            self.cluster.gather(self.cluster.call_all("save_checkpoint", str(tmp), extra_state))
+            self.worker_set.gather(self.worker_set.call_all("save_checkpoint", str(tmp), extra_state))
             keep = self.cfg.train.keep_checkpoints
-            return Path(self.cluster.gather([self.cluster.call_one(0, "finalize_checkpoint", str(tmp), str(final),
+            return Path(self.worker_set.gather([self.worker_set.call_one(0, "finalize_checkpoint", str(tmp), str(final),
                                                                    keep)])[0])
         except BaseException:
             ckpt.discard(tmp)  # a failed write leaves nothing behind
@@ -144,7 +144,7 @@ class TrainerGroup:
 
     # --- deaths and rebuilds -------------------------------------------------------------------------
     def _call(self, fn: Callable[[], T]) -> T:
-        """Run `fn` on the group; a rank's death (before or during it) rebuilds the group and runs it again."""
+        """Run `fn` on the ranks; a rank's death (before or during it) rebuilds them and runs it again."""
         while True:
             try:
                 if self._death is not None:
@@ -158,14 +158,14 @@ class TrainerGroup:
         limit = self.cfg.train.restarts
         if self.restarts >= limit:
             raise TrainerFailed(
-                f"trainer rank {death.worker} died ({death.cause}) and the group was already rebuilt "
+                f"trainer rank {death.worker} died ({death.cause}) and the ranks were already rebuilt "
                 f"{self.restarts} time{'s' * (self.restarts != 1)} (train.restarts={limit}): stopping"
             ) from death
         self.restarts += 1
         target = self.version
         source = str(self._checkpoint) if self._checkpoint else "the initial weights"
         replayed = f"{len(self._journal)} step{'s' * (len(self._journal) != 1)}"
-        log.warning("trainer rank %s died (%s): rebuilding the group from %s and replaying %s to version %d "
+        log.warning("trainer rank %s died (%s): rebuilding the ranks from %s and replaying %s to version %d "
                     "(restart %d of %d)", death.worker, death.cause, source, replayed, target, self.restarts, limit)
         self._death = None
         ckpt.remove_partial(self.cfg.run_dir)
@@ -174,9 +174,9 @@ class TrainerGroup:
         for kind, data in self._journal:
             self._train(data) if kind == "train" else self._sft(data)
         if self.version != target:
-            raise TrainerFailed(f"the rebuilt trainer group replayed to version {self.version}, not {target}")
-        for member in self.cluster.members():
-            event = MemberEvent("joined", self.cluster.role, member.slot, member.worker, member.placement.pool,
+            raise TrainerFailed(f"the rebuilt trainer ranks replayed to version {self.version}, not {target}")
+        for member in self.worker_set.members():
+            event = MemberEvent("joined", self.worker_set.role, member.slot, member.worker, member.placement.pool,
                                 actor=member.actor,
                                 cause=f"rebuilt from {source}, {replayed} replayed")
             for listener in self._listeners:
@@ -186,26 +186,26 @@ class TrainerGroup:
         """Place the ranks, meet, set up from the checkpoint; rank 0 publishes versions > `publish_after`."""
         n = self.cfg.train.workers
         ranks = itertools.count()
-        self.cluster: Cluster = self.resources.place(
+        self.worker_set: WorkerSet = self.resources.place(
             TrainerWorker,
             replicas=n,
             args=(self.cfg, self.objective, self.publisher),
             worker_kwargs=lambda p: {"rank": next(ranks), "world_size": n, "name": p.worker, "device": p.device},
             call_timeout_s=self.cfg.train.timeout_s,
-            replace_dead=False,  # ranks are rebuilt as a group, from a checkpoint (see the module doc)
+            replace_dead=False,  # ranks are rebuilt together, from a checkpoint (see the module doc)
             elastic=False,
         )
-        self.cluster.on_change(self._on_change)
+        self.worker_set.on_change(self._on_change)
         for listener in self._listeners:
-            self.cluster.on_change(listener)
+            self.worker_set.on_change(listener)
         try:
-            meet = self.cluster.gather([self.cluster.call_one(0, "rendezvous")])[0]
-            one_node = all(other == meet["node"] for other in self.cluster.gather(self.cluster.call_all("node_id")))
+            meet = self.worker_set.gather([self.worker_set.call_one(0, "rendezvous")])[0]
+            one_node = all(other == meet["node"] for other in self.worker_set.gather(self.worker_set.call_all("node_id")))
             init_method = meet["file"] if one_node else meet["tcp"]
             checkpoint = str(self._checkpoint) if self._checkpoint else None
-            return self.cluster.gather(self.cluster.call_all("setup", init_method, checkpoint, publish_after))
+            return self.worker_set.gather(self.worker_set.call_all("setup", init_method, checkpoint, publish_after))
         except BaseException:
-            self.cluster.shutdown()
+            self.worker_set.shutdown()
             raise
 
     def _on_change(self, event: MemberEvent) -> None:
@@ -219,13 +219,13 @@ class TrainerGroup:
         self._abort()
 
     def _abort(self) -> None:
-        self.cluster.shutdown()
+        self.worker_set.shutdown()
 
     # --- ending --------------------------------------------------------------------------------------
     def close(self) -> None:
-        self.cluster.shutdown()
+        self.worker_set.shutdown()
 
-    def __enter__(self) -> TrainerGroup:
+    def __enter__(self) -> TrainerRanks:
         return self
 
     def __exit__(self, *exc: object) -> None:
