@@ -1,10 +1,11 @@
 """`rollart bench trainer`: the trainer's strategies, precision and memory switches, side by side.
 
 Setup: a Qwen3-architecture model built locally (random init; full run: hidden 640, 10 layers, vocabulary
-32,768 — 68 M parameters), trained by 2 gloo ranks, each a fresh process (torch.multiprocessing), one CPU
-thread each, glibc's mmap threshold at 64 KiB so RSS follows live memory (trainer_ranks.py). Each setting
-trains a warm-up step and a measured one on the same synthetic RL batch — 4 sequences of 2,048, 2,048,
-1,024 and 1,024 tokens, three quarters of each the model's own tokens — at `train.micro_batch_tokens=4096`:
+32,768 — 68 M parameters), trained by 2 gloo ranks, each a fresh process per setting (forked from a server
+that imported the trainer once), one CPU thread each, glibc's mmap threshold at 64 KiB so RSS follows live
+memory (trainer_ranks.py). Each setting trains a short warm-up step (2 sequences of 64 tokens) and then the measured step on a synthetic RL batch —
+2 sequences of 2,048 tokens, one per rank, three quarters of each the model's own tokens — at
+`train.micro_batch_tokens=4096`:
 
 | row | strategy | precision | activation checkpointing | packing | chunked log-probs |
 |---|---|---|---|---|---|
@@ -13,17 +14,19 @@ trains a warm-up step and a measured one on the same synthetic RL batch — 4 se
 | fsdp2-bf16 | fsdp2 | bf16 | – | on | 512 |
 | fsdp2-bf16-ac | fsdp2 | bf16 | on | on | 512 |
 | fsdp2-bf16-full-logits | fsdp2 | bf16 | – | on | off (0) |
-| packing on / off | fsdp2 | bf16 | – | on / off | 512, on the demo's batch |
+| packing on / off | fsdp2 | fp32 | – | on / off | 512, on the demo's batch |
 
 Each row: tokens/s (real tokens of the batch over the step's wall time), per-rank peak RSS and its rise over
-the RSS before the step, per-rank parameters + gradients + optimizer state counted from the tensors.
+the RSS before the step, per-rank parameters + gradients + optimizer state counted from the tensors, and the
+row's wall time (spawn to exit).
 
 Ratios (the issue's targets):
-- `fsdp2_vs_ddp_max_abs_loss_diff`: fp32, 3 RL steps on the same batches (8 sequences of 128–256 tokens),
-  2 ranks each (target ≤ 1e-5).
+- `fsdp2_vs_ddp_max_abs_loss_diff`: fp32, 3 RL steps on the same batches (4 sequences of 64–128 tokens, in
+  micro-batches of 128 tokens, so each rank accumulates gradients over two), 2 ranks each, ddp then fsdp2 in
+  one pair of processes (target ≤ 1e-5).
 - `fsdp2_state_bytes_vs_ddp`: per-rank parameters + gradients + AdamW state (target ≤ 0.55).
 - `ac_activation_peak_reduction`: the step's RSS rise over its start, without ÷ with activation
-  checkpointing (sequences up to 2,048; target ≥ 3).
+  checkpointing (fsdp2-bf16 ÷ fsdp2-bf16-ac, a sequence of 2,048 per rank; target ≥ 3).
 - `chunked_logprob_peak_reduction`: the peak of log-probs + entropy, forward and backward, from 4,096 hidden
   states against the 32,768-token head, whole ÷ in chunks of 512 (each in its own process; target ≥ 4).
 - `packing_padding_reduction`: the padded fraction of the demo's batches (the default job's two domains,
@@ -34,7 +37,25 @@ Ratios (the issue's targets):
   measured bytes per parameter (the two ranks' peak RSS above their RSS after imports, over the parameter
   count) and the machine's memory less the two ranks' import RSS; confirmed by one real step of fsdp2-bf16-ac
   on a model of that size (or of the size the memory free at that moment allows, said in the notes), at
-  sequences of 256 tokens (target ≥ 2.5).
+  sequences of 128 tokens (target ≥ 2.5).
+
+What keeps the full run near 10 minutes on 2 cores, and why none of it changes what a target reads:
+- bf16 on a CPU without bf16 instructions (this machine: AVX2 only) runs its matrix products and attention
+  through float32 kernels (cpu_bf16.py: same tensors in, out and saved for the backward; float32
+  accumulation, as a GPU's bf16 GEMM). torch's own emulated bf16 is 8–30× slower than float32 here (measured:
+  one 2-layer, 1,024-token forward + backward took 261 s in bf16 vs 9 s through float32 kernels), which put one
+  bf16 step of this model past 10 minutes. A bf16 row is read for memory; its tokens/s then measures float32
+  kernels, and the notes say so. On a CPU with bf16 instructions torch's kernels run unchanged.
+- The warm-up step is short (trainer_ranks.measure: gradients are freed after every step, so the measured
+  step starts from the same state — weights and AdamW state allocated — after a short warm-up as after a
+  long one).
+- One sequence of 2,048 tokens per rank (the length the activation target names) instead of 2,048 + 1,024:
+  every ratio read from these rows compares two settings on the same batch.
+- The packing rows run in fp32: their ratio is a tokens/s ratio, and fp32 keeps both sides on torch's own
+  kernels (the padded side's masked attention would otherwise also go through the stand-in).
+- The fsdp2-vs-ddp equality trains 4 short sequences per step (the ratio is about the arithmetic of two
+  strategies, not the length), the confirmation step sequences of 128 tokens (its memory is bounded by the
+  2,048-token rows' bytes per parameter it is sized from).
 """
 
 from __future__ import annotations
@@ -42,6 +63,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,7 +79,9 @@ QUICK = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_ke
              intermediate_size=384, vocab_size=4096)
 WIDE = dict(hidden_size=1536, num_attention_heads=12, num_key_value_heads=4, head_dim=128, intermediate_size=4096,
             vocab_size=32768)  # the shape the confirmation model grows in depth
-LENGTHS = {True: [256, 256, 128, 128], False: [2048, 2048, 1024, 1024]}
+LENGTHS = {True: [256, 256], False: [2048, 2048]}  # one sequence per rank
+WARMUP = {True: [32, 32], False: [64, 64]}
+EQUALITY = {True: [64, 48, 40, 32], False: [128, 96, 80, 64]}  # per step; micro-batches of the longest
 SETTINGS = [
     ("ddp-fp32", {"strategy": "ddp", "precision": "fp32"}),
     ("fsdp2-fp32", {"strategy": "fsdp2", "precision": "fp32"}),
@@ -66,7 +90,6 @@ SETTINGS = [
     ("fsdp2-bf16-full-logits", {"strategy": "fsdp2", "precision": "bf16", "logprob_chunk_tokens": 0}),
 ]
 WORLD = 2
-TIMEOUT_S = 1800
 
 
 def _params(shape: dict[str, int]) -> int:
@@ -108,22 +131,32 @@ def build_model(directory: Path, shape: dict[str, int], seed: int = 0) -> Path:
     return directory
 
 
-def _spawn(job: dict[str, Any], work: Path) -> list[dict[str, Any]]:
-    """Run one setting on WORLD fresh rank processes; each rank's measurements."""
+def _spawn(job: dict[str, Any], work: Path, label: str) -> list[dict[str, Any]]:
+    """Run one setting on WORLD fresh rank processes; each rank's measurements (with the wall time, spawn to
+    exit, as `wall_s`)."""
     import torch.multiprocessing as mp
 
     from benchmarks.trainer_ranks import _rank
 
     out = Path(tempfile.mkdtemp(dir=work))
+    started = time.perf_counter()
     mp.start_processes(_rank, args=(WORLD, str(out / "store"), {**job, "out": str(out)}), nprocs=WORLD,
-                       join=True, start_method="spawn")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+                       join=True, start_method="forkserver")
+    wall = time.perf_counter() - started
+    suffixes = [f"-{s}" for s in job["strategies"]] if job.get("strategies") else [""]
+    ranks = [{**json.loads((out / f"rank{r}{x}.json").read_text()), "wall_s": wall, "name": x.lstrip("-")}
+             for x in suffixes for r in range(WORLD)]
+    brief = {k: round(v, 1) if isinstance(v, float) else v for k, v in ranks[0].items() if k != "losses"}
+    print(f"bench trainer: {label} done in {wall:.0f} s: rank 0 {brief}", file=sys.stderr, flush=True)
+    return ranks
 
 
-def _row(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _row(name: str, ranks: list[dict[str, Any]], stand_in: bool) -> dict[str, Any]:
     seconds = max(r["step_s"] for r in ranks)
     return {
         "setting": name,
+        "wall_s": round(ranks[0]["wall_s"], 1),
+        "bf16_via_float32_kernels": stand_in,
         "tokens_per_s": round(ranks[0]["tokens"] / seconds, 1),
         "step_s": round(seconds, 2),
         "peak_rss_mb_per_rank": round(max(r["rss_peak_mb"] for r in ranks)),
@@ -168,14 +201,23 @@ def _logprob_peaks(shape: dict[str, int], tokens: int, work: Path) -> dict[int, 
     for chunk in (512, 0):
         job = {"hidden_size": shape["hidden_size"], "vocab": shape["vocab_size"], "tokens": tokens, "chunk": chunk,
                "out": str(work)}
-        mp.start_processes(_logprob_rank, args=(job,), nprocs=1, join=True, start_method="spawn")
+        mp.start_processes(_logprob_rank, args=(job,), nprocs=1, join=True, start_method="forkserver")
         peaks[chunk] = json.loads((work / f"logprobs-{chunk}.json").read_text())["peak_mb"]
     return peaks
 
 
 def run(quick: bool = False, **_: Any) -> BenchResult:
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # inherited by every spawned rank (read at its start)
+    import torch
+
+    import torch.multiprocessing as mp
+
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # inherited by the fork server (read at its start), so every rank
+    # one fork server, started on the first spawn with the trainer imported: each rank is a fresh fork of it
+    # (~10 s of imports saved per rank; its RSS after imports is measured in the rank, as before)
+    mp.get_context("forkserver").set_forkserver_preload(["benchmarks.trainer_ranks", "rollart.trainer",
+                                                         "rollart.algo", "transformers.models.qwen3.modeling_qwen3"])
     shape = QUICK if quick else FULL
+    stand_in = not torch.ops.mkldnn._is_mkldnn_bf16_supported()  # no bf16 instructions: cpu_bf16.py
     work = Path(tempfile.mkdtemp(prefix="rollart-bench-trainer-"))
     notes: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -186,29 +228,31 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
         base = {"micro_batch_tokens": 4096}
         by_name = {}
         for name, setting in SETTINGS:
+            bf16 = stand_in and setting["precision"] == "bf16"
             ranks = _spawn({"model_path": model, "train": {**base, **setting}, "lengths": lengths,
-                            "steps": 2}, work)
-            by_name[name] = _row(name, ranks)
+                            "warmup": WARMUP[quick], "steps": 1, "bf16_via_float32": bf16}, work, name)
+            by_name[name] = _row(name, ranks, bf16)
             rows.append(by_name[name])
 
         demo = _demo_samples()
         for packing in (True, False):
             name = f"packing-{'on' if packing else 'off'}"
-            ranks = _spawn({"model_path": model, "train": {**base, "strategy": "fsdp2", "precision": "bf16",
+            ranks = _spawn({"model_path": model, "train": {**base, "strategy": "fsdp2", "precision": "fp32",
                                                            "packing": packing},
-                            "lengths": [], "samples": demo, "steps": 2}, work)
-            by_name[name] = _row(name, ranks)
+                            "lengths": [], "samples": demo, "warmup": WARMUP[quick], "steps": 1}, work, name)
+            by_name[name] = _row(name, ranks, False)
             rows.append(by_name[name])
 
-        equal = {}
-        short = [256, 224, 192, 160, 128, 256, 192, 128] if not quick else [64, 48, 40, 32]
-        for strategy in ("ddp", "fsdp2"):
-            ranks = _spawn({"model_path": model, "train": {"strategy": strategy, "micro_batch_tokens": 512,
-                                                           "lr": 1e-4}, "lengths": short, "steps": 3}, work)
-            equal[strategy] = ranks[0]["losses"]
+        short = EQUALITY[quick]
+        ranks = _spawn({"model_path": model, "train": {"micro_batch_tokens": max(short), "lr": 1e-4},
+                        "strategies": ["ddp", "fsdp2"], "lengths": short, "steps": 3}, work, "equality")
+        equal = {r["name"]: r["losses"] for r in ranks if r["rank"] == 0}
+        equal_wall = ranks[0]["wall_s"]
+        logprob_started = time.perf_counter()
         logprob = _logprob_peaks(shape, 4096, work)
+        logprob_wall = time.perf_counter() - logprob_started
 
-        confirm = _confirm_max(by_name, work, quick, notes)
+        confirm = _confirm_max(by_name, work, quick, notes, stand_in)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -231,6 +275,7 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
         "packing_tokens_per_s_gain": by_name["packing-on"]["tokens_per_s"] / by_name["packing-off"]["tokens_per_s"],
         "max_params_fsdp2_bf16_ac_vs_ddp_fp32": max_params["fsdp2-bf16-ac"] / max_params["ddp-fp32"],
     }
+    row_walls = ", ".join(f"{r['setting']} {r['wall_s']:.0f} s" for r in rows)
     notes += [
         f"model: {by_name['ddp-fp32']['params'] / 1e6:.1f} M parameters ({shape}); 2 gloo ranks, 1 thread each; "
         f"sequences {lengths}",
@@ -240,12 +285,18 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
         f"padded fraction of the demo's batch: {pad_off:.1%} padded, {pad_on:.1%} packed"
         + (" (packed has no padding: packing_padding_reduction is unbounded, reported as null)" if pad_on == 0 else ""),
         f"confirmation: {confirm}",
-        f"wall {time.perf_counter() - started:.0f} s",
+        ("bf16 rows (and the confirmation) ran their matrix products and attention through float32 kernels "
+         "(cpu_bf16.py: this CPU has no bf16 instructions): their memory is bf16's, their tokens/s is not "
+         "bf16's on any hardware" if stand_in else "bf16 rows ran torch's own bf16 kernels"),
+        f"wall time: rows {row_walls}; equality (ddp then fsdp2 in one pair of "
+        f"processes) {equal_wall:.0f} s; log-probs {logprob_wall:.0f} s; "
+        f"confirmation {confirm['wall_s']:.0f} s; whole bench {time.perf_counter() - started:.0f} s",
     ]
     return BenchResult("trainer", ratios, rows, notes, data={"confirmation": confirm, "max_params": max_params})
 
 
-def _confirm_max(by_name: dict[str, dict[str, Any]], work: Path, quick: bool, notes: list[str]) -> dict[str, Any]:
+def _confirm_max(by_name: dict[str, dict[str, Any]], work: Path, quick: bool, notes: list[str],
+                 stand_in: bool) -> dict[str, Any]:
     """One real fsdp2-bf16-ac step on the largest model its bytes per parameter allow (in the memory free now)."""
     row = by_name["fsdp2-bf16-ac"]
     total, free = psutil.virtual_memory().total, psutil.virtual_memory().available
@@ -263,12 +314,12 @@ def _confirm_max(by_name: dict[str, dict[str, Any]], work: Path, quick: bool, no
     model = build_model(work / "confirm", shape)
     ranks = _spawn({"model_path": str(model), "train": {"micro_batch_tokens": 4096, "strategy": "fsdp2",
                                                         "precision": "bf16", "activation_checkpointing": True},
-                    "lengths": [256, 256], "steps": 1}, work)
+                    "lengths": [128, 128], "steps": 1, "bf16_via_float32": stand_in}, work, "confirmation")
     shutil.rmtree(model, ignore_errors=True)
     used = sum(r["rss_peak_mb"] for r in ranks)
     result = {"params": ranks[0]["params"], "predicted_max_params": predicted, "free_gib_at_start": free / 2**30,
               "peak_rss_gib_both_ranks": used / 1024, "step_s": max(r["step_s"] for r in ranks),
-              "loss": ranks[0]["losses"][-1]}
+              "loss": ranks[0]["losses"][-1], "wall_s": ranks[0]["wall_s"]}
     if target < predicted and not quick:
         notes.append(f"the confirmation ran at {result['params'] / 1e9:.2f} B parameters, what the "
                      f"{free / 2**30:.1f} GiB free at that moment allow, below the {predicted / 1e9:.2f} B the "

@@ -1,7 +1,8 @@
 """What one trainer rank of `rollart bench trainer` runs, in a fresh process (torch.multiprocessing spawn).
 
-In: the world size, a model checkpoint, a `train.*` setting, the sequence lengths of the batch and the number
-of steps. Out: one JSON file per rank — the process's RSS after imports, after the build and before the last
+In: the world size, a model checkpoint, a `train.*` setting, the sequence lengths of the batch (or the
+samples), the number of steps, optionally the lengths of a short warm-up batch trained first, and whether bf16
+matrix products run through float32 kernels (cpu_bf16.py). Out: one JSON file per rank — the process's RSS after imports, after the build and before the last
 step, the peak RSS during the last step (sampled every millisecond by a thread), the last step's wall time,
 each step's loss, the bytes of this rank's parameters + gradients + optimizer state (counted from the
 tensors it holds), the model's parameter count and the batch's real tokens.
@@ -24,6 +25,8 @@ from typing import Any, Sequence
 import psutil
 import torch
 import torch.distributed as dist
+
+from benchmarks.cpu_bf16 import Bf16ViaFloat32
 
 MODEL_TOKEN_FRACTION = 0.75  # the part of each sequence the model wrote (an RL response); the rest a prompt
 
@@ -84,8 +87,16 @@ def state_bytes(trainer: Any) -> int:
 
 
 def measure(rank: int, world: int, model_path: str, train: dict[str, Any], lengths: Sequence[int], steps: int,
-            out: Path, samples: Sequence[Any] | None = None) -> dict[str, Any]:
-    """Train `steps` steps on a batch of `lengths` (or the given samples); measure the last one."""
+            out: Path, samples: Sequence[Any] | None = None, warmup: Sequence[int] = (),
+            bf16_via_float32: bool = False) -> dict[str, Any]:
+    """Train a warm-up step on a batch of `warmup` lengths (if any), then `steps` steps on a batch of `lengths`
+    (or the given samples); measure the last one.
+
+    The warm-up is short on purpose: what it is for — AdamW's state allocated, every first call made — does
+    not depend on its length (gradients are freed after each step), so the measured step starts in the
+    steady state a long warm-up would leave, at a fraction of its time."""
+    from contextlib import nullcontext
+
     from rollart.algo import PolicyObjective
     from rollart.config import PoolConfig, RunConfig, default_pools
     from rollart.trainer import Trainer
@@ -98,6 +109,10 @@ def measure(rank: int, world: int, model_path: str, train: dict[str, Any], lengt
     built = rss_mb()
     vocab = int(trainer.model.config.vocab_size)
     losses: list[float] = []
+    kernels = Bf16ViaFloat32 if bf16_via_float32 else nullcontext
+    if warmup:
+        with kernels():
+            trainer.train_step(batch(warmup, trainer.version, 1000, vocab))
     for step in range(steps):
         data = (TrainBatch(trainer.version, tuple(samples)) if samples is not None
                 else batch(lengths, trainer.version, step, vocab))
@@ -105,7 +120,7 @@ def measure(rank: int, world: int, model_path: str, train: dict[str, Any], lengt
         before = rss_mb()
         dist.barrier() if dist.is_initialized() else None
         start = time.perf_counter()
-        with PeakRss() as peak:
+        with PeakRss() as peak, kernels():
             metrics = trainer.train_step(data)
         seconds = time.perf_counter() - start
         losses.append(metrics["train/loss"])
@@ -117,7 +132,6 @@ def measure(rank: int, world: int, model_path: str, train: dict[str, Any], lengt
                 "params": sum(p.numel() for p in trainer.policy.parameters()),
                 "tokens": sum(len(s.token_ids) for s in data.samples), "padding": metrics["train/padding"],
             }
-    (out / f"rank{rank}.json").write_text(json.dumps(result))
     return result
 
 
@@ -127,8 +141,13 @@ def _rank(rank: int, world: int, store: str, job: dict[str, Any]) -> None:
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        measure(rank, world, job["model_path"], job["train"], job["lengths"], job["steps"], Path(job["out"]),
-                job.get("samples"))
+        # one trainer after another in this process (the equality runs, which read losses, not memory)
+        for i, strategy in enumerate(job.get("strategies") or [None]):
+            train = job["train"] if strategy is None else {**job["train"], "strategy": strategy}
+            result = measure(rank, world, job["model_path"], train, job["lengths"], job["steps"], Path(job["out"]),
+                             job.get("samples"), job.get("warmup", ()), job.get("bf16_via_float32", False))
+            (Path(job["out"]) / f"rank{rank}{'' if strategy is None else '-' + strategy}.json").write_text(
+                json.dumps(result))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

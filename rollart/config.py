@@ -179,6 +179,27 @@ class ClusterConfig(Section):
     )
 
 
+def device_lacks_bf16(device: str) -> str | None:
+    """Why a torch `device` of this machine cannot compute in bfloat16 (None: it can). A CUDA GPU needs compute
+    capability ≥ 8.0 (Ampere; older ones only emulate bf16); a CPU always can (torch emulates it where the CPU has no
+    bf16 instructions — correct, slower than fp32). torch is imported only for a CUDA device."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return "this machine has no CUDA device"
+    indices = [int(device.split(":", 1)[1])] if ":" in device else list(range(torch.cuda.device_count()))
+    for i in indices:
+        if i >= torch.cuda.device_count():
+            return f"this machine has {torch.cuda.device_count()} CUDA device(s), no cuda:{i}"
+        major, minor = torch.cuda.get_device_capability(i)
+        if major < 8:
+            return (f"cuda:{i} ({torch.cuda.get_device_name(i)}, compute capability {major}.{minor}) has no bfloat16 "
+                    "arithmetic (it needs 8.0, Ampere, or newer)")
+    return None
+
+
 class PoolConfig(Section):
     """A resource pool: a kind of hardware, how many worker slots it has, where to go when it is full."""
 
@@ -988,7 +1009,7 @@ class TrainConfig(Section):
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="compute dtype of forward and backward: bf16 computes in bfloat16 over float32 master "
         "weights, with float32 gradient reduction, optimizer state, log-probabilities and loss (model.dtype must "
-        "be float32)"
+        "be float32; a CUDA device needs compute capability ≥ 8.0 — checked when the config loads on a local cluster)"
     )
     activation_checkpointing: bool = Field(
         False, description="recompute each decoder layer's activations in the backward pass instead of keeping "
@@ -1273,6 +1294,10 @@ class RunConfig(Section):
             if serverless:
                 problems.append(f"roles.trainer: pool(s) {serverless} are serverless; trainer ranks need a gpu or "
                                 "cpu pool")
+            if train.precision == "bf16" and not self.cluster.address:  # a local cluster: its devices are here
+                problems += [f"train.precision=bf16 on pools.{p}.device={self.pools[p].device!r}: {lacks}; use "
+                             "train.precision=fp32 or a pool whose device computes in bfloat16"
+                             for p in chain if (lacks := device_lacks_bf16(self.pools[p].device))]
             slots = sum(self.pools[p].capacity for p in chain)
             if not self.cluster.address and train.workers > slots:
                 problems.append(

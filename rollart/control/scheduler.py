@@ -335,11 +335,11 @@ class RolloutScheduler:
 
     def _announce_upcoming(self) -> None:
         """Tell the runner which group admission will likely take next (`TrajectoryRunner.expect`), once per
-        forecast, so its envs can be prepared while admission waits for room (a batch training, a group
+        group to come, so its envs can be prepared while admission waits for room (a batch training, a group
         finishing). A hint: a runner that fails or is slow to take it costs a warning, never the run."""
         upcoming = self._forecast()
-        if upcoming is None or upcoming == self._announced:
-            return
+        if upcoming is None or (self._announced is not None and upcoming[1] == self._announced[1]):
+            return  # one forecast per sequence number: a guess that flips between domains is not told twice
         self._announced = upcoming
         domain, seq, seed = upcoming
         group_id = f"g{seq:06d}"

@@ -28,7 +28,7 @@ from typing import Iterable, Protocol, Sequence
 import torch
 from torch import nn
 
-from rollart.config import TrainConfig
+from rollart.config import TrainConfig, device_lacks_bf16
 
 
 class ParallelStrategy(Protocol):
@@ -56,9 +56,9 @@ class ParallelStrategy(Protocol):
 
 def make_strategy(train: TrainConfig, rank: int, world_size: int, device: torch.device) -> ParallelStrategy:
     """The strategy `train.strategy` names, for this rank (the process group must exist when world_size > 1)."""
-    if train.precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"train.precision=bf16: the trainer's device {device} ({torch.cuda.get_device_name(device)}) "
-                         "cannot compute in bfloat16; use train.precision=fp32")
+    # the config refuses this on a local cluster when it loads; here it is checked on the rank's own machine
+    if train.precision == "bf16" and (lacks := device_lacks_bf16(str(device))):
+        raise ValueError(f"train.precision=bf16 on the trainer's device {device}: {lacks}; use train.precision=fp32")
     if train.strategy == "fsdp2":
         from rollart.trainer.fsdp2 import Fsdp2Strategy
 

@@ -23,7 +23,8 @@ STEPS = 2
 def test_a_short_swe_run_warm_starts_trains_and_reports_resets(ray_local, tiny_model_path, tmp_path):
     run_dir = tmp_path / "swe"
     # two turns are the expert's episode (apply the patch, submit); 64 new tokens keep the tiny model's
-    # RL turns short (its calls are malformed at any length: a format penalty, not a crash)
+    # RL turns short (its calls are malformed at any length: a format penalty, not a crash — so the reward is
+    # the penalty of every turn, -0.1 × turns; benchmarks/RESULTS.md §envs says why)
     cfg = load_config(EXAMPLE, [
         f"run_dir={run_dir}", f"model.path={tiny_model_path}", f"train.steps={STEPS}", "train.warm_start.steps=1",
         "domains.swe.max_turns=2", "domains.swe.max_new_tokens=64", "eval.every=100", "eval.episodes_per_domain=4",
@@ -39,6 +40,8 @@ def test_a_short_swe_run_warm_starts_trains_and_reports_resets(ray_local, tiny_m
     assert last["env/swe/resets"] >= STEPS * 8 and last["env/swe/resets_failed"] == 0
     assert last["env/swe/pool_hits"] + last["env/swe/pool_misses"] == last["env/swe/resets"]
     assert last["env/swe/pool_hits"] > 0  # the workers' pools were filled at placement
+    # groups admitted after the first batch was taken were forecast: their envs were staged with the task's files
+    assert last["env/swe/pool_staged_hits"] > 0
     assert all(0 < r["env/swe/reset_p50_s"] <= r["env/swe/reset_p99_s"] for r in records.values()
                if "env/swe/reset_p50_s" in r)
     assert last["buffer/ledger_violations"] == 0

@@ -201,6 +201,28 @@ def test_trainer_settings_that_cannot_work_together_are_refused_naming_the_keys(
     load_config(None, ["train.workers=2", "pools.train.capacity=2", "train.offload=true", "train.precision=bf16"])
 
 
+def test_bf16_on_a_device_that_lacks_it_is_refused_when_the_config_loads(monkeypatch):
+    import torch
+
+    gpu = ["train.precision=bf16", "pools.train.kind=gpu", "pools.train.device=cuda:0"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    msg = _error(overrides=gpu)
+    assert "train.precision=bf16 on pools.train.device='cuda:0': this machine has no CUDA device" in msg
+    assert "train.precision=fp32" in msg
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Tesla V100-SXM2-16GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (7, 0))
+    msg = _error(overrides=gpu)
+    assert "cuda:0 (Tesla V100-SXM2-16GB, compute capability 7.0) has no bfloat16 arithmetic" in msg
+    assert "no cuda:1" in _error(overrides=gpu[:2] + ["pools.train.device=cuda:1"])
+    load_config(None, gpu[:2] + ["pools.train.device=cuda:0", "train.precision=fp32"])  # fp32 needs nothing
+    load_config(None, gpu + ["cluster.address=10.0.0.5:6379"])  # a remote cluster's GPUs: the rank checks its own
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (8, 0))
+    load_config(None, gpu)
+    load_config(None, ["train.precision=bf16"])  # a CPU computes bf16 (emulated where it has no bf16 instructions)
+
+
 def test_lora_with_an_engine_that_cannot_serve_it_is_refused():
     assert "served by the builtin engine only" in _error(overrides=["train.lora.rank=8", "inference.engine=vllm"])
 
