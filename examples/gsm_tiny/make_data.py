@@ -3,9 +3,10 @@
 
     python make_data.py [--out data] [--train 2000] [--test 200] [--max-operand 3] [--ops +-] [--seed 0]
 
-The problems are one-step additions and subtractions with small operands over names and objects, the numbers
-last — what the 0.5 M-parameter tiny model can learn by RL in minutes. No question of the test file is in the train file.
-"""
+The problems are one-step additions and subtractions with small operands over names and objects, phrased in
+the words the tiny model's tokenizer knows ("has", "and", a number as one piece), so a question is ~25
+tokens with both numbers at the same distance from its end — what the 0.5 M-parameter tiny model can learn
+by RL in minutes. No question of the test file is in the train file."""
 
 from __future__ import annotations
 
@@ -19,15 +20,16 @@ ITEMS = ("apples", "pens", "coins", "books", "cards", "shells", "stamps", "marbl
 
 
 def problem(rng: random.Random, max_operand: int, ops: str) -> dict[str, str]:
-    # the numbers come last, next to the question: a 2-layer model finds them there (early in a long sentence
-    # it does not, even with supervised training)
+    # One template per operation, the verb right before the second number and the numbers near the end: a
+    # 2-layer model finds them at a fixed distance from the question's end (the earlier phrasing, "Ana gets
+    # more apples. Had 2, gets 3. How many now?", was ~36 pieces and did not learn in 300 RL steps).
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
     if rng.choice(ops) == "+":
-        return {"question": f"{name} gets more {item}. Had {a}, gets {b}. How many now?",
+        return {"question": f"{name} has {a} {item} and gets {b} more. How many now?",
                 "answer": f"{name} had {a} {item} and gets {b}: {a} + {b} = {a + b}.\n#### {a + b}"}
     a, b = max(a, b), min(a, b)
-    return {"question": f"{name} gives {item} away. Had {a}, gives {b}. How many now?",
+    return {"question": f"{name} has {a} {item} and gives {b} away. How many now?",
             "answer": f"{name} had {a} {item} and gives {b} away: {a} - {b} = {a - b}.\n#### {a - b}"}
 
 

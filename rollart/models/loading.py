@@ -175,10 +175,39 @@ def adapter_problem(path: str, key: str = "model.adapter") -> str:
     return ""
 
 
+# Model types whose checkpoints, when their tokenizer_config.json names the generic `TokenizersBackend` class,
+# AutoTokenizer loads with that class itself (tests/unit/test_models_tokenizer.py checks it against AutoTokenizer):
+# the built-in tiny model's. For other types AutoTokenizer may pick a model-specific class (qwen2: Qwen2Tokenizer).
+GENERIC_TOKENIZER_MODEL_TYPES = frozenset({"qwen3"})
+
+
 def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
+    """The tokenizer at `path`, as `AutoTokenizer.from_pretrained` loads it (local files only).
+
+    A checkpoint whose tokenizer_config.json names `TokenizersBackend`, with a model type of
+    `GENERIC_TOKENIZER_MODEL_TYPES` and no code of its own (the tiny model's), is loaded with that class
+    directly: the same class and files AutoTokenizer would use, without importing AutoTokenizer's module, which
+    imports torch (~5 s of a `rollart data preview` otherwise)."""
+    if _generic_tokenizer(Path(path)):
+        from transformers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(str(path), local_files_only=True)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
+
+
+def _generic_tokenizer(path: Path) -> bool:
+    try:
+        tokenizer_config = json.loads((path / "tokenizer_config.json").read_text())
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(tokenizer_config, dict) and isinstance(config, dict)
+            and tokenizer_config.get("tokenizer_class") == "TokenizersBackend"
+            and config.get("model_type") in GENERIC_TOKENIZER_MODEL_TYPES
+            and (path / "tokenizer.json").is_file()
+            and not _auto_map(path / "config.json") and not _auto_map(path / "tokenizer_config.json"))
 
 
 def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu", adapter: str | Path = "",
