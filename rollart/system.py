@@ -32,10 +32,13 @@ from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
 from rollart.algo import PolicyObjective, build_train_batch
+from rollart.background_start import BackgroundStart
 from rollart.config import RunConfig
 from rollart.control import ActorTurnBarrier, LocalTurnBarrier, RolloutScheduler
 from rollart.control.rollout import start_rollout
+from rollart.envs.fleet import EnvServerActor
 from rollart.envs.router import EnvRouter
+from rollart.envs.worker import EnvWorker
 from rollart.evaluation import evaluate
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
@@ -46,10 +49,12 @@ from rollart.observability.profile import DomainProfiler
 from rollart.observability.timeline import Mark
 from rollart.remapping import Remapper
 from rollart.resources import WorkerSet, Resources, Runtime
+from rollart.resources.affinity import resolve_request
+from rollart.resources.errors import PlacementError
 from rollart.resources.worker_set import MemberEvent
 from rollart.reward.router import RewardRouter, new_run_id
 from rollart.run_dir import RunPaths
-from rollart.trainer import TrainerRanks, latest_checkpoint
+from rollart.trainer import TrainerRanks, TrainerWorker, latest_checkpoint
 from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
 
@@ -239,21 +244,38 @@ class System:
 
 def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True) -> System:
     """Place and connect every plane (`with_trainer=False`: no trainer or weight store — for evaluating
-    `model.path`). On any failure, what was started is stopped before re-raising."""
+    `model.path`). Two chains start side by side: the rollout side (inference engines, the LLM proxy, env
+    workers) on a background thread, the trainer and then the reward service here — the rollout side only
+    after the trainer when they share a pool (`trainer_pools_apart`). On any failure, what was started is
+    stopped before re-raising."""
     res = runtime.resources
     stack = ExitStack()
+    rollout_side = None
     try:
         model_path = resolve_model_path(cfg.model, cfg.seed)
         store = trainer = None
         if with_trainer:
             store = WeightStore(cfg.weights)
             stack.callback(store.close)
+        subscriber = store.subscriber() if store else None
+
+        def start_rollout_side() -> BackgroundStart:
+            return BackgroundStart("placing the inference engines, the LLM proxy and the env workers",
+                                   lambda side: _start_rollout_side(cfg, res, subscriber, model_path, side))
+
+        apart = not with_trainer or trainer_pools_apart(cfg)
+        if apart:  # else after the trainer: whoever is placed first gets a shared pool, as one after another
+            rollout_side = start_rollout_side()
+        if with_trainer:
+            assert store is not None
             checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
             if cfg.resume and checkpoint is None:
                 log.warning("resume=true but %s/checkpoints holds no checkpoint: starting fresh", cfg.run_dir)
             trainer = TrainerRanks(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
                                    checkpoint=checkpoint)
             stack.callback(trainer.close)
+        if not apart:
+            rollout_side = start_rollout_side()
         resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
         run_id, attempt = resumed.restart_identity(new_run_id())  # a resume keeps the run id
         resumed = replace(resumed, run_id=run_id, attempt=attempt)
@@ -261,35 +283,63 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         if with_trainer:  # a resumed run first cuts the ledger file back to what its checkpoint covered
             journal = LedgerFile(RunPaths.of(cfg.run_dir).ledger, resumed.ledger_bytes)
             stack.callback(journal.close)  # (after everything that could still write to it has stopped)
-        inference = {}
-        # every domain's pool, weight 0 included: such a domain is still evaluated
-        for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
-            inference[pool] = res.place(
-                InferenceWorker, pool=pool, replicas=cfg.inference.replicas_of(pool), args=(cfg,),
-                num_gpus=gpus_per_worker(cfg, pool),
-                kwargs={"subscriber": store.subscriber() if store else None},
-                worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
-            )
-            stack.callback(inference[pool].shutdown)
-        domain_pools = {domain: domain_cfg.pool for domain, domain_cfg in cfg.domains.items()}
-        fallbacks = {name: pool.fallback for name, pool in cfg.pools.items()}
-        proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
-                          cfg.inference, fallbacks, name="llm_proxy")
-        turn_barrier = None
-        if cfg.rollout.barrier == "turn":
-            timeout = cfg.rollout.get_batch_timeout_s
-            turn_barrier = ActorTurnBarrier(res.spawn(LocalTurnBarrier, timeout, name="turn_barrier"), barrier_timeout_s=timeout)
-        env_router = EnvRouter.place(res, cfg, proxy, turn_barrier=turn_barrier, model_path=model_path)
-        stack.callback(env_router.shutdown)
         log.info("run id %s, attempt %d", resumed.run_id, resumed.attempt)
         reward = RewardRouter(cfg, run_id=resumed.run_id, attempt=resumed.attempt).start()
         # an embedded Ray ends with the run, and Serve with it: only the app is deleted (see RewardService.stop)
         stack.callback(reward.stop, shutdown_serve=runtime.mode != "embedded")
+        # its own waits are bounded: three placements' start-up, each with its placement and start timeouts
+        bound = 3 * (cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s)
+        assert rollout_side is not None
+        inference, proxy, env_router, turn_barrier = rollout_side.join(into=stack, timeout_s=bound)
         system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, turn_barrier, resumed,
                         journal, _stack=stack)
         system.watch_membership()
         return system
     except BaseException:
+        if rollout_side is not None:
+            rollout_side.abandon()
         stack.close()
         raise
 
+
+def trainer_pools_apart(cfg: RunConfig) -> bool:
+    """Whether no pool the trainer's ranks may be placed on (its pool and fallbacks) is one a rollout worker may
+    be placed on: then starting both side by side places every worker where one after the other would."""
+    def chain(cls: type, pool: str | None = None) -> set[str]:
+        return set(resolve_request(cls, cfg.pools, cfg.roles, pool=pool, replicas=1).chain)
+
+    try:
+        rollout = chain(EnvWorker)
+        for domain_cfg in cfg.domains.values():
+            rollout |= chain(InferenceWorker, domain_cfg.pool)
+            if domain_cfg.env_servers:
+                rollout |= chain(EnvServerActor)
+        return not chain(TrainerWorker) & rollout
+    except PlacementError:  # one after the other, where the placement itself says what is wrong
+        return False
+
+
+def _start_rollout_side(cfg: RunConfig, res: Resources, subscriber: Any, model_path: Path,
+                        stack: ExitStack) -> tuple[dict[str, WorkerSet], Any, EnvRouter, ActorTurnBarrier | None]:
+    """The inference worker sets of every domain's pool (weight-0 domains included: they are still evaluated),
+    the LLM proxy over them, the turn barrier if any, and the env router over the env workers."""
+    inference = {}
+    for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
+        inference[pool] = res.place(
+            InferenceWorker, pool=pool, replicas=cfg.inference.replicas_of(pool), args=(cfg,),
+            num_gpus=gpus_per_worker(cfg, pool), kwargs={"subscriber": subscriber},
+            worker_kwargs=lambda p: {"pool": p.pool, "index": p.index},
+        )
+        stack.callback(inference[pool].shutdown)
+    domain_pools = {domain: domain_cfg.pool for domain, domain_cfg in cfg.domains.items()}
+    fallbacks = {name: pool.fallback for name, pool in cfg.pools.items()}
+    proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
+                      cfg.inference, fallbacks, name="llm_proxy")
+    turn_barrier = None
+    if cfg.rollout.barrier == "turn":
+        timeout = cfg.rollout.get_batch_timeout_s
+        turn_barrier = ActorTurnBarrier(res.spawn(LocalTurnBarrier, timeout, name="turn_barrier"),
+                                        barrier_timeout_s=timeout)
+    env_router = EnvRouter.place(res, cfg, proxy, turn_barrier=turn_barrier, model_path=model_path)
+    stack.callback(env_router.shutdown)
+    return inference, proxy, env_router, turn_barrier

@@ -2,7 +2,7 @@
 run trains no scored group twice and drops none — the groups its checkpoint held scored but untrained are
 trained as they were (same digest: not generated again), every trajectory the final ledger started ended
 exactly once, and every step trains a full batch. The killed run's embedded Ray goes with it (its processes
-are found by their RAY_TMPDIR and must be gone)."""
+are found by their RAY_TMPDIR and must be gone); the resume starts at once, in a Ray of its own."""
 
 from __future__ import annotations
 
@@ -80,26 +80,32 @@ def test_a_driver_killed_with_sigkill_resumes_without_training_a_group_twice_or_
             time.sleep(0.2)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
+        killed_at = time.monotonic()
     finally:
         if first.poll() is None:
             first.kill()
     leftovers = ours(ray_tmp)
-    # The embedded Ray shares the driver's fate, but Ray's own agents (DashboardAgent, RuntimeEnvAgent) first
-    # report the raylet's death to the GCS — gone too — in a call Ray bounds at 60 s (ray._private.utils.
-    # publish_error_to_driver), then exit: the bound is that plus the agents' pipe check and margin.
-    deadline = time.monotonic() + 90
-    while alive(leftovers) and time.monotonic() < deadline:  # the embedded Ray shares the driver's fate
-        time.sleep(0.5)
+    # The resume runs in a Ray of its own (another RAY_TMPDIR) at once, while the killed run's goes: the embedded
+    # Ray shares the driver's fate, but Ray's own agents (DashboardAgent, RuntimeEnvAgent) first report the
+    # raylet's death to the GCS — gone too — in a call Ray bounds at 60 s (ray._private.utils.
+    # publish_error_to_driver), then exit; the resume takes about that long, so waiting first would double it.
+    resume_tmp = tmp_path_factory.mktemp("rr")
     try:
-        assert alive(leftovers) == []
         checkpoint = latest_checkpoint(run_dir)
         held = [from_json(ReadyGroup, g) for g in load_extra(checkpoint)["scheduler"]["ready"]]
         digests = {t.trajectory_id: trajectory_digest(t) for g in held for t in g.trajectories}
 
-        resumed = subprocess.run([*cmd, "resume=true"], env=env, capture_output=True, text=True, timeout=600)
+        resumed = subprocess.run([*cmd, "resume=true"], env={**env, "RAY_TMPDIR": str(resume_tmp)},
+                                 capture_output=True, text=True, timeout=600)
         assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        # the bound: the agents' 60 s call plus their pipe check and margin, counted from the kill's end
+        deadline = killed_at + 90
+        while alive(leftovers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert alive(leftovers) == [], "the killed run's Ray outlived it"
     finally:
         kill_all(ours(ray_tmp))
+        kill_all(ours(resume_tmp))
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == STEPS

@@ -4,6 +4,7 @@ real `openai` client through a started gateway, against a scripted LLM client.""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from pathlib import Path
 
@@ -199,3 +200,35 @@ def test_a_demonstration_is_laid_out_exactly_as_the_rollout_of_the_same_seed(cha
     assert not any(theirs.loss_mask[n:])
     with pytest.raises(ValueError, match="no assistant message"):
         demonstration_sample(chat, {"messages": conversation[:1]}, "bad")
+
+
+def test_an_agent_that_errs_after_it_was_cancelled_leaves_no_unretrieved_exception(chat):
+    """An agent that answers its cancellation (here: a timeout) with an error of its own: that error is read,
+    so asyncio never logs "Task exception was never retrieved" for it."""
+    async def stubborn(base_url, api_key, task):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    domain = CALC.model_copy(update={"agent_timeout_s": 0.3})
+    task = Task("g0/0", "calc", "", 5, "g0")
+    gateway = AgentGateway(ScriptedLLM(chat.tokenizer, ["x"]), chat).start()
+    unretrieved: list[str] = []
+
+    async def scenario():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: unretrieved.append(context["message"]))
+        manager = AgentManager(task, 0, agent=stubborn, domain_cfg=domain, gateway=gateway,
+                               sampling=SamplingParams(max_new_tokens=8, stop_token_ids=chat.stop_token_ids))
+        traj = await manager.run()
+        del manager
+        gc.collect()  # an unretrieved exception is reported when its task is collected
+        await asyncio.sleep(0)
+        return traj
+
+    try:
+        traj = asyncio.run(scenario())
+    finally:
+        gateway.stop()
+    assert traj.status == Status.FAILED and traj.status_reason.startswith("agent timed out after 0.3s")
+    assert unretrieved == []

@@ -102,6 +102,9 @@ class AgentManager:
         self._opened = True
         start = time.time()
         self._inner = asyncio.ensure_future(self._call_agent(base_url, key))
+        # an agent cancelled (a timeout, a cancel, our caller's cancellation) may still end with an error of its
+        # own after we stopped looking: read it, so asyncio never logs "Task exception was never retrieved"
+        self._inner.add_done_callback(_read_outcome)
         try:
             await asyncio.wait({self._inner}, timeout=self.domain_cfg.agent_timeout_s)
         except asyncio.CancelledError:  # our caller is cancelled: stop the agent too, end the session
@@ -206,3 +209,8 @@ class AgentManager:
             except Exception as exc:
                 log.warning("turn barrier leave of %s failed: %s", self.trajectory_id, error_text(exc))
         return self.trajectory
+
+
+def _read_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
