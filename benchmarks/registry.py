@@ -90,7 +90,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("envs", "benchmarks.envs",
               "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers"),
     Benchmark("trainer", "benchmarks.trainer",
-              "the trainer's strategies (ddp, fsdp2), bf16, activation checkpointing, packing, chunked log-probs"),
+              "the trainer's strategies (ddp, fsdp2), bf16, activation checkpointing, packing, chunked log-probs",
+              (Option("--rows", "measure only these parts, comma-separated (setting rows, packing, equality, "
+                      "logprobs, confirmation); the ratios they give are reported", metavar="A,B,…"),)),
     Benchmark("data", "benchmarks.data",
               "a dataset domain of a 100,000-row Parquet file vs a built-in one: start-up, peak RSS, the preview"),
 )

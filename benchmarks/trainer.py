@@ -39,6 +39,11 @@ Ratios (the issue's targets):
   on a model of that size (or of the size the memory free at that moment allows, said in the notes), at
   sequences of 128 tokens (target ≥ 2.5).
 
+`--rows A,B,…` measures only the named parts — setting rows (the table's names), `packing` (both packing rows),
+`equality`, `logprobs`, `confirmation` (which needs the fsdp2-bf16-ac row) — and reports the ratios whose parts
+all ran (e.g. `--rows fsdp2-bf16,fsdp2-bf16-ac` gives `ac_activation_peak_reduction` in about 4 minutes); the
+parts, their order and their measurement are the full run's.
+
 What keeps the full run near 10 minutes on 2 cores, and why none of it changes what a target reads:
 - bf16 on a CPU without bf16 instructions (this machine: AVX2 only) runs its matrix products and attention
   through float32 kernels (cpu_bf16.py: same tensors in, out and saved for the backward; float32
@@ -89,6 +94,7 @@ SETTINGS = [
     ("fsdp2-bf16-ac", {"strategy": "fsdp2", "precision": "bf16", "activation_checkpointing": True}),
     ("fsdp2-bf16-full-logits", {"strategy": "fsdp2", "precision": "bf16", "logprob_chunk_tokens": 0}),
 ]
+SETTINGS_BY_NAME = dict(SETTINGS)
 WORLD = 2
 
 
@@ -206,11 +212,37 @@ def _logprob_peaks(shape: dict[str, int], tokens: int, work: Path) -> dict[int, 
     return peaks
 
 
-def run(quick: bool = False, **_: Any) -> BenchResult:
+PARTS = [name for name, _ in SETTINGS] + ["packing", "equality", "logprobs", "confirmation"]
+NEEDS = {  # ratio: the parts it is computed from (a --rows run reports the ratios whose parts all ran)
+    "fsdp2_vs_ddp_max_abs_loss_diff": ("equality",),
+    "fsdp2_state_bytes_vs_ddp": ("ddp-fp32", "fsdp2-fp32"),
+    "ac_activation_peak_reduction": ("fsdp2-bf16", "fsdp2-bf16-ac"),
+    "chunked_logprob_peak_reduction": ("logprobs",),
+    "packing_padding_reduction": ("packing",),
+    "packing_tokens_per_s_gain": ("packing",),
+    "max_params_fsdp2_bf16_ac_vs_ddp_fp32": ("ddp-fp32", "fsdp2-bf16-ac"),
+}
+
+
+def parse_rows(text: str | None) -> list[str]:
+    """The parts a `--rows a,b,…` run measures, in the bench's order (None: all of them)."""
+    if text is None:
+        return list(PARTS)
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in PARTS]
+    if unknown or not chosen:
+        raise ValueError(f"--rows {text!r}: {', '.join(unknown) or 'nothing named'}; choose from {', '.join(PARTS)}")
+    if "confirmation" in chosen and "fsdp2-bf16-ac" not in chosen:
+        raise ValueError("--rows: confirmation is sized from the fsdp2-bf16-ac row; name that row too")
+    return [p for p in PARTS if p in chosen]
+
+
+def run(quick: bool = False, rows: str | None = None, **_: Any) -> BenchResult:
     import torch
 
     import torch.multiprocessing as mp
 
+    parts = parse_rows(rows)
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # inherited by the fork server (read at its start), so every rank
     # one fork server, started on the first spawn with the trainer imported: each rank is a fresh fork of it
     # (~10 s of imports saved per rank; its RSS after imports is measured in the rank, as before)
@@ -220,7 +252,11 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
     stand_in = not torch.ops.mkldnn._is_mkldnn_bf16_supported()  # no bf16 instructions: cpu_bf16.py
     work = Path(tempfile.mkdtemp(prefix="rollart-bench-trainer-"))
     notes: list[str] = []
-    rows: list[dict[str, Any]] = []
+    out_rows: list[dict[str, Any]] = []
+    walls: list[str] = []
+    equal: dict[str, list[float]] = {}
+    logprob: dict[int, float] = {}
+    confirm: dict[str, Any] | None = None
     started = time.perf_counter()
     try:
         model = str(build_model(work / "model", shape))
@@ -228,31 +264,38 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
         base = {"micro_batch_tokens": 4096}
         by_name = {}
         for name, setting in SETTINGS:
+            if name not in parts:
+                continue
             bf16 = stand_in and setting["precision"] == "bf16"
             ranks = _spawn({"model_path": model, "train": {**base, **setting}, "lengths": lengths,
                             "warmup": WARMUP[quick], "steps": 1, "bf16_via_float32": bf16}, work, name)
             by_name[name] = _row(name, ranks, bf16)
-            rows.append(by_name[name])
+            out_rows.append(by_name[name])
 
-        demo = _demo_samples()
-        for packing in (True, False):
-            name = f"packing-{'on' if packing else 'off'}"
-            ranks = _spawn({"model_path": model, "train": {**base, "strategy": "fsdp2", "precision": "fp32",
-                                                           "packing": packing},
-                            "lengths": [], "samples": demo, "warmup": WARMUP[quick], "steps": 1}, work, name)
-            by_name[name] = _row(name, ranks, False)
-            rows.append(by_name[name])
+        if "packing" in parts:
+            demo = _demo_samples()
+            for packing in (True, False):
+                name = f"packing-{'on' if packing else 'off'}"
+                ranks = _spawn({"model_path": model, "train": {**base, "strategy": "fsdp2", "precision": "fp32",
+                                                               "packing": packing},
+                                "lengths": [], "samples": demo, "warmup": WARMUP[quick], "steps": 1}, work, name)
+                by_name[name] = _row(name, ranks, False)
+                out_rows.append(by_name[name])
+        walls += [f"{r['setting']} {r['wall_s']:.0f} s" for r in out_rows]
 
-        short = EQUALITY[quick]
-        ranks = _spawn({"model_path": model, "train": {"micro_batch_tokens": max(short), "lr": 1e-4},
-                        "strategies": ["ddp", "fsdp2"], "lengths": short, "steps": 3}, work, "equality")
-        equal = {r["name"]: r["losses"] for r in ranks if r["rank"] == 0}
-        equal_wall = ranks[0]["wall_s"]
-        logprob_started = time.perf_counter()
-        logprob = _logprob_peaks(shape, 4096, work)
-        logprob_wall = time.perf_counter() - logprob_started
-
-        confirm = _confirm_max(by_name, work, quick, notes, stand_in)
+        if "equality" in parts:
+            short = EQUALITY[quick]
+            ranks = _spawn({"model_path": model, "train": {"micro_batch_tokens": max(short), "lr": 1e-4},
+                            "strategies": ["ddp", "fsdp2"], "lengths": short, "steps": 3}, work, "equality")
+            equal = {r["name"]: r["losses"] for r in ranks if r["rank"] == 0}
+            walls.append(f"equality (ddp then fsdp2 in one pair of processes) {ranks[0]['wall_s']:.0f} s")
+        if "logprobs" in parts:
+            logprob_started = time.perf_counter()
+            logprob = _logprob_peaks(shape, 4096, work)
+            walls.append(f"log-probs {time.perf_counter() - logprob_started:.0f} s")
+        if "confirmation" in parts:
+            confirm = _confirm_max(by_name, work, quick, notes, stand_in)
+            walls.append(f"confirmation {confirm['wall_s']:.0f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -263,36 +306,49 @@ def run(quick: bool = False, **_: Any) -> BenchResult:
         if name in max_params:
             row["max_params_this_machine"] = max_params[name]
             row["bytes_per_param"] = round(row["bytes_per_param"], 2)
-    pad_on, pad_off = by_name["packing-on"]["padding"], by_name["packing-off"]["padding"]
-    ratios = {
-        "fsdp2_vs_ddp_max_abs_loss_diff": max(abs(a - b) for a, b in zip(equal["ddp"], equal["fsdp2"])),
-        "fsdp2_state_bytes_vs_ddp": (by_name["fsdp2-fp32"]["state_mb_per_rank"]
-                                     / by_name["ddp-fp32"]["state_mb_per_rank"]),
-        "ac_activation_peak_reduction": (by_name["fsdp2-bf16"]["step_rss_rise_mb_per_rank"]
-                                         / by_name["fsdp2-bf16-ac"]["step_rss_rise_mb_per_rank"]),
-        "chunked_logprob_peak_reduction": logprob[0] / logprob[512],
-        "packing_padding_reduction": pad_off / pad_on if pad_on > 0 else None,
-        "packing_tokens_per_s_gain": by_name["packing-on"]["tokens_per_s"] / by_name["packing-off"]["tokens_per_s"],
-        "max_params_fsdp2_bf16_ac_vs_ddp_fp32": max_params["fsdp2-bf16-ac"] / max_params["ddp-fp32"],
-    }
-    row_walls = ", ".join(f"{r['setting']} {r['wall_s']:.0f} s" for r in rows)
+    ratios: dict[str, float | None] = {}
+    if "equality" in parts:
+        ratios["fsdp2_vs_ddp_max_abs_loss_diff"] = max(abs(a - b) for a, b in zip(equal["ddp"], equal["fsdp2"]))
+    if {"ddp-fp32", "fsdp2-fp32"} <= set(parts):
+        ratios["fsdp2_state_bytes_vs_ddp"] = (by_name["fsdp2-fp32"]["state_mb_per_rank"]
+                                              / by_name["ddp-fp32"]["state_mb_per_rank"])
+    if {"fsdp2-bf16", "fsdp2-bf16-ac"} <= set(parts):
+        ratios["ac_activation_peak_reduction"] = (by_name["fsdp2-bf16"]["step_rss_rise_mb_per_rank"]
+                                                  / by_name["fsdp2-bf16-ac"]["step_rss_rise_mb_per_rank"])
+    if "logprobs" in parts:
+        ratios["chunked_logprob_peak_reduction"] = logprob[0] / logprob[512]
+    if "packing" in parts:
+        pad_on, pad_off = by_name["packing-on"]["padding"], by_name["packing-off"]["padding"]
+        ratios["packing_padding_reduction"] = pad_off / pad_on if pad_on > 0 else None
+        ratios["packing_tokens_per_s_gain"] = (by_name["packing-on"]["tokens_per_s"]
+                                               / by_name["packing-off"]["tokens_per_s"])
+    if {"ddp-fp32", "fsdp2-bf16-ac"} <= set(parts):
+        ratios["max_params_fsdp2_bf16_ac_vs_ddp_fp32"] = max_params["fsdp2-bf16-ac"] / max_params["ddp-fp32"]
+    params = next(iter(by_name.values()))["params"] if by_name else None
     notes += [
-        f"model: {by_name['ddp-fp32']['params'] / 1e6:.1f} M parameters ({shape}); 2 gloo ranks, 1 thread each; "
+        f"model: {f'{params / 1e6:.1f} M parameters ' if params else ''}({shape}); 2 gloo ranks, 1 thread each; "
         f"sequences {lengths}",
-        f"fsdp2 vs ddp losses over 3 steps: {equal['fsdp2']} vs {equal['ddp']}",
-        f"log-probs of 4,096 tokens × {shape['vocab_size']} vocabulary: peak {logprob[0]:.0f} MB whole, "
-        f"{logprob[512]:.0f} MB in chunks of 512",
-        f"padded fraction of the demo's batch: {pad_off:.1%} padded, {pad_on:.1%} packed"
-        + (" (packed has no padding: packing_padding_reduction is unbounded, reported as null)" if pad_on == 0 else ""),
-        f"confirmation: {confirm}",
-        ("bf16 rows (and the confirmation) ran their matrix products and attention through float32 kernels "
-         "(cpu_bf16.py: this CPU has no bf16 instructions): their memory is bf16's, their tokens/s is not "
-         "bf16's on any hardware" if stand_in else "bf16 rows ran torch's own bf16 kernels"),
-        f"wall time: rows {row_walls}; equality (ddp then fsdp2 in one pair of "
-        f"processes) {equal_wall:.0f} s; log-probs {logprob_wall:.0f} s; "
-        f"confirmation {confirm['wall_s']:.0f} s; whole bench {time.perf_counter() - started:.0f} s",
     ]
-    return BenchResult("trainer", ratios, rows, notes, data={"confirmation": confirm, "max_params": max_params})
+    if parts != PARTS:
+        notes.append(f"--rows: only {', '.join(parts)} ran; the ratios are those these parts give")
+    if equal:
+        notes.append(f"fsdp2 vs ddp losses over 3 steps: {equal['fsdp2']} vs {equal['ddp']}")
+    if logprob:
+        notes.append(f"log-probs of 4,096 tokens × {shape['vocab_size']} vocabulary: peak {logprob[0]:.0f} MB "
+                     f"whole, {logprob[512]:.0f} MB in chunks of 512")
+    if "packing" in parts:
+        notes.append(f"padded fraction of the demo's batch: {pad_off:.1%} padded, {pad_on:.1%} packed"
+                     + (" (packed has no padding: packing_padding_reduction is unbounded, reported as null)"
+                        if pad_on == 0 else ""))
+    if confirm is not None:
+        notes.append(f"confirmation: {confirm}")
+    if any(SETTINGS_BY_NAME.get(p, {}).get("precision") == "bf16" for p in parts) or confirm is not None:
+        notes.append("bf16 rows (and the confirmation) ran their matrix products and attention through float32 "
+                     "kernels (cpu_bf16.py: this CPU has no bf16 instructions): their memory is bf16's, their "
+                     "tokens/s is not bf16's on any hardware" if stand_in else "bf16 rows ran torch's own bf16 kernels")
+    notes.append(f"wall time: rows {'; '.join(walls)}; whole bench {time.perf_counter() - started:.0f} s")
+    return BenchResult("trainer", ratios, out_rows, notes,
+                       data={"confirmation": confirm, "max_params": max_params, "parts": parts})
 
 
 def _confirm_max(by_name: dict[str, dict[str, Any]], work: Path, quick: bool, notes: list[str],

@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from rollart.config import TrainConfig
+from rollart.trainer.strategy import squared_sum
 
 
 class DdpStrategy:
@@ -46,7 +47,7 @@ class DdpStrategy:
 
     def squared_norm(self, tensors: Iterable[torch.Tensor]) -> float:
         """Σ‖t‖² in float64 (every rank holds the whole tensors)."""
-        return float(sum(torch.linalg.vector_norm(t, dtype=torch.float64) ** 2 for t in tensors))
+        return float(sum(squared_sum(t) for t in tensors))
 
     def full(self, t: torch.Tensor) -> torch.Tensor:
         return t

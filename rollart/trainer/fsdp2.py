@@ -34,6 +34,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from torch.distributed.tensor import DTensor
 
 from rollart.config import TrainConfig
+from rollart.trainer.strategy import squared_sum
 
 
 class Fsdp2Strategy:
@@ -74,7 +75,7 @@ class Fsdp2Strategy:
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for t in tensors:
             if isinstance(t, DTensor) or self.rank == 0:
-                total += torch.linalg.vector_norm(self.local(t), dtype=torch.float64).to(self.device) ** 2
+                total += squared_sum(self.local(t)).to(self.device)
         dist.all_reduce(total)
         return float(total)
 

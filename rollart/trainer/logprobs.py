@@ -8,25 +8,36 @@ the policy entropy [K] (float32, no grad).
     logits = head(h) in the compute dtype, then float32:  log π(t) = logits[t] − logsumexp(logits)
     entropy = logsumexp(logits) − Σ softmax(logits) · logits
 
-Guarantee: neither the forward nor the backward holds the float32 logits of more than `chunk_tokens` tokens
-at once. Each chunk runs under a non-reentrant activation checkpoint: the forward keeps only its logprobs,
-and the backward recomputes that one chunk's logits, takes its gradient, and frees them before the next
-chunk. `chunk_tokens=0` (or ≥ K) computes all K at once — the same values and gradients (tested), with K × V
-logits alive; that is the baseline `rollart bench trainer` measures the chunks against.
+Guarantee: neither the forward nor the backward holds the logits of more than `chunk_tokens` tokens at once.
+With more than one chunk, each runs under a non-reentrant activation checkpoint: the forward keeps only its
+logprobs, and the backward recomputes that one chunk's logits, takes its gradient, and frees them before the
+next chunk (K ≤ `chunk_tokens`: one chunk, its logits kept for the backward, nothing recomputed).
+Within a chunk, `TargetLogSoftmax` computes from the head's logits in their own dtype: the float32 copies it
+makes (for the log-sum-exp, the entropy, the softmax of the gradient) cover `ROWS` tokens at a time, so a
+chunk holds its logits, their gradient (both in the compute dtype) and a few [ROWS × V] float32 blocks —
+not the float32 logits, softmax and gradient terms autograd would keep whole (about 2.5× less at the
+bench's 512-token chunks and 32 K vocabulary, in bf16). The entropy is computed in the forward only, not
+again in the recompute.
+
+`chunk_tokens=0` computes all K at once through plain autograd (float32 logits, `log_softmax`'s
+formula written out) — the reference the chunked path is tested against (same values and gradients) and
+the baseline `rollart bench trainer` measures the chunks against.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 Head = Callable[[Tensor], Tensor]
+ROWS = 64  # tokens whose float32 logits exist at once inside a chunk: 8 MB at a 32 K vocabulary
 
 
-def _chunk(head: Head, hidden: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
+def _whole(head: Head, hidden: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
+    """The reference: every logit in float32 at once, differentiated by autograd."""
     logits = head(hidden).float()
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
@@ -37,21 +48,69 @@ def _chunk(head: Head, hidden: Tensor, targets: Tensor, with_entropy: bool) -> t
     return logp, entropy
 
 
+class TargetLogSoftmax(torch.autograd.Function):
+    """(log softmax(logits)[target] [n] float32, entropy [n] float32 or a 0-d zero, not differentiable) from
+    logits [n, V] in any float dtype; float32 copies of at most `ROWS` rows alive at a time, forward and
+    backward. The backward saves the logits as they came (the compute dtype) and the log-sum-exp [n].
+
+    Gradient: d log π(t)/d logits = onehot(t) − softmax(logits), times the incoming gradient — the same
+    terms, in the same float32 arithmetic, as autograd's through `_whole`, cast back to the logits' dtype."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
+        n = logits.shape[0]
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        entropy = torch.empty(n, dtype=torch.float32, device=logits.device) if with_entropy else None
+        for i in range(0, n, ROWS):
+            block = logits[i:i + ROWS].float()
+            lse[i:i + ROWS] = torch.logsumexp(block, dim=-1)
+            if entropy is not None:
+                entropy[i:i + ROWS] = lse[i:i + ROWS] - (torch.softmax(block, dim=-1) * block).sum(-1)
+        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float() - lse
+        ctx.save_for_backward(logits, targets, lse)
+        if entropy is None:
+            entropy = lse.new_zeros(())
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad_logp: Tensor, _grad_entropy: Tensor) -> tuple[Tensor, None, None]:
+        logits, targets, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for i in range(0, logits.shape[0], ROWS):
+            g = grad_logp[i:i + ROWS, None].float()
+            block = torch.exp(logits[i:i + ROWS].float() - lse[i:i + ROWS, None])  # softmax, a fresh tensor
+            block.mul_(-g).scatter_add_(-1, targets[i:i + ROWS, None], g)
+            grad[i:i + ROWS] = block
+        return grad, None, None
+
+
+class _Chunk:
+    """One chunk's computation for `checkpoint`: the entropy (no grad) on the first call only — the
+    backward's recompute needs the logits and log-sum-exp it saves, never the entropy."""
+
+    def __init__(self, head: Head, with_entropy: bool) -> None:
+        self.head, self.with_entropy = head, with_entropy
+
+    def __call__(self, hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        logp, entropy = TargetLogSoftmax.apply(self.head(hidden), targets, self.with_entropy)
+        self.with_entropy = False
+        return logp, entropy
+
+
 def token_logprobs(hidden: Tensor, head: Head, targets: Tensor, chunk_tokens: int,
                    with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
     """(log π(targets) [K] float32, entropy [K] or None) — see the module docstring."""
     k = hidden.shape[0]
-    if chunk_tokens <= 0 or chunk_tokens >= k:
-        logp, entropy = _chunk(head, hidden, targets, with_entropy)
+    if chunk_tokens <= 0:
+        logp, entropy = _whole(head, hidden, targets, with_entropy)
         return logp, entropy if with_entropy else None
     logps, entropies = [], []
-    recompute = torch.is_grad_enabled()
+    recompute = torch.is_grad_enabled() and k > chunk_tokens  # one chunk: its saved logits are all there is
     for start in range(0, k, chunk_tokens):
         h, t = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
-        if recompute:
-            logp, entropy = checkpoint(_chunk, head, h, t, with_entropy, use_reentrant=False)
-        else:
-            logp, entropy = _chunk(head, h, t, with_entropy)
+        chunk = _Chunk(head, with_entropy)
+        logp, entropy = checkpoint(chunk, h, t, use_reentrant=False) if recompute else chunk(h, t)
         logps.append(logp)
         entropies.append(entropy)
     return torch.cat(logps), torch.cat(entropies) if with_entropy else None

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks import trainer as bench
 
 
@@ -44,3 +46,22 @@ def test_ratios_and_notes_come_from_the_rows(monkeypatch, tmp_path: Path) -> Non
     assert bf16_jobs and all("bf16_via_float32" in j for j in bf16_jobs)
     assert all(j["warmup"] == bench.WARMUP[True] for j in jobs if j.get("lengths") == bench.LENGTHS[True])
     assert any(n.startswith("wall time: rows ddp-fp32 5 s") for n in result.notes)
+
+
+def test_rows_runs_only_the_named_parts_and_their_ratios(monkeypatch, tmp_path: Path) -> None:
+    labels: list[str] = []
+
+    def spawn(job: dict[str, Any], work: Path, label: str) -> list[dict[str, Any]]:
+        labels.append(label)
+        return [_rank(r, job["train"]) for r in (0, 1)]
+
+    monkeypatch.setattr(bench, "_spawn", spawn)
+    monkeypatch.setattr(bench, "build_model", lambda directory, shape, seed=0: directory)
+    monkeypatch.setattr(bench, "_logprob_peaks", lambda shape, tokens, work: {0: 400.0, 512: 50.0})
+    result = bench.run(quick=True, rows="fsdp2-bf16-ac,fsdp2-bf16")
+    assert labels == ["fsdp2-bf16", "fsdp2-bf16-ac"]
+    assert result.ratios == {"ac_activation_peak_reduction": 4.0}
+    assert any("--rows: only fsdp2-bf16, fsdp2-bf16-ac ran" in n for n in result.notes)
+    for bad in ("fsdp2-bf16,nope", "confirmation", ""):
+        with pytest.raises(ValueError, match="--rows"):
+            bench.parse_rows(bad)

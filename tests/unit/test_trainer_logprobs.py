@@ -62,3 +62,56 @@ def test_chunks_bound_the_logits_alive_in_forward_and_backward(chunk, bounded):
         assert biggest_saved < chunk * V
     else:
         assert calls == [K] and biggest_saved >= K * V
+
+
+def test_bf16_head_chunked_equals_full():
+    """The compute-dtype path (bf16 logits kept as they are, float32 per block) gives what plain autograd over
+    the float32 copy of the same logits gives."""
+    def go(chunk):
+        hidden, head, targets = setup()
+        head = head.to(torch.bfloat16)
+        h = hidden.detach().to(torch.bfloat16).requires_grad_()
+        logp, entropy = token_logprobs(h, head, targets, chunk)
+        (logp * torch.linspace(-1, 1, K)).sum().backward()
+        assert logp.dtype == torch.float32 and h.grad.dtype == torch.bfloat16
+        return logp.detach(), entropy, h.grad.float(), head.weight.grad.float()
+
+    full, chunked = go(0), go(8)
+    for a, b in zip(full[:3], chunked[:3]):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+    # the head's gradient sums one bf16 product per chunk: within bf16's rounding of the whole product
+    assert torch.allclose(full[3], chunked[3], rtol=2**-7, atol=2**-7)
+
+
+def test_float32_copies_cover_a_block_of_rows_and_the_entropy_is_not_recomputed(monkeypatch):
+    """Inside a chunk no float32 [n × V] tensor has more than ROWS rows (forward, recompute and backward), no
+    compute-dtype one more than the chunk, and the softmax of the entropy runs in the forward only."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import rollart.trainer.logprobs as logprobs
+
+    monkeypatch.setattr(logprobs, "ROWS", 3)
+    chunk = 8
+    rows: dict[torch.dtype, int] = {}
+    softmaxes = []
+
+    hidden, head, targets = setup()
+    head = head.to(torch.bfloat16)
+    h = hidden.detach().to(torch.bfloat16).requires_grad_()
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten._softmax.default:
+                softmaxes.append(out.shape[0])
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[-1] == V and not func.is_view:
+                    rows[t.dtype] = max(rows.get(t.dtype, 0), t.shape[0])
+            return out
+
+    with Watch():
+        logp, entropy = token_logprobs(h, head, targets, chunk)
+        logp.sum().backward()
+    assert rows[torch.float32] == 3 and rows[torch.bfloat16] == chunk
+    assert sum(softmaxes) == K and max(softmaxes) <= 3  # each token's entropy once, a block at a time
+    assert entropy.shape == (K,)
