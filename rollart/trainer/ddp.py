@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from rollart.config import TrainConfig
-from rollart.trainer.strategy import squared_sum
+from rollart.trainer.gradnorm import squared_sum
 
 
 class DdpStrategy:

@@ -16,8 +16,14 @@ root's stay gathered from its forward to the end of its backward.
 - Gradient accumulation: gradients are reduce-scattered after *every* micro-batch, so they stay sharded
   (skipping the sync would accumulate full, unsharded gradients on every rank — the memory FSDP exists to
   save); the micro-batch plan gives every rank the same number of micro-batches (packing.plan).
-- Gloo has no PREMUL_SUM: FSDP2's default averaging (divide, sum) is used; the trainer's loss scaling is
-  the same as under DDP.
+- Gloo has no PREMUL_SUM: FSDP2's default averaging is used; the trainer's loss scaling is the same as
+  under DDP.
+- Gloo (CPU ranks): FSDP2's all-gathers and reduce-scatters run in place, as all-reduces over the buffers
+  FSDP2 allocates for them (`InPlaceAllGather`, `InPlaceReduceScatter`). Gloo's own collectives copy: measured
+  here, a reduce-scatter of an 84 MB float32 input (the 32 K × 640 embedding's gradient) took 124 MB more
+  and 529 ms, the all-reduce in place 2 MB and 128 ms; an all-gather into a 42 MB bf16 output 80 MB more and
+  180 ms, in place 2 MB and 138 ms. The results are bit for bit the same (the all-gather sums bytes with
+  zeros; a 2-rank average is one addition either way). NCCL's collectives are used as they are.
 """
 
 from __future__ import annotations
@@ -34,7 +40,44 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from torch.distributed.tensor import DTensor
 
 from rollart.config import TrainConfig
-from rollart.trainer.strategy import squared_sum
+from rollart.trainer.gradnorm import squared_sum
+
+
+class InPlaceAllGather:
+    """FSDP2's all-gather (its `set_custom_all_gather` protocol) for gloo: this rank's shard is already in its
+    slot of the output (FSDP2 copies it there); every other slot is zeroed and the output's bytes are summed
+    over the ranks in place — each byte is one rank's value plus zeros, so the result is exact."""
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 async_op: bool = False) -> dist.Work | None:
+        rank, n = group.rank(), input_tensor.numel()
+        slot = output_tensor.view(-1).narrow(0, rank * n, n)
+        if slot.data_ptr() != input_tensor.data_ptr():
+            slot.copy_(input_tensor.view(-1))
+        everything = output_tensor.view(-1).view(torch.uint8)
+        width = n * input_tensor.element_size()
+        everything[:rank * width].zero_()
+        everything[(rank + 1) * width:].zero_()
+        return dist.all_reduce(everything, group=group, async_op=async_op)
+
+
+class InPlaceReduceScatter:
+    """FSDP2's reduce-scatter (its `set_custom_reduce_scatter` protocol) for gloo: the input — a buffer FSDP2
+    allocates for this call and never reads again — is all-reduced in place with FSDP2's op, then this rank's
+    part is copied out."""
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 op: dist.ReduceOp, async_op: bool = False) -> dist.Work | None:
+        dist.all_reduce(input_tensor, op=op, group=group)
+        n = output_tensor.numel()
+        output_tensor.view(-1).copy_(input_tensor.view(-1).narrow(0, group.rank() * n, n))
+        return None
 
 
 class Fsdp2Strategy:
@@ -56,9 +99,11 @@ class Fsdp2Strategy:
         self.param_device = torch.device("cpu") if train.offload else device
 
     def shard(self, module: nn.Module, layers: Sequence[nn.Module]) -> None:
-        for layer in layers:
-            fully_shard(layer, mesh=self.mesh, mp_policy=self.mp, offload_policy=self.offload)
-        fully_shard(module, mesh=self.mesh, mp_policy=self.mp, offload_policy=self.offload)
+        for unit in [*layers, module]:
+            fully_shard(unit, mesh=self.mesh, mp_policy=self.mp, offload_policy=self.offload)
+            if self.world_size > 1 and dist.get_backend() == "gloo":
+                unit.set_custom_all_gather(InPlaceAllGather())  # type: ignore[operator]
+                unit.set_custom_reduce_scatter(InPlaceReduceScatter())  # type: ignore[operator]
 
     def wrap(self, module: nn.Module) -> nn.Module:
         return module

@@ -13,8 +13,9 @@ With more than one chunk, each runs under a non-reentrant activation checkpoint:
 logprobs, and the backward recomputes that one chunk's logits, takes its gradient, and frees them before the
 next chunk (K ≤ `chunk_tokens`: one chunk, its logits kept for the backward, nothing recomputed).
 Within a chunk, `TargetLogSoftmax` computes from the head's logits in their own dtype: the float32 copies it
-makes (for the log-sum-exp, the entropy, the softmax of the gradient) cover `ROWS` tokens at a time, so a
-chunk holds its logits, their gradient (both in the compute dtype) and a few [ROWS × V] float32 blocks —
+makes (for the log-sum-exp, the entropy, the softmax of the gradient) cover `BLOCK` logits (8 MB) at a time —
+64 tokens at a 32 K vocabulary, a whole chunk at the tiny model's 1 K — so a chunk holds its logits, their
+gradient (both in the compute dtype) and a few float32 blocks —
 not the float32 logits, softmax and gradient terms autograd would keep whole (about 2.5× less at the
 bench's 512-token chunks and 32 K vocabulary, in bf16). The entropy is computed in the forward only, not
 again in the recompute.
@@ -33,7 +34,11 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 Head = Callable[[Tensor], Tensor]
-ROWS = 64  # tokens whose float32 logits exist at once inside a chunk: 8 MB at a 32 K vocabulary
+BLOCK = 1 << 21  # float32 logits (8 MB) a chunk's block of tokens holds at once: 64 tokens at a 32 K vocabulary
+
+
+def _rows(vocab: int) -> int:
+    return max(1, BLOCK // vocab)
 
 
 def _whole(head: Head, hidden: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
@@ -50,7 +55,7 @@ def _whole(head: Head, hidden: Tensor, targets: Tensor, with_entropy: bool) -> t
 
 class TargetLogSoftmax(torch.autograd.Function):
     """(log softmax(logits)[target] [n] float32, entropy [n] float32 or a 0-d zero, not differentiable) from
-    logits [n, V] in any float dtype; float32 copies of at most `ROWS` rows alive at a time, forward and
+    logits [n, V] in any float dtype; float32 copies of at most `BLOCK` logits alive at a time, forward and
     backward. The backward saves the logits as they came (the compute dtype) and the log-sum-exp [n].
 
     Gradient: d log π(t)/d logits = onehot(t) − softmax(logits), times the incoming gradient — the same
@@ -58,14 +63,14 @@ class TargetLogSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, logits: Tensor, targets: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor]:
-        n = logits.shape[0]
+        n, rows = logits.shape[0], _rows(logits.shape[-1])
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         entropy = torch.empty(n, dtype=torch.float32, device=logits.device) if with_entropy else None
-        for i in range(0, n, ROWS):
-            block = logits[i:i + ROWS].float()
-            lse[i:i + ROWS] = torch.logsumexp(block, dim=-1)
+        for i in range(0, n, rows):
+            block = logits[i:i + rows].float()
+            lse[i:i + rows] = torch.logsumexp(block, dim=-1)
             if entropy is not None:
-                entropy[i:i + ROWS] = lse[i:i + ROWS] - (torch.softmax(block, dim=-1) * block).sum(-1)
+                entropy[i:i + rows] = lse[i:i + rows] - (torch.softmax(block, dim=-1) * block).sum(-1)
         logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float() - lse
         ctx.save_for_backward(logits, targets, lse)
         if entropy is None:
@@ -77,11 +82,12 @@ class TargetLogSoftmax(torch.autograd.Function):
     def backward(ctx: Any, grad_logp: Tensor, _grad_entropy: Tensor) -> tuple[Tensor, None, None]:
         logits, targets, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        for i in range(0, logits.shape[0], ROWS):
-            g = grad_logp[i:i + ROWS, None].float()
-            block = torch.exp(logits[i:i + ROWS].float() - lse[i:i + ROWS, None])  # softmax, a fresh tensor
-            block.mul_(-g).scatter_add_(-1, targets[i:i + ROWS, None], g)
-            grad[i:i + ROWS] = block
+        rows = _rows(logits.shape[-1])
+        for i in range(0, logits.shape[0], rows):
+            g = grad_logp[i:i + rows, None].float()
+            block = torch.exp(logits[i:i + rows].float() - lse[i:i + rows, None])  # softmax, a fresh tensor
+            block.mul_(-g).scatter_add_(-1, targets[i:i + rows, None], g)
+            grad[i:i + rows] = block
         return grad, None, None
 
 

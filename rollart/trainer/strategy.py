@@ -14,7 +14,7 @@ What a strategy answers (tensors are the module's own parameters, buffers and op
 `shard` the freshly built (meta) module, `param_device` to materialise it on, `wrap` it for training
 forwards, `compute()` (the forward's precision context), `sync(module, last)` (whether this micro-batch's
 backward synchronises gradients), `squared_norm(tensors)` (Σ‖t‖² of the full tensors, in float64 —
-`squared_sum` per tensor — the same on every rank), `full(t)` (the whole tensor, on every rank: a
+`gradnorm.squared_sum` per tensor — the same on every rank), `full(t)` (the whole tensor, on every rank: a
 collective under fsdp2, so every rank calls it in the same order), `rows(t)` (the rows of the full tensor
 this rank holds; None = all of it, and then rank 0 alone writes it), `local(t)` (those rows as a plain
 tensor, writable in place) and `like(param, rows)` (an optimizer state for `param` from this rank's rows).
@@ -52,20 +52,6 @@ class ParallelStrategy(Protocol):
     def local(self, t: torch.Tensor) -> torch.Tensor: ...
 
     def like(self, param: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
-
-
-NORM_BLOCK = 1 << 20  # elements per float64 block of `squared_sum`: 8 MB
-
-
-def squared_sum(t: torch.Tensor) -> torch.Tensor:
-    """Σ t² in float64 (a 0-d tensor on t's device), block by block: a float64 copy of the whole tensor would
-    cost twice its float32 bytes (82 MB for a 32 K × 640 embedding's gradient shard) at the end of every
-    step; this holds one block of `NORM_BLOCK` elements at a time."""
-    total = torch.zeros((), dtype=torch.float64, device=t.device)
-    for block in t.reshape(-1).split(NORM_BLOCK):
-        b = block.double()
-        total += torch.dot(b, b)
-    return total
 
 
 def make_strategy(train: TrainConfig, rank: int, world_size: int, device: torch.device) -> ParallelStrategy:

@@ -84,13 +84,13 @@ def test_bf16_head_chunked_equals_full():
 
 
 def test_float32_copies_cover_a_block_of_rows_and_the_entropy_is_not_recomputed(monkeypatch):
-    """Inside a chunk no float32 [n × V] tensor has more than ROWS rows (forward, recompute and backward), no
+    """Inside a chunk no float32 [n × V] tensor holds more than BLOCK logits (forward, recompute and backward), no
     compute-dtype one more than the chunk, and the softmax of the entropy runs in the forward only."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import rollart.trainer.logprobs as logprobs
 
-    monkeypatch.setattr(logprobs, "ROWS", 3)
+    monkeypatch.setattr(logprobs, "BLOCK", 3 * V + V // 2)  # 3 tokens' logits
     chunk = 8
     rows: dict[torch.dtype, int] = {}
     softmaxes = []
