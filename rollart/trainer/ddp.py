@@ -60,3 +60,6 @@ class DdpStrategy:
 
     def like(self, param: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return rows.to(param.device)
+
+    def release(self, module: nn.Module) -> None:
+        """Nothing is gathered: every rank holds all of it."""

@@ -142,6 +142,11 @@ class Fsdp2Strategy:
     def local(self, t: torch.Tensor) -> torch.Tensor:
         return t.to_local() if isinstance(t, DTensor) else t
 
+    def release(self, module: nn.Module) -> None:
+        """Free `module`'s gathered parameters now (FSDP2's `reshard`, not recursive). In a backward its gradients
+        stay where FSDP2 collects them at its post-backward, which then reduce-scatters them as usual."""
+        module.reshard()  # type: ignore[operator]
+
     def like(self, param: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         if not isinstance(param, DTensor):
             return rows.to(param.device)

@@ -6,7 +6,12 @@ Out from `PolicyModule`: log π(target) [K] (float32, with grad) and the entropy
 final hidden states at those positions against the LM head, `train.logprob_chunk_tokens` at a time
 (trainer/logprobs.py) — never logits for a whole micro-batch. Everything runs inside this root module's
 forward, so a sharding strategy that gathers the root's parameters (the embedding, tied to the head) for
-its forward holds them for the chunked head too.
+its forward holds them for the chunked head too. In the backward the root's parameters are read by the head
+and the final norm only — the embedding lookup's gradient needs the token ids, not the weights — so once the
+gradient reaches the final norm's input, `build_policy` has the strategy release them (`strategy.release`:
+under fsdp2 the gathered copy is freed while the decoder layers run their backward, instead of at the end).
+It does so only when every parameter outside the decoder layers belongs to a plain embedding, the head or
+the final norm; a model with any other (an embedding layer norm, a LoRA-adapted embedding) keeps them.
 
 `build_policy` makes the module without ever holding a full copy of the weights that the strategy would
 not keep: the model is created on the meta device, sharded (or not) by the strategy, materialised empty,
@@ -47,6 +52,7 @@ class PolicyModule(nn.Module):
         super().__init__()
         self.lm = lm
         self.chunk_tokens = chunk_tokens
+        self.releases = False  # whether the root's parameters are released in the backward (build_policy)
         layer_types = getattr(lm.config, "layer_types", None) or ["full_attention"]
         self._packed_masks = dict.fromkeys(layer_types)
         self.sliding = "sliding_attention" in self._packed_masks
@@ -142,11 +148,43 @@ def build_policy(cfg: RunConfig, model_path: str | Path, strategy: Any, *, train
     policy = PolicyModule(lm, cfg.train.logprob_chunk_tokens)
     if not trainable:
         policy.requires_grad_(False).eval()
-    strategy.shard(policy, decoder_layers(lm))
+    layers = decoder_layers(lm)
+    norm = _release_point(lm, layers) if trainable else None
+    strategy.shard(policy, layers)
+    if norm is not None:
+        _release_after(norm, policy, strategy)
     policy.to_empty(device=strategy.param_device)
     _retie(lm)
     _recompute_buffers(policy, strategy.param_device)
     return policy
+
+
+def _release_point(lm: nn.Module, layers: Sequence[nn.Module]) -> nn.Module | None:
+    """The decoder's final norm, if the root's parameters are read by nothing after it in the backward: every
+    parameter outside `layers` belongs to a plain `nn.Embedding` (its backward reads only the token ids), the
+    head or this norm (module docstring). None otherwise."""
+    norm = getattr(lm.get_decoder(), "norm", None)
+    head = lm.get_output_embeddings()
+    if not isinstance(norm, nn.Module) or head is None:
+        return None
+    layered = {id(p) for layer in layers for p in layer.parameters()}
+    allowed = {id(p) for p in [*head.parameters(), *norm.parameters()]}
+    allowed |= {id(m.weight) for m in lm.modules() if type(m) is nn.Embedding}
+    if all(id(p) in layered or id(p) in allowed for p in lm.parameters()):
+        return norm
+    return None
+
+
+def _release_after(norm: nn.Module, policy: PolicyModule, strategy: Any) -> None:
+    """Have `strategy` release the root's parameters once a backward has passed the final norm."""
+
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        hidden = args[0] if args else None
+        if torch.is_grad_enabled() and isinstance(hidden, Tensor) and hidden.requires_grad:
+            hidden.register_hook(lambda grad: strategy.release(policy))
+
+    norm.register_forward_hook(hook)
+    policy.releases = True
 
 
 def _retie(lm: nn.Module) -> None:

@@ -17,7 +17,9 @@ backward synchronises gradients), `squared_norm(tensors)` (Σ‖t‖² of the fu
 `gradnorm.squared_sum` per tensor — the same on every rank), `full(t)` (the whole tensor, on every rank: a
 collective under fsdp2, so every rank calls it in the same order), `rows(t)` (the rows of the full tensor
 this rank holds; None = all of it, and then rank 0 alone writes it), `local(t)` (those rows as a plain
-tensor, writable in place) and `like(param, rows)` (an optimizer state for `param` from this rank's rows).
+tensor, writable in place), `like(param, rows)` (an optimizer state for `param` from this rank's rows) and
+`release(module)` (in a backward: `module`'s own gathered parameters will not be read again before its next
+forward — fsdp2 frees them; ddp gathers nothing).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class ParallelStrategy(Protocol):
     def local(self, t: torch.Tensor) -> torch.Tensor: ...
 
     def like(self, param: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
+
+    def release(self, module: nn.Module) -> None: ...
 
 
 def make_strategy(train: TrainConfig, rank: int, world_size: int, device: torch.device) -> ParallelStrategy:

@@ -207,3 +207,32 @@ def test_memory_switches_do_not_change_the_gradient(tiny_model_path, switch):
     if "activation_checkpointing" in switch:  # every layer forward ran again in the backward
         assert layer_calls[1] == 2 * layer_calls[0] > 0
     assert m2["train/loss"] == pytest.approx(m1["train/loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_fsdp2_frees_the_roots_gathered_weights_once_the_backward_passed_the_norm(tiny_model_path, monkeypatch,
+                                                                                  checkpointing):
+    """While the decoder layers run their backward the root's gathered embedding/head is freed (the module
+    holds its shard again) — and the gradients are bit for bit those of a run that keeps it to the end."""
+    import rollart.trainer.policy as policy_module
+    from torch.distributed.tensor import DTensor
+
+    results, seen = [], []
+    for release in (True, False):
+        if not release:
+            monkeypatch.setattr(policy_module, "_release_point", lambda lm, layers: None)
+        cfg = RunConfig(model={"path": str(tiny_model_path)},
+                        train={"strategy": "fsdp2", "activation_checkpointing": checkpointing})
+        trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+        assert trainer.policy.releases is release
+        embed = trainer.model.get_input_embeddings()
+        first = trainer.model.model.layers[0]
+        during: list[bool] = []
+        first.register_full_backward_pre_hook(lambda m, g: during.append(isinstance(embed.weight, DTensor)))
+        results.append(grads_after(trainer, big_batch()))
+        seen.append(during)
+    assert seen[0] and all(seen[0])  # released in every micro-batch's backward before the first layer's
+    assert seen[1] and not any(seen[1])
+    (g1, m1), (g2, m2) = results
+    assert g1.keys() == g2.keys() and all(torch.equal(g1[n], g2[n]) for n in g1)
+    assert m1["train/loss"] == m2["train/loss"]
