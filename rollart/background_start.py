@@ -14,15 +14,20 @@ Guarantees:
 - The thread is a daemon: the interpreter never waits for a part that was abandoned.
 - `join` is bounded (`timeout_s`, with a message naming the part); the function's own waits are bounded too
   (placement and start timeouts), which is what keeps the thread from running on for ever.
+- Stopping an abandoned or failed part never raises out of the thread or out of `abandon` (a stop callback
+  may fail when Ray has already been shut down by a Ctrl-C): it is one warning naming the part, so the
+  caller's own error is the one the user sees, and `join` is always told the part ended.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import ExitStack
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("rollart")
 
 
 class BackgroundStart(Generic[T]):
@@ -43,8 +48,8 @@ class BackgroundStart(Generic[T]):
         try:
             result = self._start(stack)
         except BaseException as exc:  # handed to the caller by join
-            stack.close()
             self._error = exc
+            self._stop(stack, "it failed to start")
             self._done.set()
             return
         with self._lock:
@@ -52,7 +57,7 @@ class BackgroundStart(Generic[T]):
             if not abandoned:
                 self._stack, self._result = stack, result
         if abandoned:  # the caller has gone: stop what was started (nobody else will)
-            stack.close()
+            self._stop(stack, "the caller gave up on it")
         self._done.set()
 
     def join(self, into: ExitStack, timeout_s: float) -> T:
@@ -74,4 +79,10 @@ class BackgroundStart(Generic[T]):
             self._abandoned = True
             stack, self._stack = self._stack, None
         if stack is not None:
+            self._stop(stack, "the caller gave up on it")
+
+    def _stop(self, stack: ExitStack, when: str) -> None:
+        try:
             stack.close()
+        except Exception as exc:  # noqa: BLE001 - the part is gone either way; the caller's error matters more
+            log.warning("%s: could not stop what it had started (%s): %s: %s", self.what, when, type(exc).__name__, exc)

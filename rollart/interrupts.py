@@ -7,8 +7,11 @@ A phase that runs synchronously on the event loop's thread — starting Ray, pla
 warm start, stopping what was started — went on for as long as it took (minutes, at a large config) with
 Ctrl-C pressed. Here:
 - the first SIGINT cancels the main task if the loop is waiting (so every `finally` runs: the system is
-  stopped, the run directory keeps what was done); if the loop's thread is running synchronous code,
-  `KeyboardInterrupt` is raised in that code instead, which unwinds through the same `finally` blocks;
+  stopped, the run directory keeps what was done); if the main task is running synchronous code,
+  `KeyboardInterrupt` is raised in that code instead, which unwinds through the same `finally` blocks; if
+  another task holds the loop's thread for a moment (an episode's HTTP call importing a module), the main
+  task is cancelled at the loop's next turn — raised there, the interrupt would end that task with an
+  exception nobody reads, which asyncio prints with its traceback;
 - a second SIGINT, or a job still not ended `grace_s` after the first (a teardown that hangs), raises
   `KeyboardInterrupt` at once, wherever the main thread is.
 Off the main thread (where no signal arrives) it is plain `asyncio.run`.
@@ -71,10 +74,10 @@ class _Interrupts:
             raise KeyboardInterrupt
         log.warning("interrupted: stopping what this job started (Ctrl-C again to stop at once)")
         threading.Thread(target=self._deadline, name="interrupt-deadline", daemon=True).start()
-        if asyncio.current_task(self.loop) is None:  # the loop is waiting: the task stops at its await
+        if asyncio.current_task(self.loop) is not self.task:  # waiting, or another task's step: stop at an await
             self.loop.call_soon_threadsafe(self.task.cancel)
             return
-        raise KeyboardInterrupt  # synchronous code on the loop's thread: unwind it now
+        raise KeyboardInterrupt  # the job's own synchronous code on the loop's thread: unwind it now
 
     def _deadline(self) -> None:
         if not self.done.wait(self.grace_s):

@@ -285,8 +285,8 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             stack.callback(journal.close)  # (after everything that could still write to it has stopped)
         log.info("run id %s, attempt %d", resumed.run_id, resumed.attempt)
         reward = RewardRouter(cfg, run_id=resumed.run_id, attempt=resumed.attempt).start()
-        # an embedded Ray ends with the run, and Serve with it: only the app is deleted (see RewardService.stop)
-        stack.callback(reward.stop, shutdown_serve=runtime.mode != "embedded")
+        # an embedded Ray ends with the run, and Serve with it (see RewardService.stop)
+        stack.callback(reward.stop, ray_ends_next=runtime.mode == "embedded")
         # its own waits are bounded: three placements' start-up, each with its placement and start timeouts
         bound = 3 * (cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s)
         assert rollout_side is not None

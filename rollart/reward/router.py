@@ -150,11 +150,11 @@ class RewardRouter:
             log.info("reward service at %s", self.service.url)
         return self
 
-    def stop(self, shutdown_serve: bool = True) -> None:
-        """Stop what `start` started. `shutdown_serve=False`: leave Serve itself to the end of the Ray
-        instance (see `RewardService.stop`)."""
+    def stop(self, ray_ends_next: bool = False) -> None:
+        """Stop what `start` started. `ray_ends_next=True`: leave the Serve app and its actors to the end of
+        the Ray instance, which the caller shuts down next (see `RewardService.stop`)."""
         if self._own_service and self.service is not None:
-            self.service.stop(shutdown_serve)
+            self.service.stop(ray_ends_next)
             self.service, self.serverless, self._own_service = None, None, False
         self._fns.close()
 

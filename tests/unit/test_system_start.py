@@ -67,3 +67,44 @@ def test_an_abandoned_part_stops_what_it_started_now_or_when_it_returns():
         time.sleep(0.01)
     done.abandon()
     assert stopped == ["slow", "quick"]
+
+
+def _failing_stop(stack: ExitStack, release: threading.Event | None = None) -> None:
+    def stop() -> None:
+        raise ConnectionError("Ray has been shut down")
+
+    stack.callback(stop)
+    if release is not None:
+        release.wait(10)
+
+
+def test_a_stop_that_fails_is_one_warning_and_never_a_thread_traceback(caplog, monkeypatch):
+    unhandled: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: unhandled.append(args.exc_value))
+
+    # a part that fails and whose stop fails too: the caller still gets the part's own error, at once
+    def start_then_fail(stack: ExitStack) -> None:
+        _failing_stop(stack)
+        raise RuntimeError("no room on pool env")
+
+    with pytest.raises(RuntimeError, match="no room on pool env"):
+        BackgroundStart("env workers", start_then_fail).join(into=ExitStack(), timeout_s=10)
+
+    # a part abandoned while it starts, whose stop fails when it returns (Ctrl-C shut Ray down meanwhile)
+    release = threading.Event()
+    part = BackgroundStart("inference engines", lambda stack: _failing_stop(stack, release))
+    part.abandon()
+    release.set()
+    part._thread.join(10)
+    assert not part._thread.is_alive()
+
+    # and one abandoned after it finished: abandon() itself does not raise
+    done = BackgroundStart("reward service", _failing_stop)
+    done._done.wait(10)
+    done.abandon()
+
+    assert unhandled == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("env workers: could not stop what it had started (it failed to start): ConnectionError" in w for w in warnings), warnings
+    assert any(w.startswith("inference engines: could not stop what it had started (the caller gave up") for w in warnings), warnings
+    assert any(w.startswith("reward service: could not stop") for w in warnings), warnings
