@@ -20,7 +20,7 @@ from test_train_e2e import console_problems, metrics_by_step
 pytestmark = [pytest.mark.slow]
 RECIPE = Path(__file__).parents[2] / "examples" / "gsm_tiny"
 SHORT = ["train.steps=2", "train.warm_start.steps=2", "eval.every=2", "eval.episodes_per_domain=4",
-         "rollout.batch_size=8", "train.checkpoint_every=1"]
+         "rollout.batch_size=8", "rollout.group_size=4", "train.checkpoint_every=1"]
 
 
 def train(run: Path, *overrides: str, cwd: Path) -> dict:
@@ -46,7 +46,9 @@ def test_the_gsm_recipe_trains_on_its_rows_and_checkpoints_where_it_is(tmp_path:
                             "--show", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr
     assert "300 training rows from data/train.jsonl (none dropped)" in shown.stdout
-    assert "<|im_start|>system\nAnswer with the number in \\boxed{}.<|im_end|>" in shown.stdout
+    # the question alone as the user message, the template's generation prompt after it, no system message
+    assert "How many now?<|im_end|>\n<|im_start|>assistant\n" in shown.stdout
+    assert "<|im_start|>system" not in shown.stdout
     run = tmp_path / "run"
     summary = train(run, *SHORT, cwd=tmp_path)
     assert summary["steps"] == 2 and 0 <= summary["eval_first"] <= 1 and 0 <= summary["eval_last"] <= 1

@@ -22,7 +22,7 @@ from rollart.models.loading import GENERIC_TOKENIZER_MODEL_TYPES
 
 ROOT = Path(__file__).parents[2]
 QWEN3_TEMPLATE = (ROOT / "tests" / "fixtures" / "qwen3_chat_template.jinja").read_text()
-SYSTEM = "Answer with the number in \\boxed{}."  # examples/gsm_tiny/run.yaml's
+SYSTEM = "Answer with the number in \\boxed{}."  # a system prompt, as a domain's `system_prompt` sets one
 
 
 def recipe_questions(n: int) -> list[str]:
