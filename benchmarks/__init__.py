@@ -2,7 +2,7 @@
 
 This package sits in the repository beside its results (`RESULTS.md`, the JSON files, `gpu/`), not in the
 rollart package: the wheel does not ship it, and nothing in rollart imports it (`.importlinter`). The
-`rollart bench` command of a checkout finds it beside the running rollart (rollart/commands/bench.py).
+`rollart bench` command of a checkout finds it beside the running rollart (rollart/cli/commands/bench.py).
 
 `registry.py` is the one list of benchmarks, their one-line summaries and the options each takes;
 `cli.py` parses `rollart bench`'s arguments and runs one; `common.py` holds the result record and the JSON

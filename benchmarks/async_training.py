@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import BenchResult
-from rollart.config_loader import load_config
-from rollart.driver import train
+from rollart.config.loader import load_config
+from rollart.job.driver import train
 from rollart.observability import read_metrics
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 
 ARMS = {"async": ["rollout.alpha=1", "rollout.barrier=none"], "sync": ["rollout.alpha=0", "rollout.barrier=batch"]}
 

@@ -38,8 +38,8 @@ from typing import Any
 from benchmarks.common import BenchResult
 from benchmarks.faults import Injector, plan
 from benchmarks.nodes import FAST_NODE_DEATH, LoopbackCluster
-from rollart.config_loader import load_config
-from rollart.driver import train
+from rollart.config.loader import load_config
+from rollart.job.driver import train
 from rollart.observability import read_metrics
 from rollart.observability.ledger import audit_ledger
 

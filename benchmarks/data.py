@@ -91,7 +91,7 @@ from pathlib import Path
 def peak_mb():
     return next(int(l.split()[1]) / 1024 for l in Path("/proc/self/status").read_text().splitlines()
                 if l.startswith("VmHWM:"))
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.envs.chat import ChatTokens
 from rollart.envs.spec import domain_env_factory
 from rollart.models import load_tokenizer, resolve_model_path

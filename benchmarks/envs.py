@@ -104,7 +104,7 @@ async def _remote_overhead(steps: int) -> list[float]:
     from rollart.config import EnvServerConfig, EnvsConfig
     from rollart.envs.expert import random_action
     from rollart.envs.protocol import AsyncEnv
-    from rollart.envs.server import EnvServer
+    from rollart.envs.serving.server import EnvServer
     from rollart.envs.spec import make_env, resolve_env
 
     token = "bench-envs"

@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from benchmarks.common import BenchResult
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.envs.agents.gateway import AgentGateway
 from rollart.envs.agents.session import SessionLimits
 from rollart.envs.chat import ChatTokens

@@ -19,10 +19,10 @@ import tempfile
 
 from benchmarks.common import BenchResult
 from rollart.config import RunConfig
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.control.rollout import start_rollout
 from rollart.resources import Runtime
-from rollart.system import System, build_system
+from rollart.job.system import System, build_system
 
 SIGMAS = (0.1, 0.5, 1.0)
 

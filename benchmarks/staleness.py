@@ -8,7 +8,7 @@ Seeds 0, 1, 2 (`seed=` of the run: rollout sampling, env seeds, mini-batch split
 
 The job: the default job (`make demo`) shortened to `STEPS` RL steps with an evaluation every `EVAL_EVERY`
 steps on `EPISODES` greedy episodes per domain. Every arm and seed starts RL from one warm-started base
-(the default job's 100-step warm start, built once in this process by `rollart.driver.warm_start_checkpoint`
+(the default job's 100-step warm start, built once in this process by `rollart.job.driver.warm_start_checkpoint`
 and cached under the work directory): the tiny model needs its warm start, and a shared start removes the
 warm start's variance and time from the comparison.
 
@@ -59,7 +59,7 @@ from typing import Any, Iterator
 
 from benchmarks.common import BenchResult, machine_info
 from rollart.observability import read_metrics
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 
 STEPS, EVAL_EVERY, EPISODES = 150, 25, 32
 QUICK_STEPS, QUICK_EVAL_EVERY, QUICK_EPISODES = 20, 10, 16
@@ -227,8 +227,8 @@ def heavy_lock(path: str) -> Iterator[None]:
 
 def ensure_base(work: Path) -> Path:
     """The study's warm-started base: the default job's warm start, built once (in this process) and cached."""
-    from rollart.config_loader import load_config
-    from rollart.driver import warm_start_checkpoint
+    from rollart.config.loader import load_config
+    from rollart.job.driver import warm_start_checkpoint
 
     cfg = load_config(None, [])
     key = hashlib.sha256(f"{cfg.model.model_dump_json()}|{cfg.train.warm_start.model_dump_json()}|"

@@ -183,7 +183,7 @@ def _demo_samples() -> list[Any]:
     from rollart.config import RunConfig
     from rollart.models import resolve_model_path
     from rollart.types import TrainSample
-    from rollart.warm_start import demonstration_batches
+    from rollart.job.warm_start import demonstration_batches
 
     cfg = RunConfig()
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={

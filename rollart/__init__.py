@@ -12,10 +12,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "RunConfig": "rollart.config",
-    "load_config": "rollart.config_loader",
-    "ConfigError": "rollart.config_loader",
-    "train": "rollart.driver",  # train(cfg) -> summary dict (blocking)
-    "evaluate": "rollart.driver",  # evaluate(cfg) -> Evaluation (scores, scored, failed) of cfg.model.path
+    "load_config": "rollart.config.loader",
+    "ConfigError": "rollart.config.loader",
+    "train": "rollart.job.driver",  # train(cfg) -> summary dict (blocking)
+    "evaluate": "rollart.job.driver",  # evaluate(cfg) -> Evaluation (scores, scored, failed) of cfg.model.path
     "affinity": "rollart.resources.affinity",  # @affinity(pool, fallback=[...], role=...)
     "Runtime": "rollart.resources.runtime",
 }

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from rollart.config import RunConfig
-from rollart.config_loader import write_resolved
+from rollart.config.loader import write_resolved
 from rollart.envs.reset_stats import ResetStats
 from rollart.observability import (
     DomainProfiler,
@@ -27,7 +27,7 @@ from rollart.observability import (
     write_summary,
 )
 from rollart.observability.samples import SampleLog
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.types import Span, Status, Task, Trajectory, Turn
 
 DOMAINS = {"frozenlake": ("inference/gen_prefill/0", 3), "math": ("inference/gen_decode/0", 1)}

@@ -32,7 +32,7 @@ JOINED_RUNTIME = textwrap.dedent("""\
     import json, sys, threading, time
     import rollart.resources  # sets Ray's environment before Ray is imported
     import ray
-    from rollart.config_loader import load_config
+    from rollart.config.loader import load_config
     from rollart.resources import ClusterError, affinity
     from rollart.resources.runtime import Runtime
 

@@ -6,7 +6,7 @@ plane's `RewardScorer`, the number of batches to fill and the versions the run s
 the ledger moves, and the clock (the cluster twin's is virtual). Out: a started `RolloutScheduler` whose
 buffer holds the configured staleness policy, selection and domain weights.
 
-Used by the real system (`rollart.system`), the cluster twin (`rollart.sim.system`) and the rollout
+Used by the real system (`rollart.job.system`), the cluster twin (`rollart.sim.system`) and the rollout
 benchmark, so the three build the same control plane. `trajectory_timeout_s` is the one bound on a
 trajectory's whole run.
 """

@@ -36,7 +36,7 @@ breaker.py: `rollout.circuit_breaker`) stops rollout the same way, with `DomainB
 count and its first error with its traceback — within seconds instead of a batch timeout.
 
 Checkpoints: `state_dict()` holds the groups scored but not yet trained (each trajectory as JSON,
-`rollart.codec`), the sequence numbers and seeds of the groups still running and each dataset domain's next
+`rollart.base.codec`), the sequence numbers and seeds of the groups still running and each dataset domain's next
 ordinal; a resumed run puts the former back in the buffer as they were (they are trained once, never
 generated again), re-admits the running ones with their seeds, and goes on with the next row of each dataset.
 
@@ -67,8 +67,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NoReturn
 
-from rollart.background import unless_fails
-from rollart.codec import from_json, to_json
+from rollart.base.background import unless_fails
+from rollart.base.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
@@ -684,7 +684,7 @@ class RolloutScheduler:
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on where this one stands, as JSON data: the groups scored but not
-        trained (`ready`: `ReadyGroup`s with their trajectories, see `rollart.codec`), the groups still
+        trained (`ready`: `ReadyGroup`s with their trajectories, see `rollart.base.codec`), the groups still
         running (`replay`: (domain, seq, seed), admitted again in order: exact for α = 0), the next sequence
         number, each dataset domain's next ordinal and the domain sampler's state."""
         running = sorted([[g.domain, g.seq, g.seed] for g in self._open_groups()], key=lambda x: x[1])

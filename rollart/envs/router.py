@@ -11,7 +11,7 @@ object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `can
 worker — even if the cancel overtakes the `run` call (the worker remembers it). A forecast group (`expect`) is
 assigned to workers ahead, and its members go to those workers, whose warm pools staged their envs. A cancel for an id this
 object never started (e.g. from a copy of the router) is sent to every worker.
-Domains with `env_servers` are served by env servers it places first (`envs/fleet.py`), which the
+Domains with `env_servers` are served by env servers it places first (`rollart/envs/serving/fleet.py`), which the
 env workers reach as remote envs. Used from the driver's asyncio loop (Ray ObjectRefs are awaited); picklable (the placed worker set, which
 only the creating process may shut down, is left behind: a copy routes over the workers placed first).
 
@@ -73,7 +73,7 @@ class EnvRouter:
         `@affinity("env")` unless `roles.env` says otherwise) and return the router over them. `llm` is
         what the workers generate with: an `LLMClient`, or a Ray actor handle (the LLMProxy's) they wrap
         in an `ActorLLMClient`."""
-        from rollart.envs.fleet import EnvServerFleet, ServerDirectory
+        from rollart.envs.serving.fleet import EnvServerFleet, ServerDirectory
         from rollart.envs.worker import EnvWorker
 
         fleets: dict[str, EnvServerFleet] = {}

@@ -32,11 +32,11 @@ from rollart.envs.domains.guess_number import GuessNumberEnv
 from rollart.envs.domains.math_env import MathEnv
 from rollart.envs.domains.sokoban import SokobanEnv
 from rollart.envs.domains.swe.env import SweEnv
-from rollart.envs.gem_adapter import GemEnv, registered_gem_ids
-from rollart.envs.gym_adapter import GymEnv
+from rollart.envs.adapters.gem import GemEnv, registered_gem_ids
+from rollart.envs.adapters.gym import GymEnv
 from rollart.envs.protocol import EnvFactory
-from rollart.envs.remote import RemoteEnv
-from rollart.envs.user_object import import_user_object
+from rollart.envs.adapters.remote import RemoteEnv
+from rollart.envs.adapters.user_object import import_user_object
 
 log = logging.getLogger("rollart.envs")
 

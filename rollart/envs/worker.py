@@ -36,7 +36,7 @@ from rollart.envs.agents.manager import AgentManager
 from rollart.envs.chat import ChatTokens
 from rollart.envs.manager import EnvManager
 from rollart.envs.protocol import EnvFactory
-from rollart.envs.remote import RemoteEnv
+from rollart.envs.adapters.remote import RemoteEnv
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.seeds import episode_seed
@@ -110,7 +110,7 @@ class EnvWorker:
         self._factories: dict[str, EnvFactory] = {
             d: domain_env_factory(d, c, self.chats[d], cfg.seed) for d, c in cfg.domains.items() if not c.agent
         }
-        for domain, directory in (env_servers or {}).items():  # rollart's own env servers (envs/fleet.py)
+        for domain, directory in (env_servers or {}).items():  # rollart's own env servers (rollart/envs/serving/fleet.py)
             self._factories[domain] = functools.partial(RemoteEnv, directory=directory, domain=domain)
         self._agents = {d: resolve_agent(c.agent) for d, c in cfg.domains.items() if c.agent}
         self.gateway = (

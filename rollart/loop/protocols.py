@@ -1,8 +1,8 @@
 """What the RL loop uses of the system, of the rollout and of the recorder — the loop's three collaborators.
 
-`LoopSystem` is implemented by the real system (`rollart.system.System`: Ray actors on real pools) and by
+`LoopSystem` is implemented by the real system (`rollart.job.system.System`: Ray actors on real pools) and by
 the cluster twin's (`rollart.sim.system.SimSystem`: simulated workers in virtual time); `Rollout` by the
-control plane's `RolloutScheduler`; `LoopRecorder` by `rollart.recorder.RunRecorder` (the run directory)
+control plane's `RolloutScheduler`; `LoopRecorder` by `rollart.job.recorder.RunRecorder` (the run directory)
 and the twin's `SimRecorder` (step records in memory). `tests/unit/test_loop_protocols.py` checks every
 implementation against these, member by member.
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from rollart.background import unless_fails
+from rollart.base.background import unless_fails
 from rollart.config import RunConfig
 from rollart.loop.protocols import DRIVER_LANE, LoopRecorder, LoopSystem, Rollout
 from rollart.types import Span, TimedMetrics, Trajectory

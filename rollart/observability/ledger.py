@@ -7,7 +7,7 @@ it, and a resumed run first cuts the file back to what its checkpoint covered (`
 always tells the history of the weights the run holds: what happened after the checkpoint never did.
 
 Reading: the ledger file a run wrote (one JSON object per move: {"time", "id", "group", "domain", "fate",
-"reason", "digest", "batch"}; see `rollart.run_dir`). Out: `audit_ledger(path)` → a `LedgerAudit`: how many
+"reason", "digest", "batch"}; see `rollart.base.run_dir`). Out: `audit_ledger(path)` → a `LedgerAudit`: how many
 trajectories started, how many ended how, which were lost (started, never ended) or moved twice (ended
 twice, trained twice), and the trained trajectories with the batch and the digest of what was trained.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollart.run_dir import open_file
+from rollart.base.run_dir import open_file
 
 _ALLOWED = {
     None: {"running"},
@@ -39,7 +39,7 @@ class LedgerFile:
     """The run's ledger file, open for appending (implements `rollart.types.JournalSink`)."""
 
     def __init__(self, path: str | Path, keep_bytes: int = 0) -> None:
-        self._file = open_file(Path(path), "a+b")  # never through a link (rollart.run_dir)
+        self._file = open_file(Path(path), "a+b")  # never through a link (rollart.base.run_dir)
         # what a crash left past the checkpoint never happened (the weights it led to were lost)
         self._file.truncate(min(keep_bytes, self._file.seek(0, os.SEEK_END)))
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from rollart.config import ObservabilityConfig
 from rollart.observability.metric_names import check_metric_name
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.observability.sinks import (
     JsonlSink,
     MetricRecord,

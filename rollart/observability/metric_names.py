@@ -1,4 +1,4 @@
-"""Metric names: `<namespace>/<name>`, with the namespaces below (where the files go: `rollart.run_dir`).
+"""Metric names: `<namespace>/<name>`, with the namespaces below (where the files go: `rollart.base.run_dir`).
 
 Guarantees: `check_metric_name` accepts exactly `<namespace>/<name>` with a namespace of `NAMESPACES`, so
 a typo fails at the first step with the list of valid namespaces instead of producing a silent new curve.

@@ -9,7 +9,7 @@ relative change of the token and turn means against a declared profile (0.5 = so
 
 `DriftWatch` says, at each weight sync, which domains have drifted past `rollout.remap_drift` from the
 profile their mapping was made for — confirmed on fresh observations first — for the re-mapping of a real
-run and of the twin alike (`rollart.remapping`). Pure bookkeeping: no clocks, no I/O.
+run and of the twin alike (`rollart.loop.remapping`). Pure bookkeeping: no clocks, no I/O.
 """
 
 from __future__ import annotations

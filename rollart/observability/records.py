@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollart.run_dir import RunPaths, read_text
+from rollart.base.run_dir import RunPaths, read_text
 
 Record = dict[str, Any]
 # counters since the run started (RolloutScheduler.metrics()): their last value is the run's total

@@ -31,7 +31,7 @@ import yaml
 from rollart.observability import plots
 from rollart.observability.records import COUNTERS, Record, domains_with, read_metrics, series
 from rollart.observability.samples import headline, read_samples
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.observability.timeline import Trace, load_trace
 from rollart.observability.utilisation import pool_utilisation
 

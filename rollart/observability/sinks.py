@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
-from rollart.run_dir import make_dir, open_file, read_text, write_file
+from rollart.base.run_dir import make_dir, open_file, read_text, write_file
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    """metrics.jsonl, opened (and rewritten on resume) without following a link (`rollart.run_dir`)."""
+    """metrics.jsonl, opened (and rewritten on resume) without following a link (`rollart.base.run_dir`)."""
 
     def __init__(self, path: Path, purge_step: int | None = None) -> None:
         if purge_step is not None and path.exists():

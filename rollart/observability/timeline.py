@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollart.observability.aggregate import trajectory_spans
 from rollart.observability.utilisation import worker_pool
-from rollart.run_dir import read_text, write_file
+from rollart.base.run_dir import read_text, write_file
 from rollart.types import Span, Trajectory
 
 TRAJECTORY_PROCESS = "trajectories"

@@ -53,7 +53,7 @@ async def gather_alive(calls: Mapping[K, Awaitable[Any]], timeout_s: float,
     calls whose worker answered, by key. A call its worker's death ended calls `on_dead(key, exc)` (awaited
     if that returns an awaitable) and is left out; any other error is raised."""
     keys = list(calls)
-    async with asyncio.timeout(timeout_s):  # not wait_for: see rollart.evaluation (a cancelled gather)
+    async with asyncio.timeout(timeout_s):  # not wait_for: see rollart.job.evaluation (a cancelled gather)
         results = await asyncio.gather(*calls.values(), return_exceptions=True)
     out: dict[K, Any] = {}
     for key, result in zip(keys, results):

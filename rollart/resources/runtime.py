@@ -22,7 +22,7 @@ like the driver (logs.py, at `observability.log_level`) through Ray's `worker_pr
 a worker's warning reaches the console as `(EnvWorker pid=…) <time> WARNING rollart.envs: …`, not as a bare
 message from Python's last-resort handler.
 
-Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt (or, in a job run by `rollart.interrupts`, stops it
+Guarantees: Ctrl-C (SIGINT) raises KeyboardInterrupt (or, in a job run by `rollart.base.interrupts`, stops it
 as that module says) and SIGTERM raises SystemExit(143) in the main thread, so the `with` block unwinds;
 on exit an embedded Ray is shut down and its processes waited for (a second signal during that shutdown is
 ignored), a joined one is disconnected. No Ray process this runtime started outlives it, nor any client
@@ -43,7 +43,7 @@ from typing import Any, Literal
 import ray
 from ray._common.utils import get_default_ray_temp_dir  # where `ray.init` puts its sessions
 
-from rollart import interrupts
+from rollart.base import interrupts
 from rollart.config import ClusterConfig, RunConfig, is_loopback_host
 from rollart.resources import AUTH_MODE_DEFAULTED
 from rollart.resources.errors import ClusterError
@@ -88,7 +88,7 @@ class Runtime:
                 self._check_pools()
             self.resources = Resources.connect(self.cfg, name=self._manager_name)
             if self._previous:
-                # after ray.init, which installs its own SIGTERM handler; a job run by `rollart.interrupts`
+                # after ray.init, which installs its own SIGTERM handler; a job run by `rollart.base.interrupts`
                 # keeps its Ctrl-C handling (it stops the job gracefully where it can)
                 before = self._previous[signal.SIGINT]
                 signal.signal(signal.SIGINT, before if interrupts.handles(before) else signal.default_int_handler)

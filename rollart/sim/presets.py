@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollart.config import RunConfig
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.sim.hardware import SimHardware
 
 # episode profiles of the paper's five task kinds (declared, see the module docstring)

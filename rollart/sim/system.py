@@ -12,7 +12,7 @@ calls for its six steps — plus `close()` and what the twin reports (`engine_st
   the `SimRewardPool`'s function (`SimScorer`);
 - `SimEnvRunner` (the env plane), `SimTrainer` and the `WeightChannel`;
 - the online profiler (`DomainProfiler`: `profile/<domain>/*` metrics from every turn) and, with
-  `rollout.remap`, the re-mapping of a real run (`rollart.remapping.Remapper`), proposing the analytic
+  `rollout.remap`, the re-mapping of a real run (`rollart.loop.remapping.Remapper`), proposing the analytic
   estimate's best mapping for the simulated hardware (or the re-mapper it is given).
 
 Everything runs in one `VirtualTimeLoop`; nothing here re-implements a decision of the control plane.
@@ -30,7 +30,7 @@ from rollart.control.rollout import start_rollout
 from rollart.inference.proxy import LLMProxy
 from rollart.loop import TRAINER_LANE
 from rollart.observability.profile import DomainProfiler
-from rollart.remapping import Remapper
+from rollart.loop.remapping import Remapper
 from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
 from rollart.sim.engine import LocalHandle, SimEngine
 from rollart.sim.estimate import best_mapping

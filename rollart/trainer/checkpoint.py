@@ -20,7 +20,7 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
                            seq, seed], …] (groups still running, admitted again), "ordinals" (each dataset
                            domain's next row), "ready": [groups scored but not
                            trained: {"group_id", "seq", "domain", "ready_at", "trajectories": [Trajectory as
-                           `rollart.codec.to_json` writes it: task, turns with token ids, logprobs and versions,
+                           `rollart.base.codec.to_json` writes it: task, turns with token ids, logprobs and versions,
                            status, reward …]}]}}
     reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
                             when the loss has a KL term
@@ -60,7 +60,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.trainer.state_files import StateFileError, has_state, inspect_state, load_state, save_state
 from rollart.trainer.tensor_files import Piece, TensorReader, TensorSpec, write_safetensors
 

@@ -36,7 +36,7 @@ from rollart.config import RunConfig
 from rollart.resources.worker_set import WorkerSet, MemberEvent
 from rollart.resources.errors import WorkerDied
 from rollart.resources.placement import Resources
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
 from rollart.trainer.worker import TrainerWorker

@@ -1,6 +1,6 @@
 """The env contract every env spec rollart ships or adapts must meet: GEM's shapes, text observations,
 seeded determinism, well-formed random actions, an idempotent-enough close. The `remote` kind meets it
-over HTTP: `remote:<domain>` below is an env server (rollart/envs/server.py) serving that built-in domain
+over HTTP: `remote:<domain>` below is an env server (rollart/envs/serving/server.py) serving that built-in domain
 on 127.0.0.1, reached by `remote:<its url>` exactly as a run would. The `dataset` kind is built from a domain's
 rows, not from a name: here a small GSM8K-style file."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from rollart.config import EnvServerConfig, EnvsConfig
 from rollart.envs import BUILTIN_ENVS, make_env, random_action, resolve_env
-from rollart.envs.server import EnvServer
+from rollart.envs.serving.server import EnvServer
 
 REMOTE = ["remote:frozenlake", "remote:math", "remote:code"]
 SPECS = [

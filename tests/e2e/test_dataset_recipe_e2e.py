@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 
 from test_train_e2e import console_problems, metrics_by_step
 

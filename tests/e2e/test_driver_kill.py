@@ -16,7 +16,7 @@ import time
 import pytest
 from raynodes import alive, kill_all, ours
 
-from rollart.codec import from_json
+from rollart.base.codec import from_json
 from rollart.control.buffer import ReadyGroup
 from rollart.control.scheduler import trajectory_digest
 from rollart.observability.ledger import audit_ledger

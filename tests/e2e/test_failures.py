@@ -10,8 +10,8 @@ import pytest
 from testutil import free_port
 
 from benchmarks.faults import Fault, Injector
-from rollart.config_loader import load_config
-from rollart.driver import train
+from rollart.config.loader import load_config
+from rollart.job.driver import train
 from rollart.observability import load_trace, read_metrics
 from rollart.observability.ledger import audit_ledger
 from rollart.observability.report import build_report

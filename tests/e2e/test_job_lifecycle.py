@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.slow]
 TWO_JOBS = textwrap.dedent("""
     import json, sys
     from rollart.cli import main
-    from rollart.config_loader import load_config
-    from rollart.driver import evaluate
+    from rollart.config.loader import load_config
+    from rollart.job.driver import evaluate
 
     base, port_a, port_b = sys.argv[1:4]
     math_only = ["domains.frozenlake=null", "observability.tensorboard=false"]

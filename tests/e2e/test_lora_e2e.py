@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 
 from test_train_e2e import PICK, USERENV, metrics_by_step, rollart_train
 

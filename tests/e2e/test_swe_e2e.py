@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from testutil import free_port
 
-from rollart.config_loader import load_config
-from rollart.driver import train
+from rollart.config.loader import load_config
+from rollart.job.driver import train
 from rollart.observability import read_metrics
 from rollart.observability.report import build_report
 

@@ -13,7 +13,7 @@ import pytest
 import ray
 import ray.cloudpickle
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.envs import ActorLLMClient, EnvRouter
 from rollart.resources.placement import Resources
 from rollart.types import GenerationRequest, GenerationResult, Status, Task

@@ -16,7 +16,7 @@ import pytest
 import ray.cloudpickle
 from testutil import wait_until
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.resources import affinity
 from rollart.resources.errors import WorkerDied
 from rollart.resources.placement import Resources

@@ -13,7 +13,7 @@ import uuid
 import pytest
 import ray.cloudpickle
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.resources import PlacementError, affinity
 from rollart.resources.errors import ClusterError
 from rollart.resources.placement import Resources

@@ -133,7 +133,7 @@ def test_two_node_cluster_places_the_worker_on_the_node_holding_its_pool(two_nod
 
 SLEEPER = textwrap.dedent("""\
     import json, logging, os, sys, time
-    from rollart.config_loader import load_config
+    from rollart.config.loader import load_config
     from rollart.resources import affinity
     from rollart.resources.runtime import Runtime
 

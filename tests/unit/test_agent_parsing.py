@@ -6,7 +6,7 @@ import pytest
 
 from rollart.envs.agents.errors import GatewayError
 from rollart.envs.agents.messages import message_key, template_messages, template_tools
-from rollart.envs.agents.tool_calls import detect_family, parse_hermes
+from rollart.envs.tool_calls import detect_family, parse_hermes
 from rollart.models.tiny import CHATML_TEMPLATE
 
 TOOLS = {"calculator", "search"}

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import registry
 from rollart.cli import main
-from rollart.commands import bench as bench_command
+from rollart.cli.commands import bench as bench_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +95,7 @@ def test_the_wheel_does_not_ship_the_benchmarks():
 
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(where=str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
-    assert "rollart" in packages and "rollart.commands" in packages
+    assert "rollart" in packages and "rollart.cli.commands" in packages
     assert not [p for p in packages if p.split(".")[0] != "rollart"]
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rollart.codec import from_json, to_json
+from rollart.base.codec import from_json, to_json
 from rollart.types import Span, Status, Task, Trajectory, Turn
 
 

@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 from rollart.config import RunConfig
-from rollart.config_loader import ConfigError, load_config
-from rollart.config_schema import explain, find_key
+from rollart.config.loader import ConfigError, load_config
+from rollart.config.explain import explain, find_key
 
 FREE = {"options"}  # an env's own keyword arguments: the env bounds them
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rollart.cli import main
-from rollart.config_loader import ConfigError, load_config
-from rollart.config_schema import (
+from rollart.config.loader import ConfigError, load_config
+from rollart.config.explain import (
     REGENERATE,
     configuration_markdown,
     explain,

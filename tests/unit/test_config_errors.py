@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rollart.cli import main
-from rollart.config_loader import ConfigError, load_config
+from rollart.config.loader import ConfigError, load_config
 
 
 def _error(path: Path | None = None, overrides: list[str] | None = None) -> str:

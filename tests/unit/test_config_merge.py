@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from rollart.config import RunConfig
-from rollart.config_loader import dump_config, load_config, write_resolved
+from rollart.config.loader import dump_config, load_config, write_resolved
 
 
 def test_a_sparse_file_changes_only_what_it_lists(tmp_path):

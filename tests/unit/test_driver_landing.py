@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.control.scheduler import RolloutScheduler
 from rollart.loop import RLLoop, TrainStepInFlight
 from rollart.sim.hardware import SimHardware

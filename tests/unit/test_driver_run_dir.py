@@ -2,8 +2,8 @@
 
 import pytest
 
-from rollart.config_loader import ConfigError, load_config
-from rollart.preflight import check_run_dir
+from rollart.config.loader import ConfigError, load_config
+from rollart.job.preflight import check_run_dir
 
 
 def test_an_existing_run_is_continued_or_refused(tmp_path):
@@ -17,7 +17,7 @@ def test_an_existing_run_is_continued_or_refused(tmp_path):
 
 
 def test_a_stopped_run_names_the_exact_command_that_continues_it(tmp_path):
-    from rollart.commands.train import resume_command, resume_hint
+    from rollart.cli.commands.train import resume_command, resume_hint
     from rollart.trainer.checkpoint import STATE
 
     items = ["my run.yaml", "train.steps=5", "resume=false", "run_dir=elsewhere"]

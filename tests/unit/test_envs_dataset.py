@@ -104,8 +104,8 @@ def test_config_refuses_what_it_can_see(tmp_path: Path) -> None:
 
 
 def test_preflight_names_the_domain_key_and_the_missing_column(tmp_path: Path) -> None:
-    from rollart.config_loader import ConfigError
-    from rollart.preflight import check_config
+    from rollart.config.loader import ConfigError
+    from rollart.job.preflight import check_config
 
     train = write_jsonl(tmp_path / "rows.jsonl", ROWS)
     cfg = RunConfig(run_dir=str(tmp_path / "run"),
@@ -254,7 +254,7 @@ def test_an_env_worker_plays_dataset_rows_under_the_domains_system_prompt(tmp_pa
     the row's answer; the first prompt is the system prompt and the row, the trajectory carries the row."""
     import asyncio
 
-    from rollart.config_loader import load_config
+    from rollart.config.loader import load_config
     from rollart.envs import EnvWorker
     from rollart.models import load_tokenizer
     from rollart.types import GenerationRequest, GenerationResult, Status, Task
@@ -315,8 +315,8 @@ def test_a_prompt_format_may_index_a_list_column(tmp_path: Path, chat: ChatToken
 
 
 def test_preflight_refuses_a_dataset_with_no_row_left_and_a_thinking_switch_the_template_lacks(tmp_path: Path) -> None:
-    from rollart.config_loader import ConfigError
-    from rollart.preflight import check_config
+    from rollart.config.loader import ConfigError
+    from rollart.job.preflight import check_config
 
     train = write_jsonl(tmp_path / "rows.jsonl", [{"question": "word " * 400, "answer": "1", "level": 0}] * 4)
     cfg = RunConfig(run_dir=str(tmp_path / "run"), domains={"gsm": domain(str(train))})

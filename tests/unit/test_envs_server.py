@@ -13,8 +13,8 @@ import pytest
 
 from rollart.config import DomainConfig, EnvServerConfig, EnvsConfig
 from rollart.envs import ChatTokens, EnvManager, make_env, resolve_env
-from rollart.envs.remote import RemoteEnvError
-from rollart.envs.server import EnvServer
+from rollart.envs.adapters.remote import RemoteEnvError
+from rollart.envs.serving.server import EnvServer
 from rollart.models import load_tokenizer
 from rollart.types import SamplingParams, Status, Task
 from envs_fakes import ScriptedLLM

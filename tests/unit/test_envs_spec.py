@@ -10,8 +10,8 @@ import pytest
 
 from rollart.envs import BUILTIN_ENVS, AsyncEnv, EnvSpecError, make_env, resolve_env
 from rollart.envs.domains.frozenlake import FrozenLakeEnv
-from rollart.envs.gem_adapter import GemEnv
-from rollart.envs.gym_adapter import GymEnv
+from rollart.envs.adapters.gem import GemEnv
+from rollart.envs.adapters.gym import GymEnv
 
 USER_ENV = textwrap.dedent(
     '''

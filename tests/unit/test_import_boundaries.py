@@ -52,10 +52,10 @@ def test_a_lower_layer_importing_a_plane_is_caught(tmp_path):
 
 
 def test_the_product_importing_a_benchmark_is_caught(tmp_path):
-    out = _lint_with(tmp_path, "rollart/commands/_violation.py", "from benchmarks import registry\n")
+    out = _lint_with(tmp_path, "rollart/cli/commands/_violation.py", "from benchmarks import registry\n")
     assert out.returncode != 0
     assert "Nothing in rollart imports benchmarks BROKEN" in out.stdout
-    assert "rollart.commands._violation -> benchmarks.registry" in out.stdout
+    assert "rollart.cli.commands._violation -> benchmarks.registry" in out.stdout
 
 
 def test_an_import_cycle_is_caught_even_through_a_lazy_import(tmp_path):
@@ -69,7 +69,7 @@ def test_an_import_cycle_is_caught_even_through_a_lazy_import(tmp_path):
 
 def test_the_sandbox_imports_only_config_and_types(tmp_path):
     """The sandbox sits below both planes that use it: importing a plane, or rollart's loaders, is caught."""
-    out = _lint_with(tmp_path, "rollart/sandbox/_violation.py", "import rollart.reward\nimport rollart.config_loader\n")
+    out = _lint_with(tmp_path, "rollart/sandbox/_violation.py", "import rollart.reward\nimport rollart.config.loader\n")
     assert out.returncode != 0
     assert "rollart.sandbox._violation -> rollart.reward" in out.stdout
-    assert "rollart.sandbox._violation -> rollart.config_loader" in out.stdout
+    assert "rollart.sandbox._violation -> rollart.config.loader" in out.stdout

@@ -1,4 +1,4 @@
-"""Ctrl-C stops a job within seconds at any phase (`rollart.interrupts.run`): waiting on the loop, running
+"""Ctrl-C stops a job within seconds at any phase (`rollart.base.interrupts.run`): waiting on the loop, running
 synchronous code on it (starting Ray, placing workers, the warm start: asyncio's own handler let those run
 on), or stuck in its teardown. Each case in a process of its own, signalled as a user's Ctrl-C is."""
 
@@ -13,7 +13,7 @@ import pytest
 
 JOB = textwrap.dedent("""
     import asyncio, os, signal, sys, threading, time
-    from rollart import interrupts
+    from rollart.base import interrupts
 
     phase = sys.argv[1]
 

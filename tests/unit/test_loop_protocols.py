@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.control import RolloutScheduler, SampleBuffer, StalenessPolicy
 from rollart.loop import LoopRecorder, LoopSystem, Rollout, TrainedVersion
-from rollart.recorder import RunRecorder
+from rollart.job.recorder import RunRecorder
 from rollart.sim import presets
 from rollart.sim.run import SimRecorder
 from rollart.sim.system import SimSystem
-from rollart.system import System
+from rollart.job.system import System
 
 SIM = Path(__file__).resolve().parents[2] / "rollart" / "sim"
 

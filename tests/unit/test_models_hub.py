@@ -60,8 +60,8 @@ def test_an_uncached_id_offline_names_the_id_the_cache_and_hf_hub_offline(tmp_pa
 
 def test_preflight_names_an_uncached_hub_id_before_anything_starts(tmp_path: Path, offline, monkeypatch) -> None:
     from rollart.config import RunConfig
-    from rollart.config_loader import ConfigError
-    from rollart.preflight import check_config
+    from rollart.config.loader import ConfigError
+    from rollart.job.preflight import check_config
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     cfg = RunConfig(run_dir=str(tmp_path / "run"), model=ModelConfig(path="Qwen/Qwen3-8B"))
@@ -92,7 +92,7 @@ def test_a_checkpoint_that_needs_its_own_code_is_refused_naming_the_key(tmp_path
 
 def test_importing_rollart_leaves_hf_hub_offline_to_the_caller(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
-    code = "import os, rollart.models.loading, rollart.system; print(os.environ.get('HF_HUB_OFFLINE'))"
+    code = "import os, rollart.models.loading, rollart.job.system; print(os.environ.get('HF_HUB_OFFLINE'))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.plan import candidates, plan, ray_start_lines, raycluster_manifest, run_yaml
 from rollart.plan.cluster import for_the_cluster
 from rollart.plan.outputs import planned_config

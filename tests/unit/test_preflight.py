@@ -14,8 +14,8 @@ import pytest
 import ray
 
 from rollart.cli import main
-from rollart.config_loader import ConfigError, load_config
-from rollart.preflight import check_config
+from rollart.config.loader import ConfigError, load_config
+from rollart.job.preflight import check_config
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_an_agent_that_does_not_import(tmp_path, capsys, monkeypatch, no_ray_sta
 
 
 def test_an_agent_domain_without_demonstrations_under_a_warm_start_says_so(caplog) -> None:
-    from rollart.warm_start import warm_start
+    from rollart.job.warm_start import warm_start
 
     cfg = load_config(None, ["domains.frozenlake=null", "domains.math=null", "domains.puzzle.agent=agents:run"])
 

@@ -96,8 +96,8 @@ def test_a_real_run_moves_a_drifted_domain_to_the_pool_of_the_workload_it_now_re
     import asyncio
     from types import SimpleNamespace
 
-    from rollart.config_loader import load_config
-    from rollart.system import System
+    from rollart.config.loader import load_config
+    from rollart.job.system import System
 
     class Proxy:
         def __init__(self) -> None:

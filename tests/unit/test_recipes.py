@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rollart.cli import main
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 
 RECIPES = Path(__file__).parents[2] / "examples" / "recipes"
 PAIRS = [("qwen3-8b.yaml", "hardware-qwen3-8b.yaml"), ("qwen3-32b.yaml", "hardware-qwen3-32b.yaml")]

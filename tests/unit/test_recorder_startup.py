@@ -8,8 +8,8 @@ import time
 from rollart.config import RunConfig
 from rollart.observability import plots
 from rollart.observability.records import read_metrics
-from rollart.recorder import RunRecorder
-from rollart.run_dir import RunPaths
+from rollart.job.recorder import RunRecorder
+from rollart.base.run_dir import RunPaths
 from rollart.types import Span, TimedMetrics
 
 

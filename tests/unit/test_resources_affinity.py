@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.resources.affinity import affinity, affinity_of, resolve_request, role_of
 from rollart.resources.errors import PlacementError
 from rollart.types import Affinity

@@ -3,8 +3,8 @@ them; the CUDA/CPU request of a worker; the rows `rollart pools` prints."""
 
 from __future__ import annotations
 
-from rollart.commands.pools import COLUMNS, pool_rows
-from rollart.config_loader import load_config
+from rollart.cli.commands.pools import COLUMNS, pool_rows
+from rollart.config.loader import load_config
 from rollart.resources.accounts import NodeShare, PoolStatus
 from rollart.resources.nodes import cluster_capacity, declare_hint, missing_pools, pool_nodes
 

@@ -69,7 +69,7 @@ def test_rollarts_own_loopback_default_turns_back_into_token_auth_for_a_remote_c
 
 def _start_failure(monkeypatch, tmp_path, error: Exception, overrides: list[str]) -> str:
     """The ClusterError message of an embedded start whose ray.init raises `error`."""
-    from rollart.config_loader import load_config
+    from rollart.config.loader import load_config
 
     def init(**kwargs):
         raise error

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from rollart.cli import main
-from rollart.config_loader import ConfigError, load_config, write_resolved
-from rollart.preflight import check_config, check_run_dir
-from rollart.run_dir import RunPaths, UnsafeRunDir
+from rollart.config.loader import ConfigError, load_config, write_resolved
+from rollart.job.preflight import check_config, check_run_dir
+from rollart.base.run_dir import RunPaths, UnsafeRunDir
 from rollart.trainer.checkpoint import STATE, check_checkpoint_files, step_path
 from rollart.trainer.state_files import save_state
 from rollart.types import RunState

@@ -14,7 +14,7 @@ from rollart.models.loading import load_tokenizer
 from rollart.observability import MetricsLogger
 from rollart.observability.samples import SampleLog, cap, printable, ranks, read_samples, render_markdown
 from rollart.config import ObservabilityConfig
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.types import Status, Task, Trajectory, Turn
 
 

@@ -3,7 +3,7 @@ once (the scheduler's ledger), no batch holds a trajectory staler than α, and t
 
 import pytest
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.sim.hardware import SimHardware
 from rollart.sim.run import simulate
 

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from rollart.config_loader import load_config
+from rollart.config.loader import load_config
 from rollart.control import SchedulerFailed
 from rollart.resources.worker_set import MemberEvent
 from rollart.resources.errors import WorkerDied
-from rollart.system import System
+from rollart.job.system import System
 from rollart.types import RewardResult, Status, Trajectory, Turn
 
 

@@ -10,9 +10,9 @@ from contextlib import ExitStack
 
 import pytest
 
-from rollart.background_start import BackgroundStart
-from rollart.config_loader import load_config
-from rollart.system import trainer_pools_apart
+from rollart.base.background_start import BackgroundStart
+from rollart.config.loader import load_config
+from rollart.job.system import trainer_pools_apart
 
 
 def test_the_default_pools_start_side_by_side_and_a_shared_pool_does_not():

@@ -8,7 +8,8 @@ engine's tokens (see session.py for the prefix property and segments).
 - `gateway.py` — the HTTP server (chat/completions, completions, models; OpenAI-style errors; limits).
 - `session.py` — one trajectory's calls: prompt ids, segments, turns.
 - `requests.py` — accepted parameters and their mapping onto `SamplingParams`.
-- `messages.py` — OpenAI messages/tools → template messages; `tool_calls.py` — output parsers per family.
+- `messages.py` — OpenAI messages/tools → template messages (the output parsers per family are the env
+  plane's `rollart/envs/tool_calls.py`, shared with the SWE domain).
 - `responses.py` — OpenAI response bodies and stream chunks.
 - `function.py` — the agent function, `AgentTask`, what it may return; `manager.py` — `AgentManager`.
 - `demonstrations.py` — warm-start samples from an agent domain's demonstrations.

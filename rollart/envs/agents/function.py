@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Union
 
-from rollart.envs.user_object import import_user_object
+from rollart.envs.adapters.user_object import import_user_object
 
 AgentResult = Union[float, int, bool, Mapping[str, Any], None]
 AgentFunction = Callable[[str, str, "AgentTask"], Union[AgentResult, Awaitable[AgentResult]]]

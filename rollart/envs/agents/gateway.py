@@ -34,7 +34,7 @@ Guarantees:
   call in flight is aborted (its partial tokens are kept as a turn); after `finish` nothing more is
   recorded. Every wait is bounded.
 
-Why Starlette + uvicorn (on a thread of its own, `envs/http_serving.py`): a small, well-kept ASGI stack
+Why Starlette + uvicorn (on a thread of its own, `rollart/envs/serving/http_serving.py`): a small, well-kept ASGI stack
 already installed with Ray Serve; FastAPI's validation layer would duplicate the pydantic models of
 requests.py.
 """
@@ -76,10 +76,10 @@ from rollart.envs.agents.responses import (
     sse,
 )
 from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
-from rollart.envs.agents.tool_calls import ParsedOutput, detect_family, parser_for
+from rollart.envs.tool_calls import ParsedOutput, detect_family, parser_for
 from rollart.envs.chat import ChatTokens
-from rollart.envs.http_guard import HttpLimits
-from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
+from rollart.envs.serving.http_guard import HttpLimits
+from rollart.envs.serving.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnBarrier
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from rollart.envs.agents.tool_calls import ParsedOutput
+from rollart.envs.tool_calls import ParsedOutput
 
 
 @dataclass(frozen=True)

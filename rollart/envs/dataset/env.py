@@ -28,7 +28,7 @@ from rollart.envs.dataset.rows import DatasetRows, PromptMeter, Row, build_rows,
 from rollart.envs.dataset.source import DataError, load_table
 from rollart.envs.protocol import METRICS_KEY, REFERENCE_KEY
 from rollart.envs.seeds import SPLIT_SIZE, VAL_OFFSET
-from rollart.envs.user_object import import_user_object
+from rollart.envs.adapters.user_object import import_user_object
 
 
 def prompt_budget(domain_cfg: DomainConfig) -> int:

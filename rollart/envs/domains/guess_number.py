@@ -1,6 +1,6 @@
 """`guess_number`: GEM's GuessTheNumber game through the GEM adapter, with a binary-search expert.
 
-In/out: exactly `gem:game:GuessTheNumber-v0-<level>` (see `rollart.envs.gem_adapter`); this module only
+In/out: exactly `gem:game:GuessTheNumber-v0-<level>` (see `rollart.envs.adapters.gem`); this module only
 adds the expert, which plays what the hints so far allow: the middle of the interval still possible.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollart.envs.actions import boxed
-from rollart.envs.gem_adapter import GemEnv
+from rollart.envs.adapters.gem import GemEnv
 
 
 class GuessNumberEnv(GemEnv):

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from rollart.envs.domains.swe.generator import TEST_COMMAND
 from rollart.envs.domains.swe.patch import PatchError, apply_patch
+from rollart.envs.tool_calls import parse_hermes
 
 _UNITTEST_TIME = re.compile(r"(Ran \d+ tests?) in [0-9.]+s")
 TOOL_NAMES = ("bash", "read_file", "write_file", "apply_patch", "run_tests", "submit")
@@ -79,8 +80,6 @@ def check_call(name: str, arguments: Any) -> Call:
 
 def parse_call(text: str) -> Call:
     """The one tool call in a model's text; `ToolCallError` if there is none, or more than one."""
-    from rollart.envs.agents.tool_calls import parse_hermes  # here: envs.agents imports the env specs
-
     parsed = parse_hermes(text, TOOL_NAMES, "call")
     if parsed.malformed:
         raise ToolCallError(parsed.malformed)

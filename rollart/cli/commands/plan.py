@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rollart.commands.common import add_run_args, config_from_args
-from rollart.config_loader import ConfigError
+from rollart.cli.commands.common import add_run_args, config_from_args
+from rollart.config.loader import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _plan(args: argparse.Namespace) -> int:
     import yaml
 
-    from rollart.commands.sim import render
+    from rollart.cli.commands.sim import render
     from rollart.plan import plan, ray_start_lines, raycluster_manifest, run_yaml
     from rollart.plan.cluster import for_the_cluster
     from rollart.plan.search import costs

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Iterable
 
-from rollart.commands.common import add_run_args, config_from_args
+from rollart.cli.commands.common import add_run_args, config_from_args
 
 COLUMNS = ("pool", "kind", "device", "capacity", "free", "fallback", "fallbacks in/out", "nodes")
 

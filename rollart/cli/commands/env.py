@@ -1,7 +1,7 @@
 """`rollart env play SPEC`, `rollart env list` and `rollart env serve DOMAIN`.
 
 `serve` runs an env server for one domain of a run config (`envs.server`: 127.0.0.1:8710 unless told
-otherwise; the protocol is in rollart/envs/server.py) until Ctrl-C or SIGTERM, so `remote:<url>` envs on
+otherwise; the protocol is in rollart/envs/serving/server.py) until Ctrl-C or SIGTERM, so `remote:<url>` envs on
 other machines can use it. A domain pooled by `envs.warm_pool` is served from prepared envs. The server
 token comes from `$envs.server.token_env` (default ROLLART_ENV_TOKEN); unset, a fresh one is printed.
 
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=_list)
     serve = inner.add_parser("serve", help="serve one domain's envs over HTTP for remote: envs elsewhere")
     serve.add_argument("domain", help="a domain of the run config (domains.<name>)")
-    from rollart.commands.common import add_run_args
+    from rollart.cli.commands.common import add_run_args
 
     add_run_args(serve)
     serve.add_argument("--host", help="address to listen on (default envs.server.host, 127.0.0.1)")
@@ -192,7 +192,7 @@ class _EngineClient:
 async def _model_episode(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rollart.commands.eval import checkpoint_config
+    from rollart.cli.commands.eval import checkpoint_config
     from rollart.config import DomainConfig
     from rollart.envs.spec import EnvSpecError, check_env_spec
     from rollart.envs.worker import EnvWorker
@@ -252,9 +252,9 @@ def _serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from rollart.commands.common import config_from_args
+    from rollart.cli.commands.common import config_from_args
     from rollart.config import is_loopback_host
-    from rollart.config_loader import ConfigError
+    from rollart.config.loader import ConfigError
     from rollart.envs.spec import DATASET_ENV, domain_env_factory
 
     cfg = config_from_args(args)
@@ -268,7 +268,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not is_loopback_host(server_cfg.host) and not server_cfg.allow_non_loopback:
         raise ConfigError(f"envs.server.host: {server_cfg.host!r} is not loopback; the protocol is plain HTTP, so "
                           "set envs.server.allow_non_loopback=true (with TLS or a private network in front of it)")
-    from rollart.envs.server import EnvServer
+    from rollart.envs.serving.server import EnvServer
     from rollart.envs.spec import domain_env_factory
 
     chat = None

@@ -6,8 +6,8 @@ LLM proxy, the env router (over the env workers), the reward router, the run's l
 `RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
 (`rollart.loop.RLLoop`) calls for the six steps — `start_rollout`, steps 2–5 (`suspend`, `update_weights`,
 `resume`, `recompute_kv`, then `now_serving`), `train_step` (step 6, in a thread so rollout goes on),
-`evaluate` (`rollart.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
-`rollart.warm_start`'s.
+`evaluate` (`rollart.job.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
+`rollart.job.warm_start`'s.
 
 Only this module (with `driver.py`) imports more than one plane; planes meet here through the protocols of
 `rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
 from rollart.algo import PolicyObjective, build_train_batch
-from rollart.background_start import BackgroundStart
+from rollart.base.background_start import BackgroundStart
 from rollart.config import RunConfig
 from rollart.control import ActorTurnBarrier, LocalTurnBarrier, RolloutScheduler
 from rollart.control.rollout import start_rollout
-from rollart.envs.fleet import EnvServerActor
+from rollart.envs.serving.fleet import EnvServerActor
 from rollart.envs.router import EnvRouter
 from rollart.envs.worker import EnvWorker
-from rollart.evaluation import evaluate
+from rollart.job.evaluation import evaluate
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
@@ -47,13 +47,13 @@ from rollart.loop import DRIVER_LANE, TRAINER_LANE
 from rollart.observability.ledger import LedgerFile
 from rollart.observability.profile import DomainProfiler
 from rollart.observability.timeline import Mark
-from rollart.remapping import Remapper
+from rollart.loop.remapping import Remapper
 from rollart.resources import WorkerSet, Resources, Runtime
 from rollart.resources.affinity import resolve_request
 from rollart.resources.errors import PlacementError
 from rollart.resources.worker_set import MemberEvent
 from rollart.reward.router import RewardRouter, new_run_id
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.trainer import TrainerRanks, TrainerWorker, latest_checkpoint
 from rollart.types import Evaluation, RunState, Span, TimedMetrics, Trajectory
 from rollart.weights import WeightStore
@@ -228,7 +228,7 @@ class System:
         await asyncio.to_thread(self.trainer.save_checkpoint, cut.step, cut.to_checkpoint())
 
     async def evaluate(self, tag: str) -> Evaluation:
-        """Scores per domain on its validation split, at the served weights (`rollart.evaluation`); an
+        """Scores per domain on its validation split, at the served weights (`rollart.job.evaluation`); an
         evaluation is a run of its own for the reward's idempotency keys."""
         return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.inference_version,
                               tag)

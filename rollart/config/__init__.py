@@ -1,7 +1,7 @@
 """The one typed configuration schema of rollart (pydantic v2), one section per plane.
 
 In: nothing (the schema and its defaults). Loading YAML run files and `key.path=value` overrides, with
-errors that name the key, its source and what would be valid, lives in `rollart/config_loader.py`.
+errors that name the key, its source and what would be valid, lives in `rollart/config/loader.py`.
 
 Guarantees:
 - Every section forbids unknown keys; every value is typed and range-checked.
@@ -654,7 +654,7 @@ class WarmPoolConfig(Section):
 
 class EnvServerConfig(Section):
     """`rollart env serve DOMAIN`: one domain's environments over HTTP for `remote` envs elsewhere
-    (rollart/envs/server.py). Every request is untrusted: these bound what one may cost."""
+    (rollart/envs/serving/server.py). Every request is untrusted: these bound what one may cost."""
 
     host: str = Field("127.0.0.1", description="address to listen on; anything but loopback needs "
                       "allow_non_loopback (the protocol is plain HTTP: put TLS in front of it)")

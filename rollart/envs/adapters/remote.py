@@ -4,7 +4,7 @@ In: `domains.<d>.env: remote:http://host:port` (options: `urls: [...]`, more ser
 the server token in the env var `token_env` (default ROLLART_ENV_TOKEN),
 and `timeout_s` (a bound on one HTTP call; the env plane's own reset/step timeouts still apply). Out:
 the env protocol (`reset`, `step`, `close`, `expert_action`, `random_action`) over the protocol of
-`rollart/envs/server.py`; sync methods, so they run in the env worker's thread pool like any sync env.
+`rollart/envs/serving/server.py`; sync methods, so they run in the env worker's thread pool like any sync env.
 
 Failures: a server that does not answer (died, unreachable) or answers an error raises
 `RemoteEnvError` naming the server and the reason — the EnvManager then retries a reset (on the next
@@ -12,7 +12,7 @@ server) or ends the trajectory FAILED with that reason, and the control plane re
 seed. A server that failed is skipped by resets for `DOWN_S` seconds, so new trajectories go to the
 servers that answer; nothing of a trajectory is lost but the unfinished one.
 
-Managed servers (`domains.<d>.env_servers`, rollart/envs/fleet.py): `directory` is the fleet's
+Managed servers (`domains.<d>.env_servers`, rollart/envs/serving/fleet.py): `directory` is the fleet's
 `ServerDirectory` actor, asked for the live URLs and the token (at most once a second per process, and
 again after a server failed), so a replaced server is used as soon as it joined.
 

@@ -1,15 +1,15 @@
 """The driver: rollart's entry points for a training job, an evaluation and a warm-started checkpoint.
 
-- `train(cfg)`: the checks before anything starts (`rollart.preflight`), the runtime, the system
-  (`rollart.system.build_system`) and the recorder, the supervised warm start of a fresh run, then the RL
+- `train(cfg)`: the checks before anything starts (`rollart.job.preflight`), the runtime, the system
+  (`rollart.job.system.build_system`) and the recorder, the supervised warm start of a fresh run, then the RL
   loop (`rollart.loop.RLLoop`: the paper's six steps, one loop for every mode); returns the run summary.
-- `evaluate(cfg)`: `model.path` scored on every domain's validation split (`rollart.evaluation`).
-- `warm_start_checkpoint(cfg, out_dir)`: only the warm start (`rollart.warm_start`), written as a Hugging
+- `evaluate(cfg)`: `model.path` scored on every domain's validation split (`rollart.job.evaluation`).
+- `warm_start_checkpoint(cfg, out_dir)`: only the warm start (`rollart.job.warm_start`), written as a Hugging
   Face checkpoint.
 
 All three block until done. Whatever stops a job, everything it started is stopped, and what the run did
-stays in its run directory (`rollart.recorder`); Ctrl-C stops a job within seconds at any phase
-(`rollart.interrupts`).
+stays in its run directory (`rollart.job.recorder`); Ctrl-C stops a job within seconds at any phase
+(`rollart.base.interrupts`).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rollart import interrupts
+from rollart.base import interrupts
 from rollart.config import RunConfig
 from rollart.loop import DRIVER_LANE, RLLoop
-from rollart.preflight import check_config, check_run_dir
-from rollart.recorder import RunRecorder
+from rollart.job.preflight import check_config, check_run_dir
+from rollart.job.recorder import RunRecorder
 from rollart.resources import Runtime
-from rollart.system import build_system
+from rollart.job.system import build_system
 from rollart.types import Evaluation, Span, TimedMetrics
-from rollart.warm_start import warm_start
+from rollart.job.warm_start import warm_start
 
 
 def train(cfg: RunConfig) -> dict[str, Any]:

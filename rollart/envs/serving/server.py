@@ -48,7 +48,7 @@ from starlette.routing import Route
 from rollart.config import EnvServerConfig, EnvsConfig
 from rollart.envs.expert import expert_action, random_action
 from rollart.envs.episode import error_text
-from rollart.envs.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
+from rollart.envs.serving.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
 from rollart.envs.protocol import AsyncEnv, EnvFactory
 from rollart.envs.warm_pool import WarmPool, build_prepared
 

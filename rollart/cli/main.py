@@ -1,6 +1,6 @@
-"""The `rollart` command line: a thin argparse shell over `rollart/commands/*`.
+"""The `rollart` command line: a thin argparse shell over `rollart/cli/commands/*`.
 
-Each subcommand lives in its own module under `rollart/commands/` with a `register(subparsers)` that
+Each subcommand lives in its own module under `rollart/cli/commands/` with a `register(subparsers)` that
 adds its parser and sets `func(args) -> int`. Errors meant for the user exit with one readable message,
 never a traceback: a bad config or a missing file with code 2, a resource problem (a pool missing, full or
 unreachable) or a code sandbox that cannot have `reward.sandbox.min_isolation` with code 1.
@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-# module names under rollart.commands, in the order `--help` lists them
+# module names under rollart.cli.commands, in the order `--help` lists them
 COMMANDS = ["config", "pools", "bench", "report", "samples", "env", "data", "serve_reward", "train", "eval", "model",
             "sim", "plan"]
 
@@ -24,12 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"rollart.commands.{name}").register(sub)
+        importlib.import_module(f"rollart.cli.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rollart.config_loader import ConfigError
+    from rollart.config.loader import ConfigError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -54,6 +54,3 @@ def main(argv: list[str] | None = None) -> int:
         print("rollart: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from rollart.commands.common import add_run_args
-from rollart.config_loader import ConfigError
+from rollart.cli.commands.common import add_run_args
+from rollart.config.loader import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    from rollart.config_loader import load_config
+    from rollart.config.loader import load_config
     from rollart.envs.chat import ChatTokens
     from rollart.envs.dataset import DataError, open_dataset_domain
     from rollart.envs.dataset.preview import preview

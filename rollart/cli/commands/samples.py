@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from rollart.config_loader import ConfigError
+from rollart.config.loader import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _samples(args: argparse.Namespace) -> int:
     from rollart.observability.samples import choose, read_samples, render_text
-    from rollart.run_dir import RunPaths
+    from rollart.base.run_dir import RunPaths
 
     path = RunPaths.of(args.run_dir).samples
     if not path.is_file():

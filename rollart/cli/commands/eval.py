@@ -20,10 +20,10 @@ import shlex
 from pathlib import Path
 
 from rollart.config import RunConfig
-from rollart.config_loader import ConfigError, load_config
-from rollart.config_schema import trusted_values
+from rollart.config.loader import ConfigError, load_config
+from rollart.config.explain import trusted_values
 from rollart.resources.logs import configure_logging
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,7 +81,7 @@ def checkpoint_config(target: Path, overrides: list[str], trust_run_config: bool
 def _eval(args: argparse.Namespace) -> int:
     checkpoint, cfg = checkpoint_config(Path(args.target), args.overrides, args.trust_run_config)
     configure_logging(cfg.observability.log_level)
-    from rollart.driver import evaluate
+    from rollart.job.driver import evaluate
 
     result = evaluate(cfg)
     print(f"{'domain':<14}{'score':>8}{'scored':>8}{'failed':>8}")

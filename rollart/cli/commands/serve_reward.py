@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 
-from rollart.commands.common import add_run_args, config_from_args
+from rollart.cli.commands.common import add_run_args, config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config exits 2 here, before Ray starts
-    from rollart.config_loader import ConfigError
+    from rollart.config.loader import ConfigError
 
     token_env = cfg.reward.http.token_env
     if args.issue_token is not None:

@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Sequence
 
-from rollart.commands.common import add_run_args, config_from_args
+from rollart.cli.commands.common import add_run_args, config_from_args
 from rollart.config import RunConfig
 from rollart.resources.logs import configure_logging
 
@@ -33,14 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # a bad config stops here, before anything starts
     configure_logging(cfg.observability.log_level)
-    from rollart.config_loader import ConfigError
+    from rollart.config.loader import ConfigError
     from rollart.control import DomainBroken
-    from rollart.driver import train
+    from rollart.job.driver import train
     from rollart.observability.report import build_report
     from rollart.resources.errors import ResourceError
     from rollart.trainer import TrainerFailed
 
-    from rollart.run_dir import RunPaths
+    from rollart.base.run_dir import RunPaths
 
     paths = RunPaths.of(cfg.run_dir)
     print(f"rollart: training into {paths.root} — `rollart samples {paths.root}` shows what the model writes"

@@ -26,7 +26,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from rollart.envs.http_guard import HeaderCountGuard, HttpLimits, protocol_class
+from rollart.envs.serving.http_guard import HeaderCountGuard, HttpLimits, protocol_class
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the same in every process; `warm_start(cfg, trainer, model_path, on_step)` — r
 `on_step(step, steps, metrics)` after each.
 
 Used by `rollart train` before its first RL step (a resumed run skips it) and by
-`rollart.driver.warm_start_checkpoint` (a warm-started base for LoRA runs and benchmarks).
+`rollart.job.driver.warm_start_checkpoint` (a warm-started base for LoRA runs and benchmarks).
 """
 
 from __future__ import annotations

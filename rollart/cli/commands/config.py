@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rollart.commands.common import add_run_args, config_from_args
+from rollart.cli.commands.common import add_run_args, config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,15 +23,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from rollart.config_loader import dump_config
+    from rollart.config.loader import dump_config
 
     print(dump_config(config_from_args(args)), end="")
     return 0
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from rollart.config_loader import ConfigError
-    from rollart.config_schema import configuration_markdown, explain
+    from rollart.config.loader import ConfigError
+    from rollart.config.explain import configuration_markdown, explain
 
     if args.markdown:
         if args.key:

@@ -4,7 +4,7 @@ In: an optional YAML path and a list of `a.b.c=value` strings (values parsed as 
 Out: a validated `RunConfig`, or a `ConfigError` whose message names every bad key or value, where it came
 from (file and line, or the command line) and what would be valid — a key written twice in the file, a
 boolean for a number and a non-finite number included. Nothing is started before this succeeds. What the
-config names outside itself (env classes, reward functions, run_dir) is checked by `rollart.preflight`.
+config names outside itself (env classes, reward functions, run_dir) is checked by `rollart.job.preflight`.
 
 Merge rules: the file and then the overrides are merged over the defaults key by key; named entries
 (`pools.<name>`, `domains.<name>`, `roles.<name>`) merge into the default entry of the same name, a new
@@ -22,8 +22,8 @@ import yaml
 from pydantic import ValidationError
 
 from rollart.config import RunConfig
-from rollart.config_schema import unknown_key_hint
-from rollart.run_dir import RunPaths
+from rollart.config.explain import unknown_key_hint
+from rollart.base.run_dir import RunPaths
 
 Location = tuple[str, ...]
 _NAMED_SECTIONS = ("pools", "domains", "roles")  # name → entry mappings (merged entry by entry)

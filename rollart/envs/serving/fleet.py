@@ -3,7 +3,7 @@
 In: the resource plane's `Resources`, the `RunConfig` and a domain whose `env_servers` > 0. Out:
 `EnvServerFleet.place(...)` — N `EnvServerActor`s on the `env_server` role's pool (the `env` pool unless
 `roles.env_server` says otherwise), each serving the domain's envs over the env server protocol
-(rollart/envs/server.py) on its node's address, and a `ServerDirectory` actor that holds the live
+(rollart/envs/serving/server.py) on its node's address, and a `ServerDirectory` actor that holds the live
 servers' URLs and the fleet's token. The env workers reach the domain through `RemoteEnv(directory=...)`.
 
 Failures, as for every worker (docs/architecture.md §7): an env server that dies leaves the worker set's
@@ -35,7 +35,7 @@ class EnvServerActor:
     def __init__(self, cfg: RunConfig, domain: str, token: str, name: str = "env_server/env/0") -> None:
         import ray
 
-        from rollart.envs.server import EnvServer
+        from rollart.envs.serving.server import EnvServer
         from rollart.envs.spec import domain_env_factory
 
         domain_cfg = cfg.domains[domain]

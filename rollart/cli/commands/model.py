@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rollart.commands.common import add_run_args, config_from_args
+from rollart.cli.commands.common import add_run_args, config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +36,8 @@ def _init(args: argparse.Namespace) -> int:
 def _warm_start(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rollart.config_loader import ConfigError
-    from rollart.driver import warm_start_checkpoint
+    from rollart.config.loader import ConfigError
+    from rollart.job.driver import warm_start_checkpoint
 
     cfg = config_from_args(args)
     out = Path(args.out_dir)

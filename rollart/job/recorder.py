@@ -2,7 +2,7 @@
 
 In: from the driver, per step the trained batch, its phases' `TimedMetrics` (metrics and timeline span)
 and plane metrics; evaluation scores; warm-start progress. Out (the run directory contract of
-`rollart.run_dir.RunPaths`): config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured),
+`rollart.base.run_dir.RunPaths`): config.yaml, metrics.jsonl (+ TensorBoard and W&B/MLflow when configured),
 samples.jsonl (a few trained trajectories per domain and step, as text: `observability.samples_per_domain`),
 timeline.json (Chrome trace), summary.json, report/index.html; and live progress on the terminal (rich,
 plain or quiet).
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rollart.config import RunConfig
-from rollart.config_loader import write_resolved
+from rollart.config.loader import write_resolved
 from rollart.observability import (
     MetricsLogger,
     Progress,
@@ -36,7 +36,7 @@ from rollart.observability import (
 )
 from rollart.models import load_tokenizer
 from rollart.observability.samples import SampleLog
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.observability.timeline import Mark
 from rollart.types import Evaluation, TimedMetrics, Trajectory
 

@@ -24,8 +24,8 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
 `local=False` skips what only the machines that run it need — dataset rows, checkpoints, optional packages:
 `rollart sim` judges a run meant for another cluster.
-Run by every command that takes a run config (`rollart.commands.common.config_from_args`) and by the
-Python API (`rollart.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
+Run by every command that takes a run config (`rollart.cli.commands.common.config_from_args`) and by the
+Python API (`rollart.job.driver.train` / `evaluate`), so a typo fails in a second instead of after every worker
 started.
 
 `check_run_dir(cfg)` checks the run directory a training job writes (and, with `resume=true`, reads)
@@ -43,14 +43,14 @@ import os
 from pathlib import Path
 
 from rollart.config import DomainConfig, RunConfig
-from rollart.config_loader import ConfigError
+from rollart.config.loader import ConfigError
 from rollart.control.scheduler import decode_state
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
 from rollart.models.loading import adapter_problem, model_problem
 from rollart.reward.registry import check_spec
-from rollart.run_dir import RunPaths
+from rollart.base.run_dir import RunPaths
 from rollart.trainer.checkpoint import (
     UnsafeCheckpointError,
     check_checkpoint_files,

@@ -17,8 +17,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from rollart.commands.common import add_run_args, config_from_args
-from rollart.config_loader import ConfigError
+from rollart.cli.commands.common import add_run_args, config_from_args
+from rollart.config.loader import ConfigError
 
 if TYPE_CHECKING:
     from rollart.config import RunConfig

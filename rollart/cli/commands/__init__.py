@@ -1,0 +1,1 @@
+"""Subcommands of the `rollart` CLI, one module each (see `rollart/cli/main.py`)."""

@@ -1,1 +1,0 @@
-"""Subcommands of the `rollart` CLI, one module each (see `rollart/cli.py`)."""
