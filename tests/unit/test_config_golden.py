@@ -28,3 +28,20 @@ def test_explain_of_every_key_is_unchanged() -> None:
 
 def test_the_markdown_reference_is_unchanged() -> None:
     assert configuration_markdown() == (GOLDEN / "reference.md").read_text()
+
+
+def write_golden() -> None:
+    """Record today's schema as the golden files: for a deliberate change of keys, defaults or descriptions
+    (`python tests/unit/test_config_golden.py --write`, then read the diff)."""
+    keys = {"": explain(None), **{doc.key: explain(doc.key) for doc in schema_keys()}}
+    (GOLDEN / "explain.json").write_text(json.dumps(keys, indent=1, ensure_ascii=False) + "\n")
+    (GOLDEN / "default.yaml").write_text(dump_config(RunConfig()))
+    (GOLDEN / "reference.md").write_text(configuration_markdown())
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python tests/unit/test_config_golden.py --write")
+    write_golden()
