@@ -72,7 +72,7 @@ test: install
 test-vllm: install-vllm
 	ROLLART_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -ra -k "not builtin" \
 		tests/contracts/test_engine_contract.py tests/integration/test_inference_worker.py \
-		tests/unit/test_engine_hf.py tests/unit/test_engine_vllm.py
+		tests/unit/test_engine_builtin.py tests/unit/test_engine_vllm.py
 
 # docs/configuration.md is generated from the config schema (rollart/config.py); a unit test fails when it
 # is stale.

@@ -41,7 +41,7 @@ from benchmarks.engine_workloads import (
     worker_peak_rss,
 )
 from rollart.config import ModelConfig
-from rollart.inference.hf_engine import HFEngine
+from rollart.inference.builtin_engine import BuiltinEngine
 from rollart.models import load_model, load_tokenizer, resolve_model_path
 
 FULL = dict(rounds=5, uniform=(48, 128), mixed=((6, 48), (16, 128)), mixed_requests=64, convs=8, turns=8,
@@ -51,7 +51,7 @@ QUICK = dict(rounds=1, uniform=(48,), mixed=((6, 48),), mixed_requests=32, convs
 
 def _run_engine(model, tokenizer, work: Workload) -> None:
     """The built-in engine over `work`, all queued at once, BATCH rows in flight."""
-    drive(HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=0), work)
+    drive(BuiltinEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=0), work)
 
 
 def _compare(name: str, model, tokenizer, work: Workload, rounds: int, rows: list[dict[str, Any]]) -> float:
@@ -104,7 +104,7 @@ def run(quick: bool, engine: str = "builtin") -> BenchResult:
         ratios[key] = round(_compare(f"mixed {lo}-{hi}", model, tokenizer, mixed, size["rounds"], rows), 3)
 
     def hf_turns(reuse: bool):
-        engine = HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=64 if reuse else 0)
+        engine = BuiltinEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=64 if reuse else 0)
         return lambda requests, n: engine_turn(engine, requests, n)
 
     runs = {True: [], False: []}

@@ -7,10 +7,10 @@ and transformers. Out: a `BenchResult` with, per case, each system's tokens/s an
 - `mixed`: 32–64 requests, output lengths spread 8× (6…48); `generate` runs batches of 16, each padded to
   its longest, the engines keep 16 rows busy;
 - `multiturn`: 8 conversations × 8 turns (64-token start, 16-token replies, 24-token observations), with
-  the prompt tokens each system prefilled: the HF engine and vLLM reuse the previous turn's KV, `generate`
+  the prompt tokens each system prefilled: the built-in engine and vLLM reuse the previous turn's KV, `generate`
   prefills every prompt in full;
 - startup, reported apart from throughput: `import vllm` and the engine's construction (vLLM), model load
-  and engine construction (HF engine);
+  and engine construction (built-in engine);
 - memory, reported apart: the peak RSS of one `InferenceWorker` actor serving the same load with each
   engine (its own process, so the figures do not mix).
 
@@ -51,7 +51,7 @@ SYSTEMS = ("generate", "hf", "vllm")
 
 
 def run(quick: bool) -> BenchResult:
-    from rollart.inference.hf_engine import HFEngine
+    from rollart.inference.builtin_engine import BuiltinEngine
 
     size = QUICK if quick else FULL
     torch.set_num_threads(1)
@@ -59,7 +59,7 @@ def run(quick: bool) -> BenchResult:
 
     start = time.perf_counter()
     model, tokenizer = load_model(path), load_tokenizer(path)
-    HFEngine(model, tokenizer, max_batch_size=BATCH)
+    BuiltinEngine(model, tokenizer, max_batch_size=BATCH)
     hf_startup = time.perf_counter() - start
     start = time.perf_counter()
     import vllm  # noqa: F401 — timed: the imports are most of vLLM's start
@@ -77,7 +77,7 @@ def run(quick: bool) -> BenchResult:
 
 
 def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import: float) -> BenchResult:
-    from rollart.inference.hf_engine import HFEngine
+    from rollart.inference.builtin_engine import BuiltinEngine
 
     vocab = model.config.vocab_size
     rows: list[dict[str, Any]] = [
@@ -87,7 +87,7 @@ def _measure(size, model, tokenizer, vllm_engine, hf_startup: float, vllm_import
     ]
 
     def fresh_hf(reuse: bool = False):
-        return HFEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=64 if reuse else 0)
+        return BuiltinEngine(model, tokenizer, max_batch_size=BATCH, prefix_cache_mb=64 if reuse else 0)
 
     def systems(work):
         return {

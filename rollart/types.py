@@ -503,7 +503,7 @@ class TurnBarrier(Protocol):
 
 
 @runtime_checkable
-class JournalSink(Protocol):
+class LedgerSink(Protocol):
     """Where the control plane writes each move of its ledger as it happens (a JSON object: time, id, group,
     domain, fate, and reason, digest, batch where they apply); the run's ledger file implements it
     (`rollart.observability.ledger.LedgerFile`)."""

@@ -69,7 +69,7 @@ def publish(work: Path) -> dict[str, float]:
     engine = VLLMEngine(work / "model", device="cuda", dtype="bfloat16", max_batch_size=4, kv_cache_mb=0,
                         gpu_memory_utilization=0.3, max_model_len=1024)
     start = time.perf_counter()
-    engine.update_weights(1, trained)
+    engine.swap_weights(1, trained)
     swap_s = time.perf_counter() - start
     prompt = tuple(range(10, 42))
     engine.add(GenerationRequest("r0", "t0", "check", prompt, SamplingParams(temperature=0.0, max_new_tokens=16)))

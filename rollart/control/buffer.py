@@ -1,7 +1,7 @@
 """SampleBuffer: scored GRPO groups wait here until the trainer takes a batch.
 
 In: complete groups (`ReadyGroup`: `group_size` scored, trainable trajectories sharing a seed) from the
-scheduler. Out: `get_batch(num_groups, train_version)` → the groups of one train batch.
+scheduler. Out: `take_groups(num_groups, train_version)` → the groups of one train batch.
 
 Guarantees:
 - Exactly-once: a trajectory id is accepted once; a second insertion is refused and counted.
@@ -10,7 +10,7 @@ Guarantees:
 - `selection=first` takes groups in completion order (fast, short trajectories come first: that bias is
   measured by the domain mix the scheduler reports); `stratified` fills per-domain quotas that follow the
   configured domain weights, in completion order within a domain.
-- `get_batch` never waits forever: past `timeout_s` it raises `BatchTimeout` saying what it waits for.
+- `take_groups` never waits forever: past `timeout_s` it raises `BatchTimeout` saying what it waits for.
 - The batch is returned in admission order (group sequence number), so equal inputs give equal batches
   whatever the completion timing — what makes α = 0 reproduce the synchronous loop exactly.
 """
@@ -28,7 +28,7 @@ from rollart.types import Span, Trajectory
 
 
 class BatchTimeout(TimeoutError):
-    """get_batch waited longer than its timeout; the message says what was missing."""
+    """`take_groups` waited longer than its timeout; the message says what was missing."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class SampleBuffer:
         lacking = {d: q - have.get(d, 0) for d, q in quotas.items() if have.get(d, 0) < q}
         return f"stratified quotas {quotas}; ready {dict(have) or 'none'}; still lacking {lacking}"
 
-    async def get_batch(
+    async def take_groups(
         self,
         num_groups: int,
         train_version: int,

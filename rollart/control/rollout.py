@@ -2,7 +2,7 @@
 
 In: a `RunConfig` (its `rollout` section and domains), the env plane's `TrajectoryRunner`, the reward
 plane's `RewardScorer`, the number of batches to fill and the versions the run stands at; optionally a
-`TurnBarrier` (`rollout.barrier=turn`), a checkpointed scheduler state to go on from, a `JournalSink` for
+`TurnBarrier` (`rollout.barrier=turn`), a checkpointed scheduler state to go on from, a `LedgerSink` for
 the ledger moves, and the clock (the cluster twin's is virtual). Out: a started `RolloutScheduler` whose
 buffer holds the configured staleness policy, selection and domain weights.
 
@@ -20,7 +20,7 @@ from rollart.config import RunConfig
 from rollart.control.buffer import SampleBuffer
 from rollart.control.scheduler import RolloutScheduler
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import JournalSink, RewardScorer, TrajectoryRunner, TurnBarrier
+from rollart.types import LedgerSink, RewardScorer, TrajectoryRunner, TurnBarrier
 
 
 def trajectory_timeout_s(cfg: RunConfig) -> float:
@@ -40,7 +40,7 @@ def start_rollout(
     inference_version: int = 0,
     turn_barrier: TurnBarrier | None = None,
     resume_from: Mapping[str, Any] | None = None,
-    journal: JournalSink | None = None,
+    ledger_sink: LedgerSink | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RolloutScheduler:
     """A started scheduler that fills `batches` batches, the first trained at `first_version`, with the
@@ -51,7 +51,7 @@ def start_rollout(
     scheduler = RolloutScheduler(
         cfg.rollout, cfg.domains, runner, scorer, buffer, policy, total_batches=batches,
         first_version=first_version, seed=cfg.seed, turn_barrier=turn_barrier, trajectory_timeout_s=trajectory_timeout_s(cfg),
-        clock=clock, journal=journal,
+        clock=clock, ledger_sink=ledger_sink,
     )
     scheduler.set_inference_version(inference_version)
     if resume_from is not None:

@@ -23,7 +23,7 @@ What it does:
 
 Guarantee (the ledger): every trajectory started ends exactly once — trained, or ABORTED / FAILED / STALE
 with a reason; `check_ledger()` returns the violations (none, in every test). Every move of the ledger is
-also written, as it happens, to the `JournalSink` the scheduler is given (the run's ledger file; started,
+also written, as it happens, to the `LedgerSink` the scheduler is given (the run's ledger file; started,
 ready, trained, aborted, failed, stale — with the group, the reason, and a digest of what was generated).
 Without a sink (the cluster twin, the rollout benchmark) no entry is built at all.
 
@@ -74,7 +74,7 @@ from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
 from rollart.control.staleness import StalenessPolicy
 from rollart.types import (
-    JournalSink,
+    LedgerSink,
     RewardScorer,
     Span,
     Status,
@@ -172,9 +172,9 @@ class RolloutScheduler:
         turn_barrier: TurnBarrier | None = None,
         trajectory_timeout_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
-        journal: JournalSink | None = None,
+        ledger_sink: LedgerSink | None = None,
     ) -> None:
-        """`journal`: where each ledger move is written as it happens (see the module docstring); the ledger
+        """`ledger_sink`: where each ledger move is written as it happens (see the module docstring); the ledger
         itself (`fate`, `check_ledger`) is kept either way."""
         self.cfg = rollout
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
@@ -184,7 +184,7 @@ class RolloutScheduler:
         self.turn_barrier = turn_barrier
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
-        self.journal = journal
+        self.ledger_sink = ledger_sink
         self.seed = seed
         self.rng = random.Random(seed)
         self.groups_per_batch = rollout.batch_size // rollout.group_size + rollout.redundancy.extra_groups
@@ -277,7 +277,7 @@ class RolloutScheduler:
         n = self.cfg.batch_size // self.cfg.group_size
         failed = asyncio.ensure_future(self._failure_raised())
         try:
-            groups = await unless_fails(self.buffer.get_batch(
+            groups = await unless_fails(self.buffer.take_groups(
                 n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
             ), failed)
         finally:
@@ -621,7 +621,7 @@ class RolloutScheduler:
     # --- ledger, status, metrics, state --------------------------------------------------------------
     def _set_fate(self, record: Trajectory | Task, fate: Fate, expect: Fate | None, reason: str = "",
                   batch: int | None = None) -> None:
-        """Move a trajectory (or the task it starts from) in the ledger, and journal the move."""
+        """Move a trajectory (or the task it starts from) in the ledger, and write the move to the ledger sink."""
         trajectory_id = record.trajectory_id
         current = self.fate.get(trajectory_id)
         if current != expect:
@@ -629,7 +629,7 @@ class RolloutScheduler:
                 f"{trajectory_id}: {current and current.value} → {fate.value} (expected from {expect and expect.value})"
             )
         self.fate[trajectory_id] = fate
-        if self.journal is None:
+        if self.ledger_sink is None:
             return
         task = record.task if isinstance(record, Trajectory) else record
         entry: dict[str, Any] = {"time": self.clock(), "id": trajectory_id, "group": task.group_id,
@@ -640,7 +640,7 @@ class RolloutScheduler:
             entry["digest"] = trajectory_digest(record)  # type: ignore[arg-type]
         if batch is not None:
             entry["batch"] = batch
-        self.journal.write(entry)
+        self.ledger_sink.write(entry)
 
     def check_ledger(self) -> list[str]:
         """Violations of 'every trajectory ends exactly once': a fate set twice, or out of order."""
@@ -699,7 +699,7 @@ class RolloutScheduler:
         self.ordinals = Counter(decoded.ordinals)
         for group in decoded.ready:  # scored, not trained: back into the buffer as they were
             for t in group.trajectories:
-                self.fate[t.trajectory_id] = Fate.READY  # (journaled by the run that scored them)
+                self.fate[t.trajectory_id] = Fate.READY  # (written to the ledger by the run that scored them)
             self.buffer.put(group)
 
 

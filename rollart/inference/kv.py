@@ -31,7 +31,7 @@ def check_supported(model_config) -> None:
     kinds = {type(layer).__name__ for layer in DynamicCache(config=model_config).layers}
     if kinds - {DynamicLayer.__name__}:
         raise ValueError(
-            f"HFEngine supports models whose KV cache layers are all DynamicLayer (full attention); this model "
+            f"BuiltinEngine supports models whose KV cache layers are all DynamicLayer (full attention); this model "
             f"uses {sorted(kinds)}. Serve it with inference.engine=vllm instead."
         )
 

@@ -3,7 +3,7 @@
 In: the inference workers of each pool (`{pool: [InferenceWorker actor handles]}`), the domain → pool
 mapping (`{domain: domains.<domain>.pool}`) and each pool's fallback pools, from the driver; later, workers
 that join (`add_worker`) and leave (`remove_worker`) as the resource plane replaces and grows clusters.
-Calls: `generate`, `abort(trajectory_id)`, `suspend`/`resume`, `update_weights_to(version)`, `remap(domain_pools)`,
+Calls: `generate`, `abort(trajectory_id)`, `suspend`/`resume`, `update_weights(version)`, `remap(domain_pools)`,
 `in_flight`,
 `stats`. Out: each request's `GenerationResult`, from the worker `rollart.inference.router.Router` chose.
 
@@ -22,7 +22,7 @@ Guarantees:
   only the unfinished turn is generated again, the trajectory's earlier turns are untouched. With no
   worker left to take it, a request waits for one to join (at most `inference.admission_timeout_s`).
 - A worker that joins takes no request before it serves the version the others serve (it pulls it from the
-  weight store first); `update_weights_to` and joins are serialised, so no worker is left a version behind.
+  weight store first); `update_weights` and joins are serialised, so no worker is left a version behind.
 
 Run it as a Ray async actor, e.g. `ray.remote(LLMProxy).options(num_cpus=0).remote(workers, domain_pools,
 cfg.inference)`, and hand env workers its handle (they wrap it in `rollart.envs.ActorLLMClient`).
@@ -72,7 +72,7 @@ class LLMProxy:
         self._turn_retries = 0
         self._workers_lost = 0
         self._workers_joined = 0
-        self._version = -1  # the version every routed worker serves (-1: not set by update_weights_to yet)
+        self._version = -1  # the version every routed worker serves (-1: not set by update_weights yet)
         self._names: dict[WorkerKey, str] = {}
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -180,11 +180,11 @@ class LLMProxy:
             self._suspended = False
             self._cond.notify_all()
 
-    async def update_weights_to(self, version: int) -> dict[str, dict[str, float]]:
+    async def update_weights(self, version: int) -> dict[str, dict[str, float]]:
         """Every worker serves `version` (pulled from its subscriber); per worker: its swap timings. A worker
         that dies meanwhile leaves the routing (its replacement pulls `version` when it joins)."""
         async with self._membership:
-            done = await self._on_alive(list(self._router.in_flight()), lambda w: w.update_weights_to.remote(version))
+            done = await self._on_alive(list(self._router.in_flight()), lambda w: w.update_weights.remote(version))
             self._version = max(self._version, version)
             await self._learn_names()
             return {self._name(k): r for k, r in done.items()}
@@ -194,7 +194,7 @@ class LLMProxy:
         serve, then takes requests. Returns its name."""
         async with self._membership:
             if self._version >= 0:
-                await asyncio.wait_for(handle.update_weights_to.remote(self._version), self._call_timeout_s)
+                await asyncio.wait_for(handle.update_weights.remote(self._version), self._call_timeout_s)
             name = await asyncio.wait_for(handle.ready.remote(), self._call_timeout_s)
             async with self._cond:
                 key = self._router.add(pool)

@@ -2,7 +2,7 @@
 
 In: a Hugging Face checkpoint directory (the one every process of the run loads), the pool's device, and
 `GenerationRequest`s, aborts and weight updates from the worker's engine thread. Out: `GenerationResult`s
-with one token, behaviour logprob and weight version per generated token, as `HFEngine` gives them.
+with one token, behaviour logprob and weight version per generated token, as `BuiltinEngine` gives them.
 
 Which vLLM API, and why: vLLM's `LLMEngine` (v1) — `add_request` / `abort_request` / `step()` — is the
 step-driven engine our protocol is written against, so every call lands at a step boundary and the
@@ -14,14 +14,14 @@ engine arguments differ (`engine_args`).
 
 How the contract is met:
 - ADD/ABORT: requests wait in this engine's own queue and enter vLLM when a row is free (at most
-  `max_batch_size` in vLLM), so `suspend()` can hold them; `abort` removes a request from vLLM at the next
+  `max_batch_size` in vLLM); `abort` removes a request from vLLM at the next
   step and returns its tokens so far with finish reason `abort`.
 - Tokens, logprobs, versions: each `step()` is one vLLM scheduler step (async scheduling off, so a step's
   tokens come from the weights served during that step); every new token is appended with the version
   served then. Logprobs are vLLM's `processed_logprobs` of the sampled token (`logprobs=0`): log-softmax
   after temperature, top-k and top-p — the distribution sampled from, as `rollart.inference.sampling`
   defines it (greedy: the log-softmax of the raw logits).
-- Weight updates (`update_weights`): the tensors are shipped to every vLLM worker in buckets of at most
+- Weight updates (`swap_weights`): the tensors are shipped to every vLLM worker in buckets of at most
   `transfer_bucket_mb` (safetensors bytes: what crosses process boundaries), reloaded in place, with the
   tied output head re-tied and repacked (`vllm_worker.WeightSwapExtension`). Then, with
   `on_update="recompute"`, vLLM preempts every running request and drops the whole prefix cache: running
@@ -214,7 +214,6 @@ class VLLMEngine:
         self._running: dict[str, _Request] = {}  # in vLLM
         self._live: dict[str, _Request] = {}
         self._aborts: list[str] = []
-        self._suspended = False
         self._counters = dict.fromkeys(
             ("steps", "tokens_generated", "prompt_tokens", "prefill_tokens", "requests_finished", "requests_aborted",
              "weight_updates", "swap_s_total", "recompute_tokens"),
@@ -238,18 +237,12 @@ class VLLMEngine:
             self._aborts.append(request_id)
 
     def has_work(self) -> bool:
-        return bool(self._running or self._aborts or (self._waiting and not self._suspended))
-
-    def suspend(self) -> None:
-        self._suspended = True
-
-    def resume(self) -> None:
-        self._suspended = False
+        return bool(self._running or self._aborts or (self._waiting))
 
     def step(self) -> list[GenerationResult]:
         self._counters["steps"] += 1
         done = self._apply_aborts()
-        while self._waiting and not self._suspended and len(self._running) < self.max_batch_size:
+        while self._waiting and len(self._running) < self.max_batch_size:
             self._submit(self._waiting.popleft())
         if not self._running:
             return done
@@ -276,7 +269,7 @@ class VLLMEngine:
     def prepare_weights(self, tensors: Mapping[str, Any]) -> Mapping[str, Any]:
         return tensors  # the buckets are cut and shipped at the swap, into vLLM's own worker processes
 
-    def update_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
+    def swap_weights(self, version: int, tensors: Mapping[str, Any]) -> None:
         check_newer(version, self._version)
         check_weights(tensors, self._shapes, self._required)
         start = time.perf_counter()
@@ -306,7 +299,6 @@ class VLLMEngine:
             "version": float(self._version),
             "running": float(len(self._running)),
             "waiting": float(len(self._waiting)),
-            "suspended": float(self._suspended),
             "startup_s": self.startup_s,
         }
 

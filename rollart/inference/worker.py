@@ -2,21 +2,20 @@
 
 In: a `RunConfig`, the pool it was placed on and its index there, and optionally the weights plane's
 `WeightSubscriber`. Calls (all async, so ADD/ABORT reach the engine between any two steps):
-`generate(request)`, `abort(trajectory_id)`, `update_weights(version, tensors)`,
-`update_weights_to(version)`, `stats()`. Out: one `GenerationResult` per `generate`, returned the moment
-the engine step that finished it ends.
+`generate(request)`, `abort(trajectory_id)`, `update_weights(version)`, `stats()`. Out: one
+`GenerationResult` per `generate`, returned the moment the engine step that finished it ends.
 
 Guarantees:
 - The engine runs on its own thread (`EngineLoop`); every engine call happens at a step boundary.
-- Weight versions never go backwards: `update_weights_to(v)` with v ≤ the served version does nothing.
+- Weight versions never go backwards: `update_weights(v)` with v ≤ the served version does nothing.
   With a subscriber, the newest published version is pulled in the background while the engine
   generates (an asyncio task on the actor's event loop that awaits the store: nothing blocks the loop
   that serves requests) and prepared on a thread (`InferenceEngine.prepare_weights`: a LoRA merge);
-  `update_weights_to` then only swaps. `stats()` reports background pull time and the
+  `update_weights` then only swaps. `stats()` reports background pull time and the
   exposed time (what a swap waited for: a pull not done yet, plus the swap itself).
 - Requests in flight across a swap are kept: re-prefilled under the new weights, or decoding on over
   their old KV (`inference.on_update`); their earlier tokens keep their old version.
-- The engine is the built-in `HFEngine` or `VLLMEngine` (`inference.engine`); vLLM is imported only when
+- The engine is the built-in `BuiltinEngine` or `VLLMEngine` (`inference.engine`); vLLM is imported only when
   it is asked for.
 """
 
@@ -59,9 +58,9 @@ def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> Infe
             on_update=inf.on_update, transfer_bucket_mb=cfg.weights.bucket_mb,
             trust_remote_code=cfg.model.trust_remote_code,
         )
-    from rollart.inference.hf_engine import HFEngine
+    from rollart.inference.builtin_engine import BuiltinEngine
 
-    return HFEngine(
+    return BuiltinEngine(
         load_model(path, cfg.model.dtype, device, adapter=cfg.model.adapter,
                    trust_remote_code=cfg.model.trust_remote_code),
         load_tokenizer(path, cfg.model.trust_remote_code),
@@ -131,15 +130,10 @@ class InferenceWorker:
     async def in_flight(self) -> int:
         return self._loop.in_flight
 
-    async def update_weights(self, version: int, tensors: Mapping[str, Any]) -> dict[str, float]:
-        """Swap in `tensors` as `version` at the next step boundary (ValueError if not newer)."""
-        async with self._update_lock:
-            return await self._swap(version, tensors, exposed_since=time.perf_counter())
-
-    async def update_weights_to(self, version: int) -> dict[str, float]:
+    async def update_weights(self, version: int) -> dict[str, float]:
         """Serve `version` from the subscriber (prefetched if possible); a no-op if already served."""
         if self._prefetch is None:
-            raise RuntimeError(f"{self.name}: update_weights_to needs a WeightSubscriber; none was given")
+            raise RuntimeError(f"{self.name}: update_weights needs a WeightSubscriber; none was given")
         async with self._update_lock:
             served = self._loop.engine.version
             if version <= served:
@@ -153,7 +147,7 @@ class InferenceWorker:
     async def _swap(self, version: int, tensors: Mapping[str, Any], exposed_since: float) -> dict[str, float]:
         def swap(engine: InferenceEngine) -> float:
             start = time.perf_counter()
-            engine.update_weights(version, tensors)
+            engine.swap_weights(version, tensors)
             return time.perf_counter() - start
 
         swap_s = await self._loop.call(swap, timeout_s=self._timeout_s)

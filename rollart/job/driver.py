@@ -26,7 +26,7 @@ from rollart.job.recorder import RunRecorder
 from rollart.resources import Runtime
 from rollart.job.system import build_system
 from rollart.types import Evaluation, Span, TimedMetrics
-from rollart.job.warm_start import warm_start
+from rollart.job.warm_start import run_warm_start
 
 
 def train(cfg: RunConfig) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
     full = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lora": None})})
     torch.set_num_threads(full.train.threads)
     trainer = Trainer(full, PolicyObjective.from_config(full.train))
-    warm_start(full, trainer, trainer.model_path, on_step)
+    run_warm_start(full, trainer, trainer.model_path, on_step)
     out = Path(out_dir)
     trainer.export(out)
     return out
@@ -81,7 +81,7 @@ async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:
         try:
             if system.resumed.step == 0:  # a fresh run: the supervised warm start, one span on the timeline
                 began = time.time()
-                warm_start(cfg, system.trainer, system.model_path, recorder.warm_start)
+                run_warm_start(cfg, system.trainer, system.model_path, recorder.on_warm_start_step)
                 ended = time.time()
                 recorder.phase(TimedMetrics({"time/warm_start": ended - began}, Span("warm_start", began, ended,
                                                                                      DRIVER_LANE)))

@@ -145,11 +145,11 @@ def warm_start_runs(cfg: RunConfig) -> bool:
     return cfg.train.warm_start.steps > 0 and not resuming
 
 
-def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, warm_start: bool) -> str:
+def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, demonstrated: bool) -> str:
     """What the class of an env domain lacks: reset/step always, the warm start's methods under one."""
     ws = cfg.train.warm_start
     needs: tuple[str, ...] = ()
-    if warm_start and dom.weight > 0:  # weight 0: evaluated only, never demonstrated
+    if demonstrated and dom.weight > 0:  # weight 0: evaluated only, never demonstrated
         needs = ("expert_action", "random_action") if ws.expert_prob < 1 else ("expert_action",)
     missing = missing_env_methods(dom.env, needs)
     if {"reset", "step"} & set(missing):
@@ -170,7 +170,7 @@ def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, warm_start: 
 
 def check_config(cfg: RunConfig, *, local: bool = True) -> None:
     problems: list[str] = []
-    warm_start = warm_start_runs(cfg)
+    demonstrated = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
         if dom.data is not None and local:
             problems += data_problems(name, dom)
@@ -179,7 +179,7 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
                 resolve_agent(dom.agent)
             else:
                 check_env_spec(dom.env)
-                if problem := env_class_problem(name, dom, cfg, warm_start):
+                if problem := env_class_problem(name, dom, cfg, demonstrated):
                     problems.append(problem)
         except (EnvSpecError, AgentSpecError) as exc:
             problems.append(f"domains.{name}.{'agent' if dom.agent else 'env'}: {exc}")

@@ -89,7 +89,7 @@ class RunRecorder:
         for key, value in phase.metrics.items():
             self._pending[key] = self._pending.get(key, 0.0) + float(value)
 
-    def warm_start(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
+    def on_warm_start_step(self, step: int, total: int, metrics: Mapping[str, float]) -> None:
         if step == 0 or (step + 1) % 10 == 0 or step + 1 == total:
             log.info("warm start %d/%d: sft loss %.3f", step + 1, total, metrics.get("sft/loss", float("nan")))
 

@@ -83,7 +83,7 @@ class System:
     turn_barrier: ActorTurnBarrier | None
     # where this start goes on from (a fresh run: step 0), under this start's run id and attempt
     resumed: RunState = field(default_factory=RunState)
-    journal: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
+    ledger_file: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
     scheduler: RolloutScheduler | None = None
     inference_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
@@ -166,7 +166,7 @@ class System:
         self.scheduler = start_rollout(
             self.cfg, self.env_router, self.reward, batches=batches, first_version=self.trainer.version,
             inference_version=self.inference_version, turn_barrier=self.turn_barrier, resume_from=self.resumed.scheduler,
-            journal=self.journal,
+            ledger_sink=self.ledger_file,
         )
         self._loop = asyncio.get_running_loop()
         if self._unrecoverable is not None:
@@ -178,7 +178,7 @@ class System:
         await _bounded(self.proxy.suspend.remote(), self.cfg.inference.request_timeout_s, "LLMProxy.suspend")
 
     async def update_weights(self, version: int) -> dict[str, float]:
-        timings = await _bounded(self.proxy.update_weights_to.remote(version), self.cfg.inference.request_timeout_s,
+        timings = await _bounded(self.proxy.update_weights.remote(version), self.cfg.inference.request_timeout_s,
                                  f"update of the inference workers to version {version}")
         return {"time/weights.pull": max((t.get("pull_s", 0.0) for t in timings.values()), default=0.0)}
 
@@ -223,8 +223,8 @@ class System:
         """The trainer's checkpoint with `state` and the rollout's cut in it — its scored groups not trained
         yet and how much of the ledger file it covers, taken with no await in between; in a thread, so
         rollout callbacks keep running while it is written."""
-        assert self.scheduler is not None and self.journal is not None
-        cut = replace(state, scheduler=self.scheduler.state_dict(), ledger_bytes=self.journal.size())
+        assert self.scheduler is not None and self.ledger_file is not None
+        cut = replace(state, scheduler=self.scheduler.state_dict(), ledger_bytes=self.ledger_file.size())
         await asyncio.to_thread(self.trainer.save_checkpoint, cut.step, cut.to_checkpoint())
 
     async def evaluate(self, tag: str) -> Evaluation:
@@ -279,10 +279,10 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         resumed = RunState.from_checkpoint(trainer.extra_state) if trainer else RunState()
         run_id, attempt = resumed.restart_identity(new_run_id())  # a resume keeps the run id
         resumed = replace(resumed, run_id=run_id, attempt=attempt)
-        journal = None
+        ledger_file = None
         if with_trainer:  # a resumed run first cuts the ledger file back to what its checkpoint covered
-            journal = LedgerFile(RunPaths.of(cfg.run_dir).ledger, resumed.ledger_bytes)
-            stack.callback(journal.close)  # (after everything that could still write to it has stopped)
+            ledger_file = LedgerFile(RunPaths.of(cfg.run_dir).ledger, resumed.ledger_bytes)
+            stack.callback(ledger_file.close)  # (after everything that could still write to it has stopped)
         log.info("run id %s, attempt %d", resumed.run_id, resumed.attempt)
         reward = RewardRouter(cfg, run_id=resumed.run_id, attempt=resumed.attempt).start()
         # an embedded Ray ends with the run, and Serve with it (see RewardService.stop)
@@ -292,7 +292,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         assert rollout_side is not None
         inference, proxy, env_router, turn_barrier = rollout_side.join(into=stack, timeout_s=bound)
         system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, turn_barrier, resumed,
-                        journal, _stack=stack)
+                        ledger_file, _stack=stack)
         system.watch_membership()
         return system
     except BaseException:

@@ -3,7 +3,7 @@
 In: a `RunConfig` (`train.warm_start`: steps, batch size, expert probability; the domains, seeded by
 `seed`), the tokenizer's model path (every demonstration is laid out as its domain's rollouts: agent domains
 with the gateway's own session code, env domains with the domain's `ChatTokens`) and a trainer with `sft_step`. Out: `demonstration_batches(cfg, model_path)` — the batches,
-the same in every process; `warm_start(cfg, trainer, model_path, on_step)` — runs them, telling
+the same in every process; `run_warm_start(cfg, trainer, model_path, on_step)` — runs them, telling
 `on_step(step, steps, metrics)` after each.
 
 Used by `rollart train` before its first RL step (a resumed run skips it) and by
@@ -70,7 +70,7 @@ def undemonstrated(cfg: RunConfig) -> list[str]:
     return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and c.agent and not c.demonstrations)
 
 
-def warm_start(cfg: RunConfig, trainer: SupervisedTrainer, model_path: str | Path,
+def run_warm_start(cfg: RunConfig, trainer: SupervisedTrainer, model_path: str | Path,
                on_step: Callable[[int, int, Mapping[str, float]], None] | None = None) -> None:
     """`train.warm_start.steps` supervised steps of `trainer` on the demonstrations; an agent domain that
     names none is said to be left out (one line each), and a warm start with nothing to demonstrate too."""

@@ -62,11 +62,6 @@ def peft_config_json(peft_model: Any) -> dict[str, Any]:
     return json.loads(json.dumps(peft_model.peft_config["default"].to_dict(), default=_json_default))
 
 
-def load_adapter_state(peft_model: Any, directory: str | Path) -> None:
-    """Put the adapter saved in `directory` (PEFT format) into `peft_model`."""
-    set_adapter_state(peft_model, read_adapter(directory).tensors, str(directory))
-
-
 def set_adapter_state(peft_model: Any, tensors: Mapping[str, torch.Tensor], source: str = "adapter") -> None:
     """Put adapter tensors (PEFT state-dict names) into `peft_model`, every one of its adapters accounted for."""
     from peft import set_peft_model_state_dict

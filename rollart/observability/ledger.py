@@ -1,7 +1,7 @@
 """A run's ledger file (RUN_DIR/ledger.jsonl): written as the run goes, and read back — did every trajectory
 end exactly once?
 
-Writing: `LedgerFile(path, keep_bytes)` is the `JournalSink` the rollout scheduler writes each move to (one
+Writing: `LedgerFile(path, keep_bytes)` is the `LedgerSink` the rollout scheduler writes each move to (one
 JSON line, flushed at once); `size()` makes the file durable and says how far a checkpoint taken now covers
 it, and a resumed run first cuts the file back to what its checkpoint covered (`keep_bytes`), so the file
 always tells the history of the weights the run holds: what happened after the checkpoint never did.
@@ -36,7 +36,7 @@ _ALLOWED = {
 
 
 class LedgerFile:
-    """The run's ledger file, open for appending (implements `rollart.types.JournalSink`)."""
+    """The run's ledger file, open for appending (implements `rollart.types.LedgerSink`)."""
 
     def __init__(self, path: str | Path, keep_bytes: int = 0) -> None:
         self._file = open_file(Path(path), "a+b")  # never through a link (rollart.base.run_dir)

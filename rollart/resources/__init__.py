@@ -7,7 +7,7 @@ when first used):
 - `affinity(pool, fallback=[...], role=...)`, `affinity_of(cls)`, `role_of(cls)` — affinity.py
 - `Runtime(cfg)` — context manager; `rt.resources` is a `Resources` — runtime.py
 - `Resources.place(cls, role=, pool=, fallback=, replicas=, ...) -> WorkerSet`, `.snapshot()`, `.metrics()`
-- `WorkerSet.call_all / call_one / gather / gather_async / shutdown` — worker_set.py
+- `WorkerSet.call_all / call_one / gather / shutdown` — worker_set.py
 - `Placement`, `PoolStatus`, `NodeShare` — accounts.py; `PlacementError`, `ClusterError` — errors.py
 - `pool_resource(pool)`, `worker_name(role, pool, index)` — names.py
 """

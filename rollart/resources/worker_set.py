@@ -4,7 +4,7 @@ In: the members made by `Resources.place` (one per slot: its placement, actor an
 `Placer` that can place one more worker of the same kind (same class, arguments and pool chain), and the
 policy chosen at placement: `replace_dead` (a dead worker is replaced) and `elastic` (the worker set grows
 when a node joins with room on its pool, if that pool is `elastic`). Out: calls (`call_all`, `call_one`
-return Ray ObjectRefs, awaitable in asyncio; `gather`, `gather_async` wait for them), the membership view
+return Ray ObjectRefs, awaitable in asyncio; `gather` waits for them), the membership view
 (`members()`, `names`, `actors`, `len`), membership events to listeners (`on_change`), `shutdown`.
 
 Membership: each worker sits in a numbered slot. A death is learnt from whichever comes first — a caller
@@ -28,7 +28,6 @@ manager.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -194,26 +193,6 @@ class WorkerSet:
                 self._check(ref)
         return ray.get(refs)
 
-    async def gather_async(self, refs: Sequence[ray.ObjectRef], timeout_s: float | None = None) -> list[Any]:
-        """`gather` for asyncio code: awaits the refs without blocking the event loop (also fails fast)."""
-        timeout = self.call_timeout_s if timeout_s is None else timeout_s
-        futures = [asyncio.ensure_future(r) for r in refs]
-        if not futures:
-            return []
-        done, pending = await asyncio.wait(futures, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
-        failed = [f for f in done if f.exception() is not None]
-        if failed or pending:
-            for f in pending:
-                f.cancel()
-        if failed:
-            exc = failed[0].exception()
-            raise self._translate(exc) from exc
-        if pending:
-            raise TimeoutError(self._timeout_message([i for i, f in enumerate(futures) if f in pending],
-                                                     len(futures), timeout))
-        return [f.result() for f in futures]
-
-    # --- deaths and replacements -----------------------------------------------------------------
     def report_dead(self, actor: ray.actor.ActorHandle | str, cause: str) -> bool:
         """A caller saw `actor` (a handle or its hex id) die: handle the death now (idempotent; True if
         this call was the first to report it, False for an unknown or already-dead actor)."""

@@ -253,14 +253,6 @@ class TreeGroup:
         """Forks (and threads) refused because the group was at `max_pids`."""
         return self._keyed(self._dir("pids") / "pids.events", "max")
 
-    def peak_memory(self) -> int:
-        """The most memory the group has held at once (bytes)."""
-        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
-        try:
-            return int((self._dir("memory") / name).read_text())
-        except (OSError, ValueError):
-            return 0
-
     def pids(self) -> list[int]:
         found: set[int] = set()
         for d in self.dirs:

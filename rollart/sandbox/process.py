@@ -69,12 +69,6 @@ class SandboxResult:
     limit_hit: str | None = None  # "memory" | "cpu" | "pids" | "disk": a limit of the whole tree was reached
     cpu_s: float | None = None  # CPU time of the whole tree (with cgroups)
 
-    @property
-    def killed_by_limit(self) -> bool:
-        """Killed by a CPU or memory limit, the wall timeout or the output cap."""
-        return (self.timed_out or self.output_capped or self.limit_hit in ("memory", "cpu")
-                or self.signal in (signal.SIGXCPU, signal.SIGKILL))
-
 
 @dataclass(frozen=True)
 class Program:

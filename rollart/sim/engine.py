@@ -2,7 +2,7 @@
 
 In: an `EngineCost` (the model on `tp` GPUs of one kind) and the twin's `WeightChannel`. Calls, the ones
 `LLMProxy` makes of an `InferenceWorker` (through `LocalHandle`, so `engine.generate.remote(request)` works
-as on a Ray actor): `generate(request)`, `abort(trajectory_id)`, `update_weights_to(version)`, `ready()`,
+as on a Ray actor): `generate(request)`, `abort(trajectory_id)`, `update_weights(version)`, `ready()`,
 `stats()`. Out: one `GenerationResult` per request, returned at the virtual time the engine would finish
 it, with `max_new_tokens` tokens (the twin's episodes fix their lengths in advance), O(1)-memory token
 sequences (`Runs`) and a policy version per token.
@@ -139,7 +139,7 @@ class SimEngine:
         self._finish(req, generated, "abort")
         self._pump()
 
-    async def update_weights_to(self, version: int) -> dict[str, float]:
+    async def update_weights(self, version: int) -> dict[str, float]:
         if version <= self.version:
             return {}
         loop = self._loop = asyncio.get_running_loop()

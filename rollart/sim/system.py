@@ -114,14 +114,14 @@ class SimSystem:
         await self.proxy.suspend.remote()
 
     async def update_weights(self, version: int) -> dict[str, float]:
-        timings = await self.proxy.update_weights_to.remote(version)
+        timings = await self.proxy.update_weights.remote(version)
         return {"time/weights.pull": max((t.get("pull_s", 0.0) for t in timings.values()), default=0.0)}
 
     async def resume(self) -> None:
         await self.proxy.resume.remote()
 
     async def recompute_kv(self) -> dict[str, float]:
-        """The engines' fluid model recomputes in-flight KV at its swap (`SimEngine.update_weights_to`);
+        """The engines' fluid model recomputes in-flight KV at its swap (`SimEngine.update_weights`);
         what it recomputed since the last sync."""
         total = sum(e.counts["recompute_tokens"] for es in self.engines.values() for e in es)
         recomputed, self._recomputed = total - self._recomputed, total

@@ -64,7 +64,7 @@ class TrainerRanks:
         self.cfg, self.resources, self.objective, self.publisher = cfg, resources, objective, publisher
         self.restarts = 0
         self._checkpoint = Path(checkpoint) if checkpoint else None  # what a rebuild starts from
-        self._journal: list[tuple[str, Any]] = []  # steps since that checkpoint: ("train", batch) | ("sft", data)
+        self._replay: list[tuple[str, Any]] = []  # steps since that checkpoint: ("train", batch) | ("sft", data)
         self._death: WorkerDied | None = None  # a rank died while no call was running
         self._lock = threading.Lock()
         self._listeners: list[Callable[[MemberEvent], None]] = []
@@ -89,13 +89,13 @@ class TrainerRanks:
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One RL step on every rank (the batch is put in the object store once); publishes version + 1."""
         metrics = self._call(lambda: self._train(batch))
-        self._journal.append(("train", batch))
+        self._replay.append(("train", batch))
         return metrics
 
     def sft_step(self, data: SftData) -> dict[str, float]:
         """One supervised step (samples or chat conversations); publishes version + 1."""
         metrics = self._call(lambda: self._sft(data))
-        self._journal.append(("sft", list(data)))
+        self._replay.append(("sft", list(data)))
         return metrics
 
     def save_checkpoint(self, step: int, extra_state: Mapping[str, Any] | None = None) -> Path:
@@ -103,7 +103,7 @@ class TrainerRanks:
         is the RL step the checkpoint continues from — named so, not by the policy version, which counts
         the warm start's supervised steps too (that lives in the checkpoint's trainer_state.json)."""
         path = self._call(lambda: self._save(step, dict(extra_state or {})))
-        self._checkpoint, self._journal = path, []
+        self._checkpoint, self._replay = path, []
         return path
 
     def weights(self, rank: int = 0) -> dict[str, Any]:
@@ -164,14 +164,14 @@ class TrainerRanks:
         self.restarts += 1
         target = self.version
         source = str(self._checkpoint) if self._checkpoint else "the initial weights"
-        replayed = f"{len(self._journal)} step{'s' * (len(self._journal) != 1)}"
+        replayed = f"{len(self._replay)} step{'s' * (len(self._replay) != 1)}"
         log.warning("trainer rank %s died (%s): rebuilding the ranks from %s and replaying %s to version %d "
                     "(restart %d of %d)", death.worker, death.cause, source, replayed, target, self.restarts, limit)
         self._death = None
         ckpt.remove_partial(self.cfg.run_dir)
         ready = self._start(publish_after=target)
         self.version = self._agree(ready, "version")
-        for kind, data in self._journal:
+        for kind, data in self._replay:
             self._train(data) if kind == "train" else self._sft(data)
         if self.version != target:
             raise TrainerFailed(f"the rebuilt trainer ranks replayed to version {self.version}, not {target}")

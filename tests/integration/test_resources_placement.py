@@ -4,7 +4,6 @@ and a WorkerSet can be called as one."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
@@ -163,19 +162,6 @@ def test_worker_set_call_one_call_all_gather_and_errors(resources):
             c.call_all("nope")
     with pytest.raises(RuntimeError, match="shut down"):
         c.call_all("echo", 1)
-
-
-def test_worker_set_gather_async(resources):
-    with resources.place(Probe, replicas=2) as c:
-
-        async def main():
-            values = await c.gather_async(c.call_all("echo", 5))
-            one = await c.call_one(0, "echo", 6)  # an ObjectRef is awaitable as it is
-            with pytest.raises(TimeoutError, match="1 of 1 calls"):
-                await c.gather_async([c.call_one(1, "sleep", 3)], timeout_s=0.3)
-            return values, one
-
-        assert asyncio.run(main()) == ([5, 5], 6)
 
 
 def test_runtime_attaches_to_a_running_ray_and_checks_its_pools(ray_local):

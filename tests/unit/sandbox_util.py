@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 from rollart.sandbox import cgroups
+from rollart.sandbox.process import SandboxResult
 
 
 def host_processes(word: str, where: str = "environ") -> list[int]:
@@ -29,3 +31,9 @@ def groups_of(pid: int) -> list[Path]:
 def mounted(path: Path) -> bool:
     """Is anything mounted at or below `path` (in this process's mount namespace)?"""
     return any(line.split()[4].startswith(str(path)) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def killed_by_limit(res: SandboxResult) -> bool:
+    """Killed by a CPU or memory limit, the wall timeout or the output cap."""
+    return (res.timed_out or res.output_capped or res.limit_hit in ("memory", "cpu")
+            or res.signal in (signal.SIGXCPU, signal.SIGKILL))

@@ -26,7 +26,7 @@ class Harness:
     """A miniature driver: get_batch(k) → weights k served → (training is instant here)."""
 
     def __init__(self, rollout: RolloutConfig, steps: int, *, seed=0, latency=None, fail=None,
-                 score_fail=0.0, turn_barrier=None, domains=DOMAINS, journal=None):
+                 score_fail=0.0, turn_barrier=None, domains=DOMAINS, ledger_sink=None):
         self.version = 0
         self.rollout = rollout
         self.policy = StalenessPolicy(rollout.alpha, rollout.staleness)
@@ -39,7 +39,7 @@ class Harness:
         self.buffer = SampleBuffer(self.policy, rollout.redundancy.selection,
                                    {d: c.weight for d, c in domains.items()})
         self.sched = RolloutScheduler(rollout, domains, self.runner, self.scorer, self.buffer, self.policy,
-                                      total_batches=steps, seed=seed, turn_barrier=turn_barrier, journal=journal)
+                                      total_batches=steps, seed=seed, turn_barrier=turn_barrier, ledger_sink=ledger_sink)
         self.steps = steps
         self.max_pending = self.max_running = 0
         g = rollout.group_size + rollout.redundancy.extra_per_group
@@ -308,8 +308,8 @@ def test_a_failed_background_task_stops_rollout_within_a_second_naming_it():
 
 def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_they_were():
     async def main():
-        journal = ListSink()
-        h = Harness(rollout_cfg(alpha=1), steps=6, journal=journal)
+        ledger_sink = ListSink()
+        h = Harness(rollout_cfg(alpha=1), steps=6, ledger_sink=ledger_sink)
         h.sched.start()
         first = []
         for k in range(2):  # the driver's loop, then a checkpoint while rollout goes on
@@ -324,8 +324,8 @@ def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_the
         ready = {t.trajectory_id: t for g in h.buffer.ready_groups for t in g.trajectories}
         assert ready and {d for d, _, _ in state["replay"]} <= set(DOMAINS)
         assert not {s for _, s, _ in state["replay"]} & {g.seq for g in h.buffer.ready_groups}
-        assert {e["fate"] for e in journal.entries} >= {"running", "ready", "trained"}
-        digests = {e["id"]: e["digest"] for e in journal.entries if e["fate"] == "ready"}
+        assert {e["fate"] for e in ledger_sink.entries} >= {"running", "ready", "trained"}
+        digests = {e["id"]: e["digest"] for e in ledger_sink.entries if e["fate"] == "ready"}
 
         resumed = Harness(rollout_cfg(alpha=1), steps=4)
         resumed.sched.load_state_dict(state)
@@ -351,7 +351,7 @@ def test_a_checkpoint_holds_scored_groups_that_a_resumed_scheduler_trains_as_the
 
 
 class ListSink:
-    """A `JournalSink` that keeps the entries (the run's ledger file writes them to disk)."""
+    """A `LedgerSink` that keeps the entries (the run's ledger file writes them to disk)."""
 
     def __init__(self) -> None:
         self.entries: list[dict] = []
@@ -364,16 +364,16 @@ def test_every_ledger_move_is_written_to_the_sink_as_it_happens_and_without_one_
     """The scheduler writes each move to the sink it is given, at once (nothing to drain); what writes no
     ledger file (the cluster twin, bench rollout) gives none: the fates and their checks stay."""
     async def main():
-        journal = ListSink()
-        h = Harness(rollout_cfg(alpha=1), steps=2, journal=journal)
+        ledger_sink = ListSink()
+        h = Harness(rollout_cfg(alpha=1), steps=2, ledger_sink=ledger_sink)
         h.sched.start()
         task = asyncio.ensure_future(h.sched.get_batch(0))
-        while not journal.entries:
+        while not ledger_sink.entries:
             await asyncio.sleep(0.001)
-        assert all(e["fate"] == "running" for e in journal.entries)  # written as they started, batch not taken
+        assert all(e["fate"] == "running" for e in ledger_sink.entries)  # written as they started, batch not taken
         batch = await task
         await h.sched.stop()
-        trained = [e["id"] for e in journal.entries if e["fate"] == "trained"]
+        trained = [e["id"] for e in ledger_sink.entries if e["fate"] == "trained"]
         assert sorted(trained) == sorted(t.trajectory_id for t in batch)
 
         bare = Harness(rollout_cfg(alpha=1), steps=2)

@@ -31,7 +31,7 @@ class FakeWorker:
         self.dead = False
         self.version = 0
         self.requests: list[GenerationRequest] = []
-        for method in ("generate", "update_weights_to", "ready", "abort", "stats"):
+        for method in ("generate", "update_weights", "ready", "abort", "stats"):
             setattr(self, method, _Method(getattr(self, f"_{method}")))
 
     def die(self) -> None:
@@ -52,7 +52,7 @@ class FakeWorker:
         return GenerationResult(request.request_id, request.trajectory_id, (1,), (-0.5,), (self.version,), "stop",
                                 worker=self.name)
 
-    async def _update_weights_to(self, version):
+    async def _update_weights(self, version):
         self._check()
         self.version = version
         return {"version": float(version)}
@@ -97,7 +97,7 @@ def test_a_pool_with_no_worker_left_falls_back_then_a_joining_worker_takes_over_
     async def main():
         a, c = FakeWorker("a"), FakeWorker("c")
         p = proxy({"decode": [a], "prefill": [c]})
-        await p.update_weights_to(4)
+        await p.update_weights(4)
         a.die()
         assert (await p.generate(request("t1"))).worker == "c"  # the fallback pool
         replacement = FakeWorker("a2")
@@ -114,7 +114,7 @@ def test_with_no_worker_anywhere_a_request_waits_for_one_to_join_and_updates_ski
         p = proxy({"decode": [a], "prefill": [c]})
         a.die()
         c.die()
-        updated = await p.update_weights_to(2)  # both dead: no error, nobody updated
+        updated = await p.update_weights(2)  # both dead: no error, nobody updated
         assert updated == {} and (await p.stats())["workers_lost"] == 2
         pending = asyncio.ensure_future(p.generate(request("t1")))
         await asyncio.sleep(0.1)

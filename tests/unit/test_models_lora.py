@@ -8,7 +8,7 @@ import torch
 
 from rollart.algo import PolicyObjective
 from rollart.config import LoraConfig, RunConfig
-from rollart.inference.hf_engine import HFEngine
+from rollart.inference.builtin_engine import BuiltinEngine
 from rollart.models import load_model
 from rollart.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_of, attach_lora, merged_weights
 from rollart.trainer import Trainer
@@ -50,11 +50,11 @@ def test_an_engine_swap_serves_base_plus_adapter(tiny_model_path):
     unmerged forward within 1e-5 (the only difference is float summation order)."""
     base = load_model(tiny_model_path)
     base_weights = {n: p.detach().clone() for n, p in base.named_parameters()}
-    engine = HFEngine(load_model(tiny_model_path), max_batch_size=4)
+    engine = BuiltinEngine(load_model(tiny_model_path), max_batch_size=4)
     ids = torch.tensor([[5, 17, 99, 3, 250, 7]])
     for version, seed in ((1, 1), (2, 2)):
         model = trained_like(tiny_model_path, seed)
-        engine.update_weights(version, adapter_of(model))
+        engine.swap_weights(version, adapter_of(model))
         served = dict(engine.model.named_parameters())
         reference = peft_merged(model)
         for name, w in served.items():
@@ -72,9 +72,9 @@ def test_an_engine_swap_serves_base_plus_adapter(tiny_model_path):
     while engine.has_work():
         results += engine.step()
     assert len(results) == 1 and results[0].versions == (2, 2, 2)
-    engine.update_weights(3, base_weights)
+    engine.swap_weights(3, base_weights)
     assert all(torch.equal(p, base_weights[n]) for n, p in engine.model.named_parameters())
-    engine.update_weights(4, adapter_of(trained_like(tiny_model_path, seed=1)))
+    engine.swap_weights(4, adapter_of(trained_like(tiny_model_path, seed=1)))
     assert torch.equal(dict(engine.model.named_parameters())["model.layers.0.self_attn.q_proj.weight"],
                        peft_merged(trained_like(tiny_model_path, seed=1))["model.layers.0.self_attn.q_proj.weight"])
 
@@ -82,20 +82,20 @@ def test_an_engine_swap_serves_base_plus_adapter(tiny_model_path):
 def test_a_merge_prepared_off_the_engine_thread_swaps_in_as_the_same_weights(tiny_model_path):
     """prepare_weights merges while the engine would be generating; the swap then only assigns. A merge
     prepared on a base that a full-weights update has since replaced is redone on the new base."""
-    engine = HFEngine(load_model(tiny_model_path), max_batch_size=4)
+    engine = BuiltinEngine(load_model(tiny_model_path), max_batch_size=4)
     adapter = adapter_of(trained_like(tiny_model_path, seed=1))
     prepared = engine.prepare_weights(adapter)
     base = dict(load_model(tiny_model_path).named_parameters())
     assert engine.version == 0  # preparing changed nothing served
     assert all(torch.equal(p, base[n]) for n, p in engine.model.named_parameters())
-    engine.update_weights(1, prepared)
+    engine.swap_weights(1, prepared)
     reference = peft_merged(trained_like(tiny_model_path, seed=1))
     assert all(torch.equal(p, reference[n]) for n, p in engine.model.named_parameters())
     # a full-weights update (new base) lands between a prepare and its swap: the stale merge is redone
     stale = engine.prepare_weights(adapter_of(trained_like(tiny_model_path, seed=2)))
     new_base = {n: p + 0.01 for n, p in load_model(tiny_model_path).named_parameters()}
-    engine.update_weights(2, new_base)
-    engine.update_weights(3, stale)
+    engine.swap_weights(2, new_base)
+    engine.swap_weights(3, stale)
     expected = merged_weights(new_base, adapter_of(trained_like(tiny_model_path, seed=2)))
     for name, p in engine.model.named_parameters():
         assert torch.equal(p, expected.get(name, new_base[name])), name
@@ -104,10 +104,10 @@ def test_a_merge_prepared_off_the_engine_thread_swaps_in_as_the_same_weights(tin
 
 def test_an_adapter_the_merge_does_not_support_is_refused(tiny_model_path):
     adapter = adapter_of(trained_like(tiny_model_path, seed=1))
-    engine = HFEngine(load_model(tiny_model_path), max_batch_size=4)
+    engine = BuiltinEngine(load_model(tiny_model_path), max_batch_size=4)
     before = {n: p.detach().clone() for n, p in engine.model.named_parameters()}
     with pytest.raises(ValueError, match="DoRA"):
-        engine.update_weights(1, LoraAdapter({**adapter.config, "use_dora": True}, adapter.tensors))
+        engine.swap_weights(1, LoraAdapter({**adapter.config, "use_dora": True}, adapter.tensors))
     assert engine.version == 0 and all(torch.equal(p, before[n]) for n, p in engine.model.named_parameters())
 
 

@@ -106,7 +106,7 @@ def test_an_agent_that_does_not_import(tmp_path, capsys, monkeypatch, no_ray_sta
 
 
 def test_an_agent_domain_without_demonstrations_under_a_warm_start_says_so(caplog) -> None:
-    from rollart.job.warm_start import warm_start
+    from rollart.job.warm_start import run_warm_start
 
     cfg = load_config(None, ["domains.frozenlake=null", "domains.math=null", "domains.puzzle.agent=agents:run"])
 
@@ -115,7 +115,7 @@ def test_an_agent_domain_without_demonstrations_under_a_warm_start_says_so(caplo
             raise AssertionError("nothing to demonstrate: no supervised step may run")
 
     with caplog.at_level("INFO", logger="rollart"):
-        warm_start(cfg, NoTrainer(), "unused")
+        run_warm_start(cfg, NoTrainer(), "unused")
     lines = [r.getMessage() for r in caplog.records]
     assert "warm start: agent domain puzzle names no demonstrations (domains.puzzle.demonstrations): it starts RL " \
            "from the model as it is" in lines

@@ -22,7 +22,7 @@ from rollart.config import SandboxConfig
 from rollart.sandbox import isolation
 from rollart.sandbox.isolation import STAGING_PREFIX, SandboxUnavailable, probe_isolation
 from rollart.sandbox.process import run_sandboxed
-from tests.unit.sandbox_util import host_processes
+from tests.unit.sandbox_util import host_processes, killed_by_limit
 
 CFG = SandboxConfig(cpu_time_s=1.0, memory_mb=128, wall_timeout_s=4.0, max_processes=8)
 
@@ -45,21 +45,21 @@ def test_full_isolation_is_had_and_reported():
 
 def test_infinite_loop_is_stopped():
     res = run("while True:\n    pass\n")
-    assert res.killed_by_limit and res.exit_code is None
+    assert killed_by_limit(res) and res.exit_code is None
     assert res.wall_s < CFG.wall_timeout_s + 3
 
 
 def test_memory_bomb_is_stopped():
     res = run("chunks = []\nwhile True:\n    chunks.append(bytearray(10 * 2**20))\n")
     assert res.exit_code != 0
-    assert "MemoryError" in res.stderr or res.killed_by_limit
+    assert "MemoryError" in res.stderr or killed_by_limit(res)
 
 
 def test_fork_bomb_is_stopped_and_leaves_no_process():
     marker = f"ROLLART_SBX_{secrets.token_hex(6)}"
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     res = run(code, env={"SBX_MARKER": marker})
-    assert res.killed_by_limit or res.exit_code != 0
+    assert killed_by_limit(res) or res.exit_code != 0
     assert res.wall_s < CFG.wall_timeout_s + 5
     assert host_processes(marker) == []
 
@@ -165,7 +165,7 @@ def test_output_bomb_is_capped_and_the_parent_stays_small(stream):
     cfg = SandboxConfig(max_output_kb=1024, wall_timeout_s=20, cpu_time_s=20)
     code = f"import sys\nchunk = 'x' * 2**20\nfor _ in range(3 * 1024):  # 3 GiB\n    sys.{stream}.write(chunk)\n"
     res, growth = _peak_rss_growth(lambda: run(code, cfg))
-    assert res.output_capped and res.killed_by_limit and not res.timed_out
+    assert res.output_capped and killed_by_limit(res) and not res.timed_out
     assert len(getattr(res, stream)) == 1024 * 1024
     assert growth < 50, f"the scoring process grew {growth:.0f} MB"
     assert res.wall_s < 10

@@ -24,7 +24,7 @@ from rollart.reward.claims import SharedClaimBook
 from rollart.reward.protocol import to_payload
 from rollart.sandbox import cgroups, isolation
 from rollart.sandbox.process import run_sandboxed
-from tests.unit.sandbox_util import groups_of, host_processes
+from tests.unit.sandbox_util import groups_of, host_processes, killed_by_limit
 from rollart.types import Task, Trajectory, Turn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_six_children_holding_180_mb_each_are_killed_at_the_tree_memory_limit():
         "    os.waitpid(pid, 0)\n"
     )
     res = run(code, cfg)
-    assert res.limit_hit == "memory" and res.killed_by_limit and not res.timed_out, res
+    assert res.limit_hit == "memory" and killed_by_limit(res) and not res.timed_out, res
     # 2 × 180 MB is past the tree's 256 + 64 MB: never more than one child held its memory at once
     assert res.stdout.count("held") <= 1, res.stdout
 
@@ -71,7 +71,7 @@ def test_eight_spinning_children_are_killed_at_the_tree_cpu_limit():
     cfg = SandboxConfig(cpu_time_s=1.0, max_processes=16, wall_timeout_s=30)
     code = "import os\nfor i in range(8):\n    if os.fork() == 0:\n        while True:\n            pass\nos.wait()\n"
     res = run(code, cfg)
-    assert res.limit_hit == "cpu" and res.killed_by_limit and not res.timed_out, res
+    assert res.limit_hit == "cpu" and killed_by_limit(res) and not res.timed_out, res
     assert res.cpu_s is not None and 1.0 < res.cpu_s < 2.0, res.cpu_s  # the tree's, not 8 × 1 s
 
 
@@ -197,7 +197,7 @@ def test_a_misbehaving_program_leaves_nothing_behind():
         "        time.sleep(0.01)\n"
     )
     res = run(code, SandboxConfig(wall_timeout_s=2, max_processes=32), env={"SBX_MARKER": marker})
-    assert res.timed_out or res.killed_by_limit
+    assert res.timed_out or killed_by_limit(res)
     assert host_processes(marker) == []
     assert groups_of(os.getpid()) == [] and staging_of(os.getpid()) == []
     assert Path("/proc/self/mountinfo").read_text() == mounts_before

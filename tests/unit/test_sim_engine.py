@@ -76,7 +76,7 @@ def test_tokens_after_a_weight_update_carry_the_new_version() -> None:
         task = asyncio.ensure_future(e.generate(request("t", 100, 100)))
         await asyncio.sleep(COST.prefill_s(100) + 40 * COST.decode_step_s(1, 100))
         e.weights.publish(1, asyncio.get_running_loop().time() - 1000)  # pulled long ago: only the swap waits
-        timings = await e.update_weights_to(1)
+        timings = await e.update_weights(1)
         assert timings["exposed_s"] == pytest.approx(0.1)
         return await task
 

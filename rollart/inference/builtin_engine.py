@@ -1,10 +1,10 @@
-"""`HFEngine`: a continuous-batching `InferenceEngine` over a Hugging Face causal LM (CPU or CUDA).
+"""`BuiltinEngine`: a continuous-batching `InferenceEngine` over a Hugging Face causal LM (CPU or CUDA).
 
 In: a loaded `transformers` causal LM (Qwen3/Llama — any model whose KV cache is plain full-attention
 `DynamicLayer`s), optionally its tokenizer (needed only for stop strings), and `GenerationRequest`s.
 Out: `GenerationResult`s with one token, behaviour logprob and weight version per generated token.
 
-How a step works (a scheme that matches transformers' `generate` exactly, tests/unit/test_engine_hf.py): the running requests share one
+How a step works (a scheme that matches transformers' `generate` exactly, tests/unit/test_engine_builtin.py): the running requests share one
 left-aligned `DynamicCache` (see `rollart.inference.kv`). A step first drops aborted rows, then decodes
 one token for every running row in one forward pass, then prefills the requests that join — newcomers
 and rows whose KV must be recomputed after a weight swap — samples their first token and appends their
@@ -20,7 +20,7 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   generation config; not with `SamplingParams.ignore_eos`), at a stop string, at `max_new_tokens`, or
   when its context reaches the model's `max_position_embeddings`. The stopping token is part of the
   output (token-in/token-out).
-- `update_weights` swaps in the tensors (adopted without a copy when dtype and device match, else
+- `swap_weights` swaps in the tensors (adopted without a copy when dtype and device match, else
   copied; bit-identical for equal dtypes) and drops the prefix cache; with `on_update="recompute"` it
   re-prefills every running request's prompt + tokens under the new weights on the next step, with
   `"keep"` running requests go on decoding over the KV the old weights computed.
@@ -93,7 +93,7 @@ class _Seq(Generation):
         return list(self.prompt) + self.tokens
 
 
-class HFEngine:
+class BuiltinEngine:
     """Continuous batching over one transformers model; see the module docstring."""
 
     def __init__(
@@ -139,7 +139,6 @@ class HFEngine:
         self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._live: dict[str, _Seq] = {}
         self._aborts: list[str] = []
-        self._suspended = False
         self._lora_base: dict[str, torch.Tensor] = {}  # pristine copies of the weights a LoRA adapter adapts
         self._base_epoch = 0  # full-weights updates so far: a merge prepared on an older base is redone
         # `prepare_weights` runs on another thread: it and the swaps that touch the base take turns
@@ -173,13 +172,7 @@ class HFEngine:
             self._aborts.append(request_id)
 
     def has_work(self) -> bool:
-        return bool(self._running or self._recompute or self._aborts or (self._waiting and not self._suspended))
-
-    def suspend(self) -> None:
-        self._suspended = True
-
-    def resume(self) -> None:
-        self._suspended = False
+        return bool(self._running or self._recompute or self._aborts or (self._waiting))
 
     @torch.inference_mode()
     def step(self) -> list[GenerationResult]:
@@ -188,7 +181,7 @@ class HFEngine:
         if self._running:
             results += self._decode()
         joining, self._recompute = self._recompute, []
-        while self._waiting and not self._suspended and len(self._running) + len(joining) < self.max_batch_size:
+        while self._waiting and len(self._running) + len(joining) < self.max_batch_size:
             joining.append(self._waiting.popleft())
         if joining:
             results += self._prefill(joining)
@@ -203,7 +196,7 @@ class HFEngine:
         with self._lora_lock:
             return MergedAdapter(tensors, self._merge_adapter(tensors), self._base_epoch)
 
-    def update_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter | MergedAdapter) -> None:
+    def swap_weights(self, version: int, tensors: Mapping[str, Any] | LoraAdapter | MergedAdapter) -> None:
         check_newer(version, self._version)
         start = time.perf_counter()
         with self._lora_lock:
@@ -233,7 +226,6 @@ class HFEngine:
             "version": float(self._version),
             "running": float(len(self._running) + len(self._recompute)),
             "waiting": float(len(self._waiting)),
-            "suspended": float(self._suspended),
             "mean_batch": c["decode_rows"] / c["decode_steps"] if c["decode_steps"] else 0.0,
             **self._prefix.stats(),
         }

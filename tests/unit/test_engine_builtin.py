@@ -1,4 +1,4 @@
-"""HFEngine against transformers itself: greedy = `generate`, logprobs = a full-forward recompute, weight swaps
+"""BuiltinEngine against transformers itself: greedy = `generate`, logprobs = a full-forward recompute, weight swaps
 with KV recompute = a fresh request under the new weights, prefix reuse = no reuse but fewer prefill tokens."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from rollart.inference.hf_engine import HFEngine
+from rollart.inference.builtin_engine import BuiltinEngine
 from rollart.inference.sampling import sampling_logprobs
 from rollart.types import GenerationRequest, SamplingParams
 
@@ -55,7 +55,7 @@ def _perturbed(model, scale=0.02, seed=1):
 def test_greedy_equals_generate_with_requests_joining_and_leaving(model, tokenizer):
     prompts = _prompts([5, 9, 17, 3, 30, 12, 7])
     lengths = [20, 6, 33, 14, 25, 9, 18]
-    engine = HFEngine(model, tokenizer, max_batch_size=3)  # 7 requests through 3 rows: rows are reused
+    engine = BuiltinEngine(model, tokenizer, max_batch_size=3)  # 7 requests through 3 rows: rows are reused
     for i in range(5):
         engine.add(_req(i, prompts[i], temperature=0.0, max_new_tokens=lengths[i]))
     results = {}
@@ -78,7 +78,7 @@ def test_logprobs_equal_full_forward_recompute(model, tokenizer):
         dict(temperature=0.8, top_k=50, top_p=0.9, seed=1),
         dict(temperature=1.3, seed=2),
     ]
-    engine = HFEngine(model, tokenizer, max_batch_size=4)
+    engine = BuiltinEngine(model, tokenizer, max_batch_size=4)
     for i, (p, s) in enumerate(zip(prompts, settings)):
         engine.add(_req(i, p, max_new_tokens=12, **s))
     results = _drain(engine)
@@ -95,10 +95,10 @@ def test_logprobs_equal_full_forward_recompute(model, tokenizer):
 
 def test_seeded_sampling_does_not_depend_on_batch_mates(model, tokenizer):
     prompt = _prompts([8])[0]
-    solo = HFEngine(model, tokenizer)
+    solo = BuiltinEngine(model, tokenizer)
     solo.add(_req(0, prompt, temperature=1.0, seed=42, max_new_tokens=16))
     alone = _drain(solo)["r0"]
-    crowd = HFEngine(model, tokenizer)
+    crowd = BuiltinEngine(model, tokenizer)
     for i, p in enumerate(_prompts([3, 20, 9], seed=5), start=1):
         crowd.add(_req(i, p, temperature=1.0, max_new_tokens=30))
     crowd.step()
@@ -112,17 +112,17 @@ def test_update_weights_recomputes_kv_and_stamps_new_version(model, tokenizer):
     m = copy.deepcopy(model)
     new_weights = _perturbed(m)
     prompt = _prompts([10])[0]
-    engine = HFEngine(m, tokenizer)
+    engine = BuiltinEngine(m, tokenizer)
     engine.add(_req(0, prompt, temperature=0.0, max_new_tokens=20))
     engine.add(_req(1, _prompts([4], seed=3)[0], temperature=0.0, max_new_tokens=20))
     for _ in range(6):
         engine.step()
-    engine.update_weights(1, new_weights)
+    engine.swap_weights(1, new_weights)
     result = _drain(engine)["r0"]
     assert result.versions == (0,) * 6 + (1,) * 14  # earlier tokens keep their version
     assert engine.stats()["recompute_tokens"] > 0
 
-    fresh = HFEngine(m, tokenizer, version=1)  # same (updated) model: a fresh request of prompt + prefix
+    fresh = BuiltinEngine(m, tokenizer, version=1)  # same (updated) model: a fresh request of prompt + prefix
     fresh.add(_req(9, prompt + result.token_ids[:6], temperature=0.0, max_new_tokens=14))
     again = _drain(fresh)["r9"]
     assert again.token_ids == result.token_ids[6:]
@@ -133,19 +133,19 @@ def test_update_weights_recomputes_kv_and_stamps_new_version(model, tokenizer):
 
 def test_update_weights_checks_names_shapes_and_versions(model, tokenizer):
     m = copy.deepcopy(model)
-    engine = HFEngine(m, tokenizer, version=2)
+    engine = BuiltinEngine(m, tokenizer, version=2)
     weights = _perturbed(m)
     with pytest.raises(ValueError, match="version 2 is not newer than the served version 2"):
-        engine.update_weights(2, weights)
+        engine.swap_weights(2, weights)
     with pytest.raises(ValueError, match="not in the model"):
-        engine.update_weights(3, {**weights, "bogus.weight": torch.zeros(1)})
+        engine.swap_weights(3, {**weights, "bogus.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="missing"):
-        engine.update_weights(3, {k: v for k, v in weights.items() if "layers.0." not in k})
+        engine.swap_weights(3, {k: v for k, v in weights.items() if "layers.0." not in k})
     name = next(iter(weights))
     with pytest.raises(ValueError, match=f"{name}.*shape"):
-        engine.update_weights(3, {**weights, name: torch.zeros(3, 3)})
+        engine.swap_weights(3, {**weights, name: torch.zeros(3, 3)})
     assert engine.version == 2
-    engine.update_weights(3, {k: v.numpy() for k, v in weights.items()})  # numpy arrays are accepted
+    engine.swap_weights(3, {k: v.numpy() for k, v in weights.items()})  # numpy arrays are accepted
     assert engine.version == 3
 
 
@@ -163,8 +163,8 @@ def _conversation(engine, turns, seed=0):
 
 
 def test_prefix_reuse_gives_identical_outputs_with_fewer_prefill_tokens(model, tokenizer):
-    with_reuse = _conversation(HFEngine(model, tokenizer, prefix_cache_mb=16), turns=5)
-    without = _conversation(HFEngine(model, tokenizer, prefix_cache_mb=0), turns=5)
+    with_reuse = _conversation(BuiltinEngine(model, tokenizer, prefix_cache_mb=16), turns=5)
+    without = _conversation(BuiltinEngine(model, tokenizer, prefix_cache_mb=0), turns=5)
     for a, b in zip(with_reuse, without):
         assert a.token_ids == b.token_ids
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
@@ -177,9 +177,9 @@ def test_prefix_reuse_gives_identical_outputs_with_fewer_prefill_tokens(model, t
 
 def test_prefix_reuse_needs_the_same_weight_version(model, tokenizer):
     m = copy.deepcopy(model)
-    engine = HFEngine(m, tokenizer, prefix_cache_mb=16)
+    engine = BuiltinEngine(m, tokenizer, prefix_cache_mb=16)
     first = _conversation(engine, turns=1)[0]
-    engine.update_weights(1, _perturbed(m))
+    engine.swap_weights(1, _perturbed(m))
     prompt = _prompts([6])[0] + first.token_ids + (5, 6, 7)
     engine.add(GenerationRequest("next", "traj", "math", prompt, SamplingParams(temperature=0.0, max_new_tokens=4)))
     assert _drain(engine)["next"].prefill_tokens == len(prompt)
@@ -187,7 +187,7 @@ def test_prefix_reuse_needs_the_same_weight_version(model, tokenizer):
 
 def test_prefix_cache_lru_eviction_in_engine(model, tokenizer):
     # budget for about one trajectory's KV: 2 layers × (k, v) × 2 heads × 32 dims × 4 bytes = 1 KiB/token
-    engine = HFEngine(model, tokenizer, prefix_cache_mb=40 / 1024)
+    engine = BuiltinEngine(model, tokenizer, prefix_cache_mb=40 / 1024)
     for i in range(3):
         engine.add(_req(i, _prompts([20], seed=i)[0], traj=f"traj{i}", temperature=0.0, max_new_tokens=4))
     _drain(engine)
@@ -198,7 +198,7 @@ def test_prefix_cache_lru_eviction_in_engine(model, tokenizer):
 
 def test_stop_token_ids_and_stop_strings(model, tokenizer):
     prompt = _prompts([7])[0]
-    engine = HFEngine(model, tokenizer, eos_token_ids=[])
+    engine = BuiltinEngine(model, tokenizer, eos_token_ids=[])
     engine.add(_req(0, prompt, temperature=0.0, max_new_tokens=40))
     free = _drain(engine)["r0"]
     stop_tok = free.token_ids[5]
@@ -222,7 +222,7 @@ def test_concurrent_prefix_hits_share_one_forward_and_match_no_reuse(model, toke
     (rows with fewer new tokens recompute the difference), outputs equal a run without reuse."""
 
     def run(prefix_cache_mb):
-        engine = HFEngine(model, tokenizer, prefix_cache_mb=prefix_cache_mb)
+        engine = BuiltinEngine(model, tokenizer, prefix_cache_mb=prefix_cache_mb)
         firsts = _prompts([12, 5, 20], seed=7)
         for i, p in enumerate(firsts):
             engine.add(GenerationRequest(f"a{i}", f"traj{i}", "math", p, SamplingParams(temperature=0.0, max_new_tokens=6)))
