@@ -74,7 +74,7 @@ test-vllm: install-vllm
 		tests/contracts/test_engine_contract.py tests/integration/test_inference_worker.py \
 		tests/unit/test_engine_builtin.py tests/unit/test_engine_vllm.py
 
-# docs/configuration.md is generated from the config schema (rollart/config.py); a unit test fails when it
+# docs/configuration.md is generated from the config schema (rollart/config/); a unit test fails when it
 # is stale.
 docs: install
 	$(BIN)/rollart config explain --markdown > docs/configuration.md

@@ -3,7 +3,7 @@ writes there without ever following a symbolic link.
 
 In: a run directory path. Out: `RunPaths`, the one place these file names are spelled:
 
-    RUN_DIR/config.yaml        resolved config (`config_loader.write_resolved`)
+    RUN_DIR/config.yaml        resolved config (`config.loader.write_resolved`)
     RUN_DIR/metrics.jsonl      one JSON object per log call: {"step", "wall_s", "time", "<ns>/<name>": number}
     RUN_DIR/samples.jsonl      a few trained trajectories per domain and step, as text (`observability.samples`)
     RUN_DIR/timeline.json      Chrome trace of every trajectory's life (opens in Perfetto)

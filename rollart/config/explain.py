@@ -32,7 +32,8 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from rollart.config import TRUST_IMPORT, RunConfig, reaches_beyond
+from rollart.config.base import TRUST_IMPORT, reaches_beyond
+from rollart.config.run import RunConfig
 
 ENTRY = "<name>"  # stands for the name of an entry in a named mapping (pools, roles, domains)
 REGENERATE = "make docs  (or: rollart config explain --markdown > docs/configuration.md)"

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rollart.config import RunConfig
+from rollart.config.run import RunConfig
 from rollart.config.explain import unknown_key_hint
 from rollart.base.run_dir import RunPaths
 

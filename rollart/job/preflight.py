@@ -1,6 +1,6 @@
 """Check what a config names outside itself, before anything starts: `check_config(cfg)`.
 
-In: a validated `RunConfig` (the schema, types and cross-references are config_loader's job). Out: nothing,
+In: a validated `RunConfig` (the schema, types and cross-references are the config loader's job). Out: nothing,
 or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and what would be valid:
 - `domains.<d>.env` — a built-in, a `module.path:Class` that imports, or an id GEM/gymnasium has registered
   (envs.check_env_spec; nothing is constructed); for an agent domain instead, `domains.<d>.agent` (and

@@ -112,7 +112,7 @@ class ModelShape(_Strict):
 # Qwen3 dense shapes from the models' published config.json (hidden_size, num_hidden_layers,
 # num_attention_heads, num_key_value_heads, head_dim) and model cards (parameter counts).
 MODEL_SHAPES: dict[str, ModelShape] = {
-    # rollart's built-in tiny model (rollart/config.py TinyModelConfig defaults), float32
+    # rollart's built-in tiny model (rollart/config/model.py TinyModelConfig defaults), float32
     "tiny": ModelShape(name="tiny", params=0.53e6, layers=2, hidden=128, heads=4, kv_heads=2, head_dim=32,
                        bytes_per_param=4),
     "qwen3-8b": ModelShape(name="qwen3-8b", hub_id="Qwen/Qwen3-8B", params=8.2e9, layers=36, hidden=4096, heads=32,

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_config_key_has_a_description():
-    assert undescribed_keys() == [], "give these fields a description= in rollart/config.py"
+    assert undescribed_keys() == [], "give these fields a description= in their section's module of rollart/config/"
 
 
 def test_docs_configuration_md_is_generated_from_the_current_schema():

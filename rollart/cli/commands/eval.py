@@ -8,7 +8,7 @@ merged in (`model.adapter`).
 
 A run directory is data that may come from anyone: what its config.yaml names beyond the run — code to
 import (an env, agent, demonstrations or reward `module.path:attr`), a program to run, a place to send data
-or a secret, a weakened safeguard (`config_schema.trusted_values`) — is refused unless the user gives that
+or a secret, a weakened safeguard (`config.explain.trusted_values`) — is refused unless the user gives that
 key again on the command line or passes `--trust-run-config`; nothing of it is imported before.
 """
 

@@ -1,0 +1,159 @@
+"""The `train` and `weights` sections: the trainer (RL steps, optimizer, loss, parallelism, checkpoints, the
+warm start before RL, LoRA) and the weight store that carries each new policy version to inference.
+
+In: `Section` (`base`), the bounds (`bounds`). Out: `TrainConfig` with its `WarmStartConfig` and `LoraConfig`
+(`LORA_TARGETS`, the default modules adapted), and `WeightsConfig`.
+
+Guarantee: every setting is typed and bounded; the settings that cannot work together (offload without fsdp2,
+bf16 over low-precision weights or on a device without bf16, more ranks than slots, LoRA on an engine that
+cannot serve it) are refused once the whole config is known (`rollart.config.run`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rollart.config.base import Section
+from rollart.config.bounds import (
+    DAY_S,
+    MAX_BATCH,
+    MAX_ENTRIES,
+    MAX_MB,
+    MAX_RETRIES,
+    MAX_STEPS,
+    MAX_THREADS,
+    MAX_WORKERS,
+    WEEK_S,
+)
+
+
+class WarmStartConfig(Section):
+    """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
+    follows each domain's action format."""
+
+    steps: int = Field(
+        100, ge=0, le=MAX_STEPS, description="supervised steps before RL (0 = none; a resumed run skips them)"
+    )
+    lr: float = Field(3e-3, gt=0, le=10, description="learning rate of the warm start")
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH, description="demonstrations per step, the trained domains in turn")
+    expert_prob: float = Field(
+        1.0, ge=0, le=1, description="chance each demonstrated action is the expert's (else a random valid one)"
+    )
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(Section):
+    """LoRA with PEFT: the base weights stay frozen, low-rank adapters train, and only the adapters travel
+    through the weight store to inference (which merges them into its copy of the base)."""
+
+    rank: int = Field(8, ge=1, le=65_536, description="adapter rank r (PEFT's `r`)")
+    alpha: float = Field(16.0, gt=0, le=1e6, description="scale numerator: the weight update is (alpha / rank)·B·A")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LORA_TARGETS), max_length=MAX_ENTRIES, description="names (suffixes) of the "
+        "linear modules to adapt, as PEFT's target_modules; the default is every attention and MLP projection of "
+        "Qwen/Llama models"
+    )
+
+
+class TrainConfig(Section):
+    """The trainer: RL steps, optimizer, loss, checkpoints, and the warm start before RL."""
+
+    steps: int = Field(300, ge=1, le=MAX_STEPS, description="RL steps (train batches) of the run")
+    lr: float = Field(3e-4, gt=0, le=10, description="AdamW learning rate (peak, when a schedule is set)")
+    workers: int = Field(
+        1, ge=1, le=MAX_WORKERS, description="data-parallel trainer ranks (actors), each on a slot of the "
+        "trainer's pool"
+    )
+    strategy: Literal["ddp", "fsdp2"] = Field(
+        "fsdp2", description="how ranks hold the model: fsdp2 shards weights, gradients and optimizer state over "
+        "the ranks (per decoder layer, torch FSDP2); ddp keeps a full replica on every rank and all-reduces "
+        "gradients. Same losses and weights either way (docs/architecture.md, the trainer)"
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="compute dtype of forward and backward: bf16 computes in bfloat16 over float32 master "
+        "weights, with float32 gradient reduction, optimizer state, log-probabilities and loss (model.dtype must "
+        "be float32; a CUDA device needs compute capability ≥ 8.0 — checked when the config loads on a local cluster)"
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute each decoder layer's activations in the backward pass instead of keeping "
+        "them (less memory, ~a third more compute)"
+    )
+    offload: bool = Field(
+        False, description="keep sharded parameters, gradients and optimizer state in host memory, moved to the "
+        "device per layer (FSDP2's CPU offload; train.strategy=fsdp2 only): for GPUs short of memory"
+    )
+    packing: bool = Field(
+        True, description="pack each micro-batch's sequences into one row without padding (positions restart per "
+        "sequence, attention never crosses sequences); false = one right-padded row per sequence"
+    )
+    micro_batch_tokens: int = Field(
+        4096, ge=16, le=1 << 30, description="tokens per micro-batch (padded: rows × longest row); gradients "
+        "accumulate over micro-batches"
+    )
+    logprob_chunk_tokens: int = Field(
+        512, ge=0, le=1 << 30, description="tokens whose log-probabilities are computed at once against the LM head "
+        "(the [tokens × vocabulary] logits exist for one chunk at a time, in the forward and the backward); 0 = "
+        "the whole micro-batch at once"
+    )
+    grad_clip: float = Field(1.0, gt=0, le=1e12, description="clip the global gradient norm to this")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay")
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="steps of linear learning-rate warm-up")
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="learning-rate schedule after the warm-up"
+    )
+    advantage: Literal["grpo", "rloo", "reinforce"] = Field(
+        "grpo", description="baseline of the advantage: group mean (grpo), leave-one-out group mean (rloo) or "
+        "batch mean (reinforce)"
+    )
+    normalize_std: bool = Field(True, description="divide advantages by the group's (reinforce: batch's) std")
+    clip_low: float = Field(0.2, ge=0, le=1, description="PPO clip below: the ratio may not fall under 1 − clip_low")
+    clip_high: float = Field(
+        0.28, ge=0, le=100, description="PPO clip above: the ratio may not rise over 1 + clip_high"
+    )
+    tis_cap: float = Field(2.0, gt=0, le=1e6, description="truncated importance-weight cap (behaviour correction)")
+    importance_weights: bool = Field(
+        True, description="weight each token by min(π_prox/μ, tis_cap); false = weight 1 (ignores staleness)"
+    )
+    mini_batches: int = Field(
+        1, ge=1, le=MAX_BATCH, description="optimizer steps per epoch over a batch (PPO mini-batches); > 1 activates "
+        "the clip: the proximal policy is the weights before the batch's first step"
+    )
+    epochs: int = Field(1, ge=1, le=1000, description="passes over each batch (each split into mini_batches steps)")
+    kl_coef: float = Field(
+        0.0, ge=0, le=1000, description="weight of the k3 KL penalty to the initial weights (> 0 keeps a frozen "
+        "reference model)"
+    )
+    # seq_mean: each trajectory weighs the same, so a long multi-turn domain does not drown a short one
+    aggregation: Literal["token_mean", "seq_mean"] = Field(
+        "seq_mean", description="loss average: over all tokens of the batch (token_mean), or per trajectory "
+        "first, so each trajectory weighs the same (seq_mean)"
+    )
+    checkpoint_every: int = Field(
+        10, ge=1, le=MAX_STEPS, description="save a checkpoint every N RL steps (and at the end)"
+    )
+    keep_checkpoints: int = Field(2, ge=1, le=100_000, description="newest checkpoints kept; older ones are deleted")
+    threads: int = Field(1, ge=1, le=MAX_THREADS, description="torch threads per trainer worker")
+    timeout_s: float = Field(600.0, gt=0, le=WEEK_S, description="bound on one trainer call and on its collectives")
+    restarts: int = Field(
+        2, ge=0, le=MAX_RETRIES, description="times the trainer ranks are rebuilt after a rank died, each time from the latest "
+        "checkpoint (the steps since are replayed) before the run stops with the command that resumes it"
+    )
+    warm_start: WarmStartConfig = WarmStartConfig()
+    lora: LoraConfig | None = Field(
+        None, description="train LoRA adapters (the warm start too) instead of all weights; null = full training"
+    )
+
+
+class WeightsConfig(Section):
+    """The weight store that moves each new policy version from the trainer to the inference workers."""
+
+    bucket_mb: float = Field(
+        1.0, gt=0, le=MAX_MB, description="size of one weight bucket, in MiB (a larger tensor gets its own)"
+    )
+    keep_versions: int = Field(2, ge=1, le=1000, description="newest versions the store holds")
+    timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on every weight-store call (publish, pull)")
