@@ -99,8 +99,8 @@ class FaultInjectionConfig(Section):
 class DomainRewardConfig(Section):
     """Which reward scores a domain's trajectories and on which backend.
 
-    `fn`: `env` (the environment's own return), a built-in (`math`, `code`, `format`, `judge`) or
-    `module.path:callable`. A plain string in YAML is shorthand for `{fn: <string>}`.
+    `fn`: `env` (the environment's own return), a built-in (`math`, `code`, `format`, `judge`, `exact`,
+    `regex`) or `module.path:callable`. A plain string in YAML is shorthand for `{fn: <string>}`.
     """
 
     fn: str = Field(
@@ -241,7 +241,7 @@ class DomainConfig(Section):
         1.0, ge=0, le=1e6, description="share of the training groups (relative to the other domains); 0 = evaluated "
         "only"
     )
-    pool: str = Field("gen_decode", description="the pool whose inference cluster generates for it")
+    pool: str = Field("gen_decode", description="the pool whose inference workers generate for it")
     reward: DomainRewardConfig = DomainRewardConfig()
     max_turns: int = Field(8, ge=1, le=100_000, description="turns before the episode is TRUNCATED")
     max_new_tokens: int = Field(48, ge=1, le=MAX_TOKENS, description="tokens the model may generate per turn")

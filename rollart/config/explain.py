@@ -346,9 +346,9 @@ def configuration_markdown() -> str:
     out = [
         "# Configuration reference",
         "",
-        "<!-- Generated from rollart/config.py; do not edit. Regenerate with: " + REGENERATE + " -->",
+        "<!-- Generated from rollart/config/; do not edit. Regenerate with: " + REGENERATE + " -->",
         "",
-        "One typed schema (`rollart/config.py`). A run file lists only what differs from the defaults, and",
+        "One typed schema (`rollart/config/`). A run file lists only what differs from the defaults, and",
         "`key.path=value` overrides follow it on the command line: `rollart train my_run.yaml rollout.alpha=2`.",
         "`rollart config show [RUN.yaml] [k=v …]` prints the resolved config; `rollart config explain KEY`",
         "prints one key's entry below. Entries of `pools`, `roles` and `domains` have names of your choice",

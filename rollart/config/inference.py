@@ -55,7 +55,7 @@ class VLLMConfig(Section):
 
 
 class InferenceConfig(Section):
-    """The inference workers: one cluster per generation pool, behind the LLM proxy."""
+    """The inference workers: one worker set per generation pool, behind the LLM proxy."""
 
     engine: Literal["builtin", "vllm"] = Field(
         "builtin", description="builtin: rollart's continuous-batching engine on transformers (any device); "
@@ -74,7 +74,10 @@ class InferenceConfig(Section):
         "pools, by pool (e.g. a plan's engine count per pool); a pool not named gets replicas_per_pool"
     )
     max_batch_size: int = Field(32, ge=1, le=65_536, description="requests an engine decodes at once; later ones queue")
-    prefix_cache_mb: float = Field(64.0, ge=0, le=MAX_MB, description="KV kept for multi-turn prefix reuse (LRU)")
+    prefix_cache_mb: float = Field(
+        64.0, ge=0, le=MAX_MB, description="KV kept for multi-turn prefix reuse (LRU) by the builtin engine; "
+        "ignored under engine=vllm, whose prefix caching lives in its own KV cache (vllm.kv_cache_mb)"
+    )
     request_timeout_s: float = Field(
         300.0, gt=0, le=DAY_S, description="bound on one generation request (then it is aborted and the trajectory "
         "FAILED)"

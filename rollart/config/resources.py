@@ -82,7 +82,7 @@ class PoolConfig(Section):
         default_factory=list, max_length=MAX_ENTRIES, description="pools to try, in order, when full"
     )
     elastic: bool = Field(
-        False, description="when a node joins with this pool's resource, place more workers (of clusters that "
+        False, description="when a node joins with this pool's resource, place more workers (of worker sets that "
         "prefer this pool) on it while the run goes on"
     )
     description: str = Field("", description="free text for readers of the config (what hardware the pool is)")

@@ -9,8 +9,8 @@ LLM proxy, the env router (over the env workers), the reward router, the run's l
 `evaluate` (`rollart.job.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
 `rollart.job.warm_start`'s.
 
-Only this module (with `driver.py`) imports more than one plane; planes meet here through the protocols of
-`rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
+Like the rest of `rollart.job` (the composition root: the driver, the checks before a run, the recorder), it
+imports several planes; planes meet here through the protocols of `rollart.types`. Every wait is bounded (`_bounded`), and `close()` stops everything `build_system`
 started, in reverse order, even after a failure.
 
 Failures: the resource plane keeps the worker sets whole (a dead worker is replaced, an elastic pool grows);

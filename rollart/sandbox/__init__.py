@@ -11,16 +11,20 @@ Public API:
 - `probe_isolation()` — what this machine offers (cached);
 - `encode_text(name, text)` — text as UTF-8, or ValueError naming what is not valid text;
 - `open_workspace(limits, files, owner=...) -> Workspace`, `CommandResult`, `reap_leftovers(owner)` — one
-  trajectory's own tree and processes for environments (workspace.py; its docstring is the API).
+  trajectory's own tree and processes for environments (workspace.py; its docstring is the API). `Workspace`
+  (workspace_api.py) is the protocol both backends implement: `NativeWorkspace` (workspace.py) and
+  `ContainerWorkspace` (container.py, `envs.workspace.backend: docker | podman`).
 Modules: isolation.py (probing, levels, the launcher's spec), launch.py (the sandbox's first process),
-cgroups.py (whole-tree limits), process.py (one-shot runs), workspace.py (workspaces).
+cgroups.py (whole-tree limits), process.py (one-shot runs), workspace.py (native workspaces),
+container.py (container workspaces), workspace_api.py (what both share).
 """
 
 from __future__ import annotations
 
 from rollart.sandbox.isolation import LEVELS, SandboxUnavailable, check_isolation, probe_isolation
 from rollart.sandbox.process import Program, SandboxResult, encode_text, run_pair, run_sandboxed
-from rollart.sandbox.workspace import CommandResult, Workspace, WorkspaceClosed, open_workspace, reap_leftovers
+from rollart.sandbox.workspace import open_workspace, reap_leftovers
+from rollart.sandbox.workspace_api import CommandResult, Workspace, WorkspaceClosed
 
 __all__ = [
     "LEVELS", "CommandResult", "Program", "SandboxResult", "SandboxUnavailable", "Workspace", "WorkspaceClosed",

@@ -75,7 +75,7 @@ def container_args(limits: WorkspaceConfig, name: str, owner: str, creator: str)
 
 
 class ContainerWorkspace:
-    """A workspace in one container (see the module docstring); the same methods as workspace.Workspace."""
+    """A workspace in one container (see the module docstring); implements `workspace_api.Workspace`."""
 
     def __init__(self, limits: WorkspaceConfig, cli: str, name: str) -> None:
         self.limits, self._cli, self.name = limits, cli, name

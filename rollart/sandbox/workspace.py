@@ -69,7 +69,7 @@ from rollart.config import WorkspaceConfig
 from rollart.sandbox import cgroups, isolation
 from rollart.sandbox.isolation import UID_BASE
 from rollart.sandbox.process import Launched, cleanup, encode_text, finish, kill_group, launch, pump, tree_group
-from rollart.sandbox.workspace_api import OWNER_NAME, CommandResult, WorkspaceClosed, tree_parts
+from rollart.sandbox.workspace_api import OWNER_NAME, CommandResult, Workspace, WorkspaceClosed, tree_parts
 
 BASE = Path(tempfile.gettempdir()) / "rollart-workspaces"
 # what commands may read (bound read-only into each command's private root)
@@ -170,8 +170,8 @@ def _destroy(directory: Path, group: cgroups.TreeGroup | None) -> None:
 # --- the workspace ---------------------------------------------------------------------------------------
 
 
-class Workspace:
-    """One trajectory's own directory tree and process sandbox; nothing outlives close(). Built by
+class NativeWorkspace:
+    """One trajectory's own directory tree and process sandbox (the `native` backend); nothing outlives close(). Built by
     `open_workspace`. One command runs at a time (`run` holds a lock; `close` does not wait for it)."""
 
     def __init__(self, limits: WorkspaceConfig, directory: Path, disk_cap: bool, uid: int | None,
@@ -307,7 +307,7 @@ class Workspace:
         with self._lock:
             self._finalizer()
 
-    def __enter__(self) -> "Workspace":
+    def __enter__(self) -> NativeWorkspace:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -362,7 +362,7 @@ def open_workspace(limits: WorkspaceConfig, files: Mapping[str, str], *, owner: 
             os.chmod(directory, 0o711)  # without namespaces the uid passes through to disk/
             os.chmod(disk, 0o711)
         group = tree_group(limits, iso, SETTING)
-        ws = Workspace(limits, directory, disk_cap, uid, group, label if group else label.replace("+cgroup", ""))
+        ws = NativeWorkspace(limits, directory, disk_cap, uid, group, label if group else label.replace("+cgroup", ""))
     except BaseException:
         _destroy(directory, group)
         raise
