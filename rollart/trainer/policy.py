@@ -54,7 +54,7 @@ class PolicyModule(nn.Module):
         self.lm = lm
         self.chunk_tokens = chunk_tokens
         self.releases = False  # whether the root's parameters are released in the backward (build_policy)
-        self.head = output_head(lm)
+        self.head = output_head(lm)  # a plain function (not a module: the head's weights stay `lm.`'s alone)
 
     def forward(self, input_ids: Tensor, select: Tensor, select_targets: Tensor, attention_mask: Tensor | None = None,
                 position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None,
@@ -74,8 +74,8 @@ class PolicyModule(nn.Module):
 
 def output_head(lm: nn.Module) -> Any:
     """The LM head with what the model's own forward does to its logits after it — Gemma 2/3's final logit
-    soft-capping, Cohere's `logit_scale`, Granite's `logits_scaling` — so log π here is the model's; the plain
-    head (a module) for every other model."""
+    soft-capping, Cohere's `logit_scale`, Granite's `logits_scaling` — so log π here is the model's. A function,
+    never the head module itself: kept on the root module, a module would be registered twice (as `head.` too)."""
     head = lm.get_output_embeddings()
     base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # (under LoRA, PEFT's wrapper)
     cap = getattr(base.config, "final_logit_softcapping", None)
@@ -83,7 +83,7 @@ def output_head(lm: nn.Module) -> Any:
     scale = scale if isinstance(scale, (int, float)) else None
     divide = getattr(base.config, "logits_scaling", None)
     if not cap and scale in (None, 1.0) and divide in (None, 1.0):
-        return head
+        return lambda hidden: head(hidden)
 
     def transformed(hidden: Tensor) -> Tensor:
         logits = head(hidden)

@@ -82,6 +82,14 @@ def test_every_family_packs_as_it_pads_and_trains_two_steps(family: str, tiny_mo
                                                               family_root: Path) -> None:
     path = checkpoint(family, tiny_model_path, family_root)
     padded, packed = trainer(path, False), trainer(path, True)
+    from safetensors import safe_open
+
+    from rollart.trainer.policy import entries
+
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        saved = set(f.keys())
+    published = {n for e in entries(packed.policy, lora=False) if e.tensor.is_floating_point() for n in e.names}
+    assert published and published <= saved, sorted(published - saved)  # the weights it publishes are the model's
     m_padded, m_packed = padded.train_step(batch(0)), packed.train_step(batch(0))
     assert m_padded["train/loss"] != 0 and abs(m_padded["train/loss"] - m_packed["train/loss"]) <= 1e-5, family
     assert m_packed["train/padding"] == 0 < m_padded["train/padding"]
