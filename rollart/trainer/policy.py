@@ -162,8 +162,8 @@ def build_policy(cfg: RunConfig, model_path: str | Path, strategy: Any, *, train
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, cfg.model.dtype),
                                               attn_implementation=register_attention(), trust_remote_code=remote)
-    if cfg.train.packing and (problem := packing_problem(lm.config, type(lm))):
-        raise ValueError(f"train.packing: {problem}")
+        if cfg.train.packing and (problem := packing_problem(lm.config, type(lm))):
+            raise ValueError(f"train.packing: {problem}")
         if cfg.train.lora is not None:
             lm = attach_lora(lm, cfg.train.lora)
     if trainable and cfg.train.activation_checkpointing:
