@@ -9,7 +9,7 @@ names, or else at one unique place; otherwise `PatchError` names the file and th
 input within the caps (`MAX_PATCH_CHARS`, `MAX_HUNKS`, 9-digit line numbers): parsing is one pass, and a hunk
 whose header line is wrong costs one linear search of its file (`_place`), never a scan per line — so a
 patch runs in well under a second in the env worker's thread, where no timeout could stop it
-(`rollart bench envs`, row `apply_patch_worst`). Nothing is
+(`rollart bench envs`: `apply_patch_worst_cpu_s`). Nothing is
 written here: the caller writes the result (through the workspace, which refuses paths that leave it).
 Written here, not taken from a library: the well-kept Python diff libraries parse diffs but do not apply
 them, and `patch(1)` would run inside the policy's sandbox, where its output and exit code are the
