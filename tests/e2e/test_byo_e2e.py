@@ -96,8 +96,10 @@ def test_a_verl_parquet_trains_with_a_trl_reward_and_a_verl_compute_score(tmp_pa
 
 
 def test_a_reward_that_always_raises_stops_the_run_within_30_s_with_its_traceback(tmp_path: Path) -> None:
-    data = {"train": "train.parquet", "format": "verl", "columns": {"ground_truth": "reward_model.ground_truth"}}
+    data = {"train": "train.parquet", "validation": "test.parquet", "format": "verl",
+            "columns": {"ground_truth": "reward_model.ground_truth"}}
     setup(tmp_path, {"gsm": {**DOMAIN, "data": data, "reward": {"fn": "user_rewards:always_raises"}}})
+    write_verl_parquet(tmp_path / "test.parquet", 40, "test", start=1000)  # 40 validation episodes, as in the issue
     out = train(tmp_path, "eval.episodes_per_domain=64")
     ended = time.time()
     assert out.returncode == 1, f"{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
