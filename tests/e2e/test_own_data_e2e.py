@@ -92,7 +92,7 @@ def test_a_verl_parquet_trains_with_a_trl_reward_and_a_verl_compute_score(tmp_pa
     assert verl and all(c["source"] == "openai/gsm8k" and c["turns"] == 1 for c in verl)
     assert {c["index"] for c in verl} & set(range(1000, 1006))  # validation rows, their own extra_info
     m = metrics_by_step(tmp_path / "run")
-    print(sorted(k for k in m[2] if "reward" in k))
+    assert m[2]["reward/local/failures"] == 0 and m[2]["reward/local/requests"] > 0
 
 
 def test_a_reward_that_always_raises_stops_the_run_within_30_s_with_its_traceback(tmp_path: Path) -> None:
