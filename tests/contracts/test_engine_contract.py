@@ -328,3 +328,18 @@ def test_a_grammar_constrains_what_is_sampled(make_engine, tiny_model_path):
         assert r.finish_reason == "stop" and r.token_ids[-1] == eos, tokenizer.decode(list(r.token_ids))
         jsonschema.validate(json.loads(tokenizer.decode(list(r.token_ids[:-1]))), schema)
         assert all(lp <= 1e-6 for lp in r.logprobs)
+
+
+def test_top_logprobs_are_the_most_probable_alternatives(make_engine):
+    """`SamplingParams.top_logprobs` = k: per token, k (id, logprob) pairs, most probable first, of the same
+    distribution as the token's own logprob (which is among them when the token is)."""
+    engine = make_engine()
+    engine.add(_req("t", n=6, top_logprobs=5))
+    engine.add(_req("plain", n=3))
+    out = _drain(engine)
+    r = out["t"]
+    assert len(r.top_logprobs) == 6 and out["plain"].top_logprobs == ()
+    for token, lp, top in zip(r.token_ids, r.logprobs, r.top_logprobs):
+        values = [v for _, v in top]
+        assert len(top) == 5 and values == sorted(values, reverse=True)
+        assert token == top[0][0] and abs(lp - top[0][1]) < LOGPROB_TOL  # greedy: the sampled one is the first

@@ -6,6 +6,7 @@ nothing else, and that the tokens recorded are the ones sampled."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import jsonschema
@@ -153,3 +154,36 @@ def test_top_logprobs_come_from_the_engine(served):
         assert values == sorted(values, reverse=True) and entry.logprob <= values[0] + 1e-6
         assert [t for t, _ in top] and entry.logprob == pytest.approx(dict(top).get(token, entry.logprob))
     served.turns("top/0")
+
+
+@pytest.mark.parametrize("family", ["hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45",
+                                    "kimi_k2"])
+def test_each_familys_forced_call_comes_back_as_tool_calls(served, family):
+    """The engine writes a call in the family's format (its grammar) and the gateway parses it back: the round
+    trip from grammar through sampling to parser, for every family, with each family's template."""
+    import copy
+
+    from rollart.config import GatewayConfig
+    from tests.unit.tool_templates import template
+
+    tokenizer = copy.deepcopy(served.chat.tokenizer)
+    tokenizer.chat_template = template(family)
+    gateway = AgentGateway(served.llm, ChatTokens(tokenizer), GatewayConfig(tool_parser=family)).start()
+    try:
+        # DeepSeek's markers are dozens of byte-level tokens each in the tiny tokenizer: room for a whole call
+        sampling = dataclasses.replace(served.sampling, max_new_tokens=320)
+        base, key = gateway.open(f"fam/{family}", domain="agent", limits=SessionLimits(4, 2048), sampling=sampling,
+                                 seed_for=lambda k: 11 + k)
+        client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120, http_client=served.http)
+        # one call: a random model under "calls+" may go on writing calls until max_tokens (finish "length")
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}],
+                                               tools=[CALC, SEARCH], tool_choice="required", parallel_tool_calls=False)
+        calls = reply.choices[0].message.tool_calls
+        assert calls and reply.choices[0].finish_reason == "tool_calls", reply.choices[0].message.content
+        for call in calls:
+            tool = {"calculator": CALC, "search": SEARCH}[call.function.name]
+            jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+        session, _ = asyncio.run(gateway.finish(f"fam/{family}"))
+        assert session.turns[0].format_ok
+    finally:
+        gateway.stop()

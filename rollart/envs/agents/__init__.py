@@ -12,7 +12,7 @@ engine's tokens (see session.py for the prefix property and segments).
   completions), `openai_responses.py` (OpenAI Responses), `anthropic_messages.py` (Anthropic Messages).
 - `session.py` — one trajectory's calls: prompt ids, segments, turns.
 - `messages.py` — OpenAI messages/tools → template messages (the output parsers per family are the env
-  plane's `rollart/envs/tool_calls.py`, shared with the SWE domain).
+  plane's `rollart/envs/tool_calls/`, one module per model family, shared with the SWE domain).
 - `function.py` — the agent function, `AgentTask`, what it may return; `manager.py` — `AgentManager`.
 - `demonstrations.py` — warm-start samples from an agent domain's demonstrations.
 """

@@ -29,7 +29,7 @@ from rollart.envs.agents.errors import GatewayError, unsupported
 from rollart.envs.agents.requests import sampling_for
 from rollart.envs.agents.session import AgentSession, CallPlan, Choice
 from rollart.envs.chat import ChatTokens
-from rollart.envs.tool_calls import ParsedOutput, Parser, parser_for
+from rollart.envs.tool_calls import FAMILIES, ParsedOutput, Parser, parser_for
 from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnBarrier
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,9 @@ class CallRunner:
                  tokenize: Executor, worker: str, generate_timeout_s: float, state_lock: Any) -> None:
         self.llm, self.chat, self.cfg, self.family = llm, chat, cfg, family
         self.parse: Parser | None = parser_for(family) if family else None
+        # a family whose markers are special tokens is parsed from text that keeps them (the end-of-turn
+        # token is never part of it)
+        self.keep_special = bool(family) and FAMILIES[family].keep_special_tokens
         self.literal = literal_for(chat.tokenizer)
         self._said_no_switch = False  # reasoning effort on a template without a thinking switch: logged once
         self.tokenize, self.worker, self.generate_timeout_s = tokenize, worker, generate_timeout_s
@@ -83,7 +86,7 @@ class CallRunner:
         if grammar is not None:
             check_grammar(grammar, "response_format" if call.tool_choice.mode in ("auto", "none") else "tool_choice")
         parse = bool(tools) and call.tool_choice.mode != "none"
-        names = {t["function"]["name"] for t in tools}
+        names = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
 
         def output(text: str, k: int) -> tuple[ParsedOutput, dict[str, Any]]:
             if parse and self.parse is not None:
@@ -144,7 +147,7 @@ class CallRunner:
             generated = await asyncio.gather(*(self._generate(entry, r) for r in requests))
             choices, outputs = [], []
             for c, (result, _) in enumerate(generated):
-                text = self.chat.response_text(result.token_ids)
+                text = self._text(result.token_ids, sampling.stop_token_ids)
                 ends_with_stop = bool(result.token_ids) and result.token_ids[-1] in sampling.stop_token_ids
                 shown, stop_sequence = text, None
                 if result.finish_reason == "stop" and not ends_with_stop and sampling.stop_strings:
@@ -171,6 +174,12 @@ class CallRunner:
             if any(r.finish_reason == "abort" for r, _ in generated) or entry.state != "open":
                 raise GatewayError(410, f"trajectory {trajectory_id!r} was cancelled", code="trajectory_cancelled")
             return outputs
+
+    def _text(self, ids: tuple[int, ...], stop_ids: tuple[int, ...]) -> str:
+        if not self.keep_special:
+            return self.chat.response_text(ids)
+        shown = ids[:-1] if ids and ids[-1] in stop_ids else ids
+        return self.chat.tokenizer.decode(list(shown), skip_special_tokens=False)
 
     async def _generate(self, entry: Entry, request: GenerationRequest) -> tuple[GenerationResult, Span]:
         start = time.time()

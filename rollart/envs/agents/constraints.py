@@ -17,22 +17,14 @@ the model writes it unconstrained. A schema the grammar library cannot compile i
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping, Sequence
 
 from rollart.envs.agents.call import ChatCall
 from rollart.envs.agents.errors import bad_request, unsupported
+from rollart.envs.tool_calls import FAMILIES
+from rollart.envs.tool_calls.grammar import json_rule, quoted
 
-COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 Literal = Callable[[str], str]  # text → a Lark literal (a quoted string, or `<[id]>` for one added token)
-
-
-def json_rule(schema: Mapping[str, Any]) -> str:
-    return "%json" + json.dumps({**schema, "x-guidance": COMPACT}, ensure_ascii=False)
-
-
-def quoted(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 def literal_for(tokenizer: Any) -> Literal:
@@ -44,18 +36,6 @@ def literal_for(tokenizer: Any) -> Literal:
         return f"<[{token}]>" if token is not None else quoted(text)
 
     return lit
-
-
-def hermes_call(name: str, parameters: Mapping[str, Any], lit: Literal) -> str:
-    """`<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>` (Qwen2.5/3, Hermes)."""
-    head = quoted('\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": ')
-    return f'{lit("<tool_call>")} {head} {json_rule(parameters)} {quoted("}" + chr(10))} {lit("</tool_call>")}'
-
-
-# family → (one call of a tool as a Lark expression, the text between two calls)
-CALL_FORMATS: dict[str, tuple[Callable[[str, Mapping[str, Any], Literal], str], str]] = {
-    "hermes": (hermes_call, "\n"),
-}
 
 
 def _parameters(tool: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -72,17 +52,18 @@ def grammar_for(call: ChatCall, family: str | None, lit: Literal) -> str | None:
     rules: list[str] = []
     alternatives: list[str] = []
     if tools and (forced or (call.output_schema is not None and choice.mode == "auto")):
-        if family not in CALL_FORMATS:
-            raise unsupported("tool_choice", choice.mode, f"forced tool calls are written in the model family's "
-                              f"format; families with one: {', '.join(sorted(CALL_FORMATS))}")
-        one_call, between = CALL_FORMATS[family]
+        if family not in FAMILIES:
+            raise unsupported("tool_choice", choice.mode, "forced tool calls are written in the model family's "
+                              "format, and this model's chat template renders no tool calls (envs.gateway.tool_parser)")
+        fam = FAMILIES[family]
         offered: Sequence[Mapping[str, Any]] = [t for t in tools if choice.mode != "named"
                                                 or t["function"]["name"] == choice.name]
         for i, tool in enumerate(offered):
-            rules.append(f"call_{i}: {one_call(tool['function']['name'], _parameters(tool), lit)}")
+            rules.append(f"call_{i}: {fam.call_grammar(tool['function']['name'], _parameters(tool), lit)}")
         rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(offered))))
         several = call.parallel_tool_calls and choice.mode != "named"
-        alternatives.append(f"call ({quoted(between)} call)*" if several else "call")
+        between = f"({quoted(fam.between)} call)*" if fam.between else "call*"
+        alternatives.append(fam.wrap(f"call {between}" if several else "call", lit))
     if call.output_schema is not None and not forced:
         alternatives.append(json_rule(call.output_schema))
     if not alternatives:
