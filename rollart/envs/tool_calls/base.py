@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterator, Mapping
 
+from rollart.base.untrusted import loads_json
+
 Tools = Mapping[str, Mapping[str, Any]] | Collection[str]  # offered tools: name → parameters schema, or names
 Literal = Callable[[str], str]  # text → a Lark literal (constraints.py: a quoted string or `<[id]>`)
 
@@ -88,10 +90,10 @@ def only_blocks(text: str, open_: str, close: str, what: str) -> list[str]:
 
 
 def load_json(text: str, what: str) -> Any:
+    """The JSON value of model text, or Malformed (never RecursionError; nested past `MAX_JSON_DEPTH` refused:
+    rollart/base/untrusted.py)."""
     try:
-        return json.loads(text)
-    except RecursionError:
-        raise Malformed(f"{what} is nested too deeply") from None
+        return loads_json(text)
     except ValueError as exc:
         raise Malformed(f"{what} is not valid JSON ({str(exc)[:80]})") from None
 
