@@ -12,7 +12,9 @@ SDKs are the `agents` extra (`make test` installs it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 
 import pydantic
 import pytest
@@ -22,6 +24,7 @@ from rollart.envs.chat import ChatTokens
 from rollart.models.tiny import build_tokenizer
 from tests.unit.test_agent_gateway import Harness
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM fetches a price list at import otherwise
 CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
 
 
@@ -173,3 +176,38 @@ def test_the_examples_run_through_the_gateway(harness, example, monkeypatch):
     assert asyncio.run(module.run(base, key, task)) == 1.0
     recorded = turns(harness, f"ex/{example}")
     assert len(recorded) == 2 and [t.segment for t in recorded] == [0, 0]
+
+
+def test_mini_swe_agent_repairs_in_the_trajectorys_own_workspace(harness, monkeypatch):
+    """examples/swe/mini_swe_agent.py: mini-swe-agent's own DefaultAgent and LitellmModel, its commands run in the
+    SWE domain's workspace sandbox; a scripted model plays the expert (write the fixed file, submit): the hidden
+    tests score 1, and every call is a turn of one exact-token sequence."""
+    import shlex
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rollart.envs.domains.swe.generator import generate
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples" / "swe"))
+    import mini_swe_agent
+
+    repair = generate(7, 0)
+    path = repair.bug.path
+    write = f"cat > {shlex.quote(path)} <<'ROLLART_EOF'\n{repair.fix[path]}ROLLART_EOF"
+    saved = harness.sampling  # room for a whole file in one command
+    harness.sampling = dataclasses.replace(saved, max_new_tokens=4096)
+    try:
+        base, key = session(harness, "mini/0", [call("bash", command=f"cat {shlex.quote(path)}"),
+                                                call("bash", command=write),
+                                                call("bash", command="echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")])
+    finally:
+        harness.sampling = saved
+    task = SimpleNamespace(seed=7, options={"difficulty": 0, "max_calls": 5}, model="m")
+    outcome = mini_swe_agent.run(base, key, task)
+    assert outcome["reward"] == 1.0 and outcome["metrics"]["submitted"] == 1.0
+    recorded = turns(harness, "mini/0")
+    assert len(recorded) == 3 and [t.segment for t in recorded] == [0, 0, 0]
+    # the first command's output (the buggy file, read in the sandbox) went back to the model
+    assert repair.files[path].splitlines()[0] in harness.chat.tokenizer.decode(list(recorded[1].prompt_token_ids))
+    assert "minisweagent" in sys.modules
