@@ -98,7 +98,7 @@ def test_responses_refuse_by_name(harness):
     for kwargs, param in [({"tools": [{"type": "web_search"}]}, "tools[0].type"),
                           ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
                            "input[0].content[0].type"),
-                          ({"truncation": "auto"}, "truncation")]:
+                          ({"truncation": "auto"}, "truncation"), ({"top_logprobs": 3}, "top_logprobs")]:
         with pytest.raises(openai.BadRequestError) as err:
             client.responses.create(**{"model": "m", "input": "x", **kwargs})
         assert err.value.body["param"] == param
@@ -234,11 +234,15 @@ def test_reasoning_effort_drives_a_templates_thinking_switch():
     h = Harness(chat)
     try:
         client = h.open("think/0")
-        h.replies = ["a", "b"]
+        h.replies = ["a", "b", "c", "d"]
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], reasoning_effort="none")
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], reasoning_effort="high")
-        off, on = (chat.tokenizer.decode(list(r.prompt_token_ids)) for r in h.llm.requests)
+        client.responses.create(model="m", input="x", reasoning={"effort": "minimal"})  # the Agents SDK's way
+        anthropic.Anthropic(base_url=str(client.base_url), api_key=client.api_key, max_retries=0).messages.create(
+            model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}], thinking={"type": "disabled"})
+        off, on, responses_off, messages_off = (chat.tokenizer.decode(list(r.prompt_token_ids)) for r in h.llm.requests)
         assert off.endswith("<think>\n\n</think>\n\n") and not on.endswith("</think>\n\n")
+        assert responses_off.endswith("<think>\n\n</think>\n\n") and messages_off.endswith("<think>\n\n</think>\n\n")
         h.finish("think/0")
     finally:
         h.gateway.stop()

@@ -10,8 +10,8 @@ stop_sequence / tool_use) or its stream of events (`message_start` … `message_
 Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`.
 
 Accepted: `anthropic-version` (any), `cache_control` on blocks and tools (no prompt cache to control: the
-engine's prefix cache works on its own), `metadata`, `thinking` (mapped to the template's thinking switch, see
-requests.py), `thinking` / `redacted_thinking` blocks in earlier assistant messages (not rendered: the
+engine's prefix cache works on its own), `metadata`, `thinking` (`enabled` / `disabled`: the template's thinking switch where it has one, as
+chat's `reasoning_effort`; the budget is not enforced), `thinking` / `redacted_thinking` blocks in earlier assistant messages (not rendered: the
 gateway returns none, they come from elsewhere), `service_tier`, `tool_choice.disable_parallel_tool_use`.
 Refused by name: images, documents, server tools (web search, code execution, …), `container`, `mcp_servers`.
 """
@@ -180,7 +180,11 @@ def messages_call(req: MessagesRequest, cfg: Any) -> ChatCall:
     tools = template_tools(req.tools, cfg.max_tools)
     choice, parallel = tool_choice(req.tool_choice, [t["function"]["name"] for t in tools])
     asked = Asked(req.temperature, req.top_p, req.top_k, None, req.max_tokens, stops)
-    return ChatCall(template_messages(req, cfg.max_messages), tools, choice, parallel, asked)
+    kind = (req.thinking or {}).get("type")
+    if kind not in (None, "enabled", "disabled"):
+        raise unsupported("thinking.type", kind, "enabled or disabled")
+    thinking = None if kind is None else kind == "enabled"
+    return ChatCall(template_messages(req, cfg.max_messages), tools, choice, parallel, asked, thinking=thinking)
 
 
 def message_body(out: CallOutput, stop_sequence: str | None) -> dict[str, Any]:

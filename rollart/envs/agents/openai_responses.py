@@ -12,10 +12,13 @@ Accepted as OpenAI defines them: `store` (default true; a stored response can be
 `previous_response_id` within its trajectory — the gateway keeps a trajectory's responses until it ends),
 `reasoning` items in the input (accepted, not rendered: the gateway returns none, so they come from elsewhere),
 `reasoning.effort` / `text.verbosity` (see requests.py), `metadata`, `user`, `truncation: "disabled"`,
-`include: []`, `background: false`, `parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`.
+`include: []`, `background: false`, `parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`,
+`text.format` (json_object / json_schema: constrained decoding, constraints.py); ignored as metadata:
+`service_tier`, `prompt_cache_key`, `safety_identifier`.
 `instructions` apply to their own request only (OpenAI does not carry them over `previous_response_id`).
 Refused by name: images, files, built-in tools (web search, file search, computer use …), `conversation`,
-`prompt` templates, `item_reference` items, `truncation: "auto"`, `background: true`.
+`prompt` templates, `item_reference` items, `truncation: "auto"`, `background: true`, `top_logprobs`,
+`max_tool_calls`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from rollart.envs.agents.call import Asked, CallOutput, ChatCall, TemplateMessag
 from rollart.envs.agents.constraints import output_schema
 from rollart.envs.agents.errors import GatewayError, bad_request, unsupported
 from rollart.envs.agents.messages import arguments_object
-from rollart.envs.agents.requests import parse_request
+from rollart.envs.agents.requests import THINKING, parse_request
 
 
 class ResponsesRequest(BaseModel):
@@ -70,6 +73,10 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         raise unsupported("truncation", req.truncation, "only 'disabled': a prompt that does not fit is refused")
     if req.background:
         raise unsupported("background", req.background, "only false")
+    if req.top_logprobs:
+        raise unsupported("top_logprobs", req.top_logprobs, "0 (chat completions report top logprobs)")
+    if req.max_tool_calls is not None:
+        raise unsupported("max_tool_calls", req.max_tool_calls, "null (limit calls in the agent, or with max_turns)")
     if req.text and set(req.text) - {"format", "verbosity"}:
         raise unsupported("text", req.text, "format and verbosity")
     if req.include:
@@ -187,8 +194,11 @@ def responses_call(req: ResponsesRequest, history: tuple[TemplateMessage, ...], 
     names = [t["function"]["name"] for t in tools]
     asked = Asked(req.temperature, req.top_p, None, None, req.max_output_tokens, ())
     schema = output_schema((req.text or {}).get("format"), "text.format")
+    effort = (req.reasoning or {}).get("effort")
+    if effort is not None and effort not in THINKING:
+        raise unsupported("reasoning.effort", effort, ", ".join(THINKING))
     call = ChatCall(messages, tools, tool_choice(req.tool_choice, names), req.parallel_tool_calls is not False, asked,
-                    schema)
+                    schema, THINKING.get(effort or ""))
     return call, conversation
 
 
