@@ -1,7 +1,7 @@
 """The one-machine cluster recipe of docs/cluster.md, run as written: `rollart local-cluster` with the default run's
 pools on three loopback nodes, `rollart pools` joined to it (each pool on its own node), a short `rollart train`
-joined to it, then Ctrl-C stops every process the cluster started and nothing it started listens beyond
-127.0.0.1."""
+joined to it, then Ctrl-C stops every process the cluster started (and removes its temp dir), and nothing it
+started listens beyond 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_the_documented_local_cluster_recipe_works_as_written(tmp_path: Path) ->
             os.killpg(cluster.pid, signal.SIGINT)  # Ctrl-C, as in a terminal
         cluster.wait(timeout=120)
     assert cluster.returncode == 0, "".join(seen) + (cluster.stdout.read() if cluster.stdout else "")
-    assert tmp is not None
+    assert tmp is not None and not tmp.exists()  # its temp dir removed once stopped cleanly
     time.sleep(1.0)
     left = ray_processes(tmp)
     assert not [p for p in left.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], left

@@ -4,7 +4,8 @@ on 127.0.0.1, for trying a run's pools and `cluster.address` before a real clust
 Each `--node` is one node's custom resources as JSON (`'{"pool_train": 1, "pool_env": 4}'`); the first is the head.
 It starts the nodes (rollart/resources/loopback.py: why plain `ray start` cannot make a loopback cluster), prints
 the address and the `cluster.address=…` override a run joins it with, and stays in the foreground until Ctrl-C or
-SIGTERM, which stops every process it started (and only those: each node's Ray runs under a temp dir of its own).
+SIGTERM, which stops every process it started (and only those: each node's Ray runs under a temp dir of its own)
+and removes that temp dir.
 A node that dies on its own ends it too, with exit 1. A `--node` that is not a JSON object of non-negative
 numbers exits 2 before anything starts.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -57,6 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     cluster = LoopbackCluster(tmp, cpus=args.cpus, object_store_bytes=args.object_store_mb * 1_000_000)
+    stopped_cleanly = False
     try:
         try:
             address = cluster.head(nodes[0])
@@ -83,8 +86,11 @@ def _run(args: argparse.Namespace) -> int:
                       f"{log.read_text()[-2000:] if log.is_file() else ''}", file=sys.stderr)
                 return 1
         print("rollart: stopping the nodes", flush=True)
+        stopped_cleanly = True
         return 0
     finally:
         cluster.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if stopped_cleanly:  # (after a failure its logs stay, for the message that named them)
+            shutil.rmtree(tmp, ignore_errors=True)
