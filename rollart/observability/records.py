@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollart.base.run_dir import RunPaths, read_text
+from rollart.base.run_dir import RunPaths
 
 Record = dict[str, Any]
 # counters since the run started (RolloutScheduler.metrics()): their last value is the run's total
@@ -30,20 +30,25 @@ COUNTERS = ("aborted", "stale", "failed", "cancelled", "wasted_tokens")
 
 
 def read_metrics(path: str | Path) -> list[Record]:
+    """The records of a metrics.jsonl merged by step, streamed (never read whole, never through a link); a torn
+    last line (a crash while writing it) is skipped, a bad line before it is a `ValueError` naming it."""
     path = Path(path)
     by_step: dict[int, Record] = {}
-    lines = read_text(path).splitlines()  # never through a link
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
+    bad = ""  # a line that did not parse: an error unless it turns out to be the last one
+    for number, line in RunPaths.of(path.parent).lines(path):
+        if line is not None and not line.strip():
             continue
+        if bad:
+            raise ValueError(bad)
         try:
+            if line is None:
+                raise ValueError("a line too long for a metrics record")
             rec = json.loads(line)
             step = int(rec["step"])
-        except (ValueError, KeyError, TypeError) as exc:
-            if i == len(lines):
-                break  # a crash while writing the last line
-            raise ValueError(f"{path}:{i}: not a metrics record ({exc}): {line[:120]!r}") from None
-        by_step.setdefault(step, {}).update(rec)
+            by_step.setdefault(step, {}).update(rec)
+        except (ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError) as exc:
+            shown = "" if line is None else f": {line[:120]!r}"
+            bad = f"{path}:{number}: not a metrics record ({str(exc)[:120]}){shown}"
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -52,7 +57,7 @@ def series(records: list[Record], name: str, x: str = "step") -> tuple[list[floa
     xs, ys = [], []
     for rec in records:
         value = rec.get(name)
-        if isinstance(value, (int, float)) and rec.get(x) is not None:
+        if isinstance(value, (int, float)) and isinstance(rec.get(x), (int, float)):
             xs.append(float(rec[x]))
             ys.append(float(value))
     return xs, ys
