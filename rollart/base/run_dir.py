@@ -29,7 +29,8 @@ every writer and reader uses is `RunPaths` — `open`, `write`, `read_text`, `li
   of it, and reads a file line by line in bounded memory (`lines`: a line over its cap is skipped and said
   so, never held) or whole only up to a size cap (`read_text`).
 `unsafe_paths()` lists, before a run starts, everything in the whole run directory rollart would refuse —
-every entry, not only the listed ones. The run directory itself is the user's own path: a link there (e.g.
+every entry, not only the listed ones (inside wandb/ only W&B writes and reads, with links of its own: that
+directory itself is checked, not its contents). The run directory itself is the user's own path: a link there (e.g.
 `runs/ -> /data/runs`) is followed, as the user asked.
 
 Why here and not in the observability plane, which writes most of these: the trainer (checkpoints), the
@@ -63,6 +64,9 @@ ARTEFACTS: dict[str, str] = {
     "report/": "the HTML report",
     "wandb/": "W&B's own files (observability.wandb_project)",
 }
+# written by a library with links of its own inside (W&B's `latest-run`): the directory itself is checked, not
+# what is in it — rollart neither writes nor reads there
+FOREIGN_LAYOUT = ("wandb",)
 MAX_LINE_BYTES = 64 * 2**20  # `lines`: a longer line is skipped (a sample record is capped far below it)
 MAX_READ_BYTES = 512 * 2**20  # `read_text`: a larger file is refused (timeline.json is capped far below it)
 
@@ -174,7 +178,12 @@ class RunPaths:
         if not self.root.is_dir():
             return problems
         for directory, dirs, files in os.walk(self.root, followlinks=False):
-            for name in sorted(dirs + files):
+            if directory == str(self.root):
+                dirs[:] = [d for d in dirs if d not in FOREIGN_LAYOUT or os.path.islink(self.root / d)]
+                names = sorted(set(dirs) | set(files) | {d for d in FOREIGN_LAYOUT if os.path.lexists(self.root / d)})
+            else:
+                names = sorted(dirs + files)
+            for name in names:
                 path = Path(directory) / name
                 if why := _link_problem(path):
                     problems.append(why)

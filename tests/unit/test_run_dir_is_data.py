@@ -277,3 +277,15 @@ def test_a_resume_step_past_train_steps_is_refused(tmp_path):
     checkpoint(run, 10**12)
     with pytest.raises(ConfigError, match=r"RL step 1000000000000 .*past train.steps=300"):
         check_run_dir(resume(run))
+
+
+def test_wandb_keeps_its_own_links_but_wandb_itself_may_not_be_one(tmp_path, outside):
+    """W&B writes RUN_DIR/wandb/ with a `latest-run` link of its own: a resume of a W&B run is not refused for it."""
+    run = tmp_path / "run"
+    (run / "wandb" / "run-1").mkdir(parents=True)
+    os.symlink("run-1", run / "wandb" / "latest-run")
+    assert RunPaths.of(run).unsafe_paths() == []
+    os.rename(run / "wandb", run / "elsewhere")
+    link(run / "wandb", outside)
+    assert [p.split(" is ")[0] for p in RunPaths.of(run).unsafe_paths()] == [str(run / "elsewhere" / "latest-run"),
+                                                                             str(run / "wandb")]
