@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from rollart.config import DatasetConfig
+from rollart.envs.dataset.columns import arrow_values, row_value
 from rollart.envs.dataset.source import DataError, Table
 
 EXAMPLES_PER_REASON = 3
@@ -57,11 +58,18 @@ class PromptMeter(Protocol):
 
 @dataclass(frozen=True)
 class Row:
-    """One row: its mapped roles' values, its number in its file (0-based) and the file."""
+    """One row: its mapped roles' values, its number in its file (0-based), the file, and every column the row
+    carries by its own name (what a reward function may ask for: TRL's and verl's whole row)."""
 
     values: Mapping[str, Any]
     index: int
     where: str
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+    def reward_row(self) -> dict[str, Any]:
+        """What a reward function is given of the row: every column by name, then the roles over them (a role
+        named like a column wins: the mapping is the user's word)."""
+        return {**self.columns, **self.values}
 
     def location(self, column: str = "") -> str:
         return f"{self.where} row {self.index}" + (f" column {column!r}" if column else "")
@@ -137,8 +145,8 @@ class RowSet:
     def row(self, i: int) -> Row:
         index = int(self.kept[i])
         record = self.table.dataset[index]
-        return Row({role: _json_safe(record[column]) for role, column in self.columns.items()}, index,
-                   self.table.where)
+        return Row({role: _json_safe(row_value(record, path)) for role, path in self.columns.items()}, index,
+                   self.table.where, {name: _json_safe(value) for name, value in record.items()})
 
 
 class DatasetRows:
@@ -208,12 +216,12 @@ def filter_rows(table: Table, positions: np.ndarray, data: DatasetConfig, requir
     drops = Drops()
     for role in required:
         column = data.columns[role]
-        empty = _empty(arrow.column(column)) & keep
+        empty = _empty(arrow_values(arrow, column)) & keep
         drops.add(f"with column {column!r} ({role}) empty", np.flatnonzero(empty), _at(table, column))
         keep &= ~empty
     if "answer" in required:
         column = data.columns["answer"]
-        bare = _nothing_after_hashes(arrow.column(column)) & keep
+        bare = _nothing_after_hashes(arrow_values(arrow, column)) & keep
         drops.add(f"with nothing after '####' in column {column!r} (answer)", np.flatnonzero(bare), _at(table, column))
         keep &= ~bare
     prompt_column = data.columns.get("messages") or data.columns["prompt"]
@@ -274,12 +282,12 @@ def _prompt_bytes(arrow: Any, data: DatasetConfig) -> tuple[np.ndarray, np.ndarr
     message's content) — from Arrow's byte lengths, no row materialised — and the number of its messages. A
     value that has no text form in Arrow (a list, an object) counts as `UNMEASURED`."""
     if "messages" in data.columns:
-        return _chat_bytes(arrow.column(data.columns["messages"]))
+        return _chat_bytes(arrow_values(arrow, data.columns["messages"]))
     fields = format_fields(data.prompt_format)
     literal = sum(len(text.encode()) for text, _, _, _ in string.Formatter().parse(data.prompt_format))
     size = np.full(arrow.num_rows, literal, dtype=np.int64)
     for f in fields:  # saturating at UNMEASURED: a sum of several never wraps around
-        size = np.minimum(size + _text_bytes(arrow.column(data.columns[f])), UNMEASURED)
+        size = np.minimum(size + _text_bytes(arrow_values(arrow, data.columns[f])), UNMEASURED)
     return size, np.ones(arrow.num_rows, dtype=np.int64)
 
 
@@ -328,7 +336,7 @@ def _text_size(prompt: str | Sequence[Mapping[str, Any]]) -> int:
 
 
 def _first_prompt(record: Mapping[str, Any], data: DatasetConfig) -> str | list[Mapping[str, Any]]:
-    values = {role: record[column] for role, column in data.columns.items()}
+    values = {role: row_value(record, path) for role, path in data.columns.items()}
     if "messages" in data.columns:
         return list(values["messages"] or [])
     return format_prompt(data.prompt_format, values)
