@@ -44,11 +44,12 @@ def _samples(args: argparse.Namespace) -> int:
     if args.domain is not None and args.domain not in domains:
         raise ConfigError(f"--domain {args.domain}: {path} holds samples of {domains or 'no domain'}")
     steps = index.steps(args.domain)
+    if not steps:
+        raise ConfigError(f"{path} holds no samples yet" + (" (every line skipped: see above)" if skipped else ""))
     if args.step is not None and args.step not in steps:
-        held = f"steps {steps[0]}–{steps[-1]}" if steps else "no step"
-        raise ConfigError(f"--step {args.step}: {path} holds samples of {held}")
-    step = args.step if args.step is not None else steps[-1] if steps else None
-    chosen = read_samples(path, [step], args.domain) if step is not None else []
+        raise ConfigError(f"--step {args.step}: {path} holds samples of steps {steps[0]}–{steps[-1]}")
+    step = args.step if args.step is not None else steps[-1]
+    chosen = read_samples(path, [step], args.domain)
     if args.worst or args.best:
         by_domain: dict[str, list] = {}
         for sample in chosen:
