@@ -20,7 +20,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-vllm demo test test-vllm docs lint clean
+.PHONY: install install-vllm demo test test-vllm bench-smoke docs lint clean
 
 # pip's own lines (Collecting …, Downloading … with sizes, Installing …) are the progress: about 2 GB and a
 # few minutes on a fresh machine.
@@ -72,6 +72,13 @@ endif
 test: install $(AGENTS_STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -ra --durations=25 tests
+
+# Every registered benchmark (benchmarks/registry.py) in its smallest form, each in its own process, run to its
+# end and its JSON written (to a temporary directory: the committed results stay as they are) — so a benchmark
+# that stops working is seen here, not when someone runs it by hand (benchmarks/smoke.py). A new benchmark
+# joins by being in the registry.
+bench-smoke: install
+	$(BIN)/python -m benchmarks.smoke
 
 # In .venv-vllm (transformers < 5.20 there): the engine contract tests for both engines, the inference
 # worker serving vLLM (its built-in-engine cases already ran in `make test`), the engine unit tests. A

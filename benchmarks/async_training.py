@@ -7,7 +7,7 @@ this process, with the same seed: `async` = α = 1, no barrier (rollout overlaps
 - `async_vs_sync_time_to_score`: wall time for sync ÷ async to first reach the target validation score — the
   highest mean score both arms reach (the paper: 2.05× against Sync+ on Qwen3-32B).
 Times are from each run's metrics.jsonl (RL steps only: start-up and the warm start are excluded).
-`--quick`: 6 steps per arm, a small batch, evaluation every 3 steps.
+`--quick`: 6 steps per arm, a small batch, evaluation every 3 steps. `--steps N`: N RL steps per arm instead.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from rollart.base.run_dir import RunPaths
 ARMS = {"async": ["rollout.alpha=1", "rollout.barrier=none"], "sync": ["rollout.alpha=0", "rollout.barrier=batch"]}
 
 
-def run(quick: bool) -> BenchResult:
+def run(quick: bool, steps: int | None = None) -> BenchResult:
     extra = (["train.steps=6", "eval.every=3", "eval.episodes_per_domain=8", "train.warm_start.steps=20"]
              if quick else [])
+    if steps is not None:
+        extra += [f"train.steps={steps}", f"eval.every={max(1, steps // 2)}"]
     rows, curves = [], {}
     with tempfile.TemporaryDirectory(prefix="rollart-bench-async-") as tmp:
         for arm, overrides in ARMS.items():

@@ -59,15 +59,17 @@ HEAD_POOLS = {"pool_train": 1, "pool_gen_prefill": 2, "pool_env": 4, "pool_rewar
 WORKER_NODE_POOLS = {"pool_gen_decode": 1}
 
 
-def _overrides(quick: bool) -> list[str]:
+def _overrides(quick: bool, steps: int | None = None) -> list[str]:
     shortened = ["train.steps=16", "train.warm_start.steps=40"] if quick else ["train.steps=40",
                                                                                 "train.warm_start.steps=100"]
+    if steps is not None:  # at least 3 + one per fault kind (`faults.plan`)
+        shortened.append(f"train.steps={steps}")
     return [*shortened, "train.checkpoint_every=5", "eval.every=1000", "eval.episodes_per_domain=32",
             "cluster.health_interval_s=1.0", "observability.progress=quiet", "observability.tensorboard=false",
             f"seed={SEED}"]
 
 
-def run(quick: bool, nodes: int = 1) -> BenchResult:
+def run(quick: bool, nodes: int = 1, steps: int | None = None) -> BenchResult:
     if nodes not in (1, 2):
         raise ValueError(f"--nodes {nodes}: the chaos bench runs on 1 node or a loopback cluster of 2")
     os.environ["RAY_worker_niceness"] = "0"
@@ -76,17 +78,18 @@ def run(quick: bool, nodes: int = 1) -> BenchResult:
     rows, timelines = [], []
     with tempfile.TemporaryDirectory(prefix="rollart-chaos-", dir="/tmp") as tmp:
         for i, arm in enumerate(arms):
-            row, timeline = _one_run(Path(tmp) / f"{i}-{arm}", arm, quick, kinds, nodes)
+            row, timeline = _one_run(Path(tmp) / f"{i}-{arm}", arm, quick, kinds, nodes, steps)
             rows.append(row)
             if timeline:
                 timelines.append({"run": i, "faults": timeline})
     return _result(rows, timelines, kinds, nodes)
 
 
-def _one_run(work: Path, arm: str, quick: bool, kinds: list[str], nodes: int) -> tuple[dict[str, Any], list]:
+def _one_run(work: Path, arm: str, quick: bool, kinds: list[str], nodes: int, steps: int | None
+             ) -> tuple[dict[str, Any], list]:
     work.mkdir(parents=True)
     run_dir = work / "run"
-    overrides = [f"run_dir={run_dir}", *_overrides(quick)]
+    overrides = [f"run_dir={run_dir}", *_overrides(quick, steps)]
     cluster = None
     if nodes == 2:  # its own short temp dir: Ray's socket paths live under it
         cluster = LoopbackCluster(Path(tempfile.mkdtemp(prefix="rc", dir="/tmp")), env=FAST_NODE_DEATH)

@@ -12,6 +12,9 @@ user's first run pays):
   and resets 200 of its envs, and notes its peak again. `dataset_rss_mb` = the difference (target ≤ 300 MB).
 - `preview`: `rollart data preview` of a 1,000-row JSONL file in a fresh process: its wall time (target ≤ 5 s)
   and its CPU time (user + system), the steadier figure on a shared machine.
+- `long row`: the same preview with one more row of `LONG_ROW_MB` MB (a row far over any prompt budget: the
+  length filter once tokenised it whole — 256 s and 6.3 GB for 30 MB): `preview_long_row_s` (target ≤ 10 s)
+  and `preview_long_row_rss_mb`, the process's peak RSS (target ≤ 1,000 MB).
 `--quick`: 10,000 rows, one round.
 """
 
@@ -33,6 +36,7 @@ from benchmarks.common import BenchResult
 NAMES = ("Ana", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun")
 ITEMS = ("apples", "pens", "coins", "books", "cards", "shells", "stamps", "marbles")
 ROWS_FULL, ROWS_QUICK, PREVIEW_ROWS = 100_000, 10_000, 1_000
+LONG_ROW_MB = 30
 TIMEOUT_S = 600
 
 # both arms alike but for where the task comes from: one turn, scored by the local math reward (the default
@@ -127,6 +131,27 @@ def preview_s(cfg: Path, cache: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+LONG_CHILD = """
+import json, sys
+from benchmarks.common import peak_rss_mb
+from rollart.cli import main
+code = main(["data", "preview", "gsm", sys.argv[1]])
+print(json.dumps({"code": code, "peak_mb": peak_rss_mb()}))
+"""
+
+
+def long_row_preview(cfg: Path, cache: Path) -> tuple[float, float]:
+    """`rollart data preview` in a fresh process of a file with one `LONG_ROW_MB` MB row: wall s, peak RSS MB."""
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", LONG_CHILD, str(cfg)], capture_output=True, text=True,
+                         timeout=TIMEOUT_S, env=child_env(cache), cwd=Path(__file__).resolve().parent.parent)
+    wall = time.perf_counter() - t0
+    result = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {"code": out.returncode}
+    if result["code"] != 0 or "not tokenised" not in out.stdout:
+        raise RuntimeError(f"the long-row preview failed ({out.returncode}): {out.stdout[-1000:]} {out.stderr[-2000:]}")
+    return wall, result["peak_mb"]
+
+
 def run(quick: bool = False) -> BenchResult:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -140,20 +165,26 @@ def run(quick: bool = False) -> BenchResult:
         builtin = run_config(tmp / "builtin.yaml", BUILTIN)
         dataset = run_config(tmp / "dataset.yaml", dataset_domains(tmp / "train.parquet", tmp / "test.jsonl"))
         small = run_config(tmp / "small.yaml", dataset_domains(tmp / "small.jsonl", tmp / "test.jsonl"))
+        long_row = {"question": "apple pie " * (LONG_ROW_MB * 2**20 // 10), "answer": "#### 1"}
+        (tmp / "long.jsonl").write_text((tmp / "small.jsonl").read_text() + json.dumps(long_row) + "\n")
+        long_cfg = run_config(tmp / "long.yaml", dataset_domains(tmp / "long.jsonl", tmp / "test.jsonl"))
         times: dict[str, list[float]] = {"builtin": [], "dataset": []}
         for r in range(rounds):
             for arm, cfg in (("builtin", builtin), ("dataset", dataset)):
                 times[arm].append(first_rollout_s(cfg, tmp / f"run-{arm}-{r}", tmp / f"cache-{arm}-{r}"))
         rss = rss_mb(builtin, dataset, tmp / "cache-rss")
         preview, preview_cpu = preview_s(small, tmp / "cache-preview")
+        long_s, long_mb = long_row_preview(long_cfg, tmp / "cache-long")
     mean = {arm: statistics.mean(ts) for arm, ts in times.items()}
     rows = [{"arm": f"startup_{arm}", "first_rollout_s": [round(t, 2) for t in ts], "mean_s": round(mean[arm], 2)}
             for arm, ts in times.items()]
     rows.append({"arm": "rss", "builtin_peak_mb": round(rss["builtin"], 1), "dataset_peak_mb": round(rss["dataset"], 1)})
     rows.append({"arm": "preview", "rows": PREVIEW_ROWS, "wall_s": round(preview, 2), "cpu_s": round(preview_cpu, 2)})
+    rows.append({"arm": "long row", "row_mb": LONG_ROW_MB, "wall_s": round(long_s, 2), "peak_rss_mb": round(long_mb, 1)})
     ratios = {"dataset_startup_s": round(mean["dataset"] - mean["builtin"], 2),
               "dataset_rss_mb": round(rss["dataset"] - rss["builtin"], 1),
-              "preview_1000_rows_s": round(preview, 2), "preview_1000_rows_cpu_s": round(preview_cpu, 2)}
+              "preview_1000_rows_s": round(preview, 2), "preview_1000_rows_cpu_s": round(preview_cpu, 2),
+              "preview_long_row_s": round(long_s, 2), "preview_long_row_rss_mb": round(long_mb, 1)}
     notes = [f"{n:,}-row Parquet train file; {rounds} round(s) of each start-up arm, alternating; each dataset "
              "run with a fresh datasets cache (the conversion a first run pays)"]
     return BenchResult("data", ratios, rows, notes)

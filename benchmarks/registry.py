@@ -7,7 +7,10 @@ its `--json` file. This module imports nothing heavy: `rollart bench --help` rea
 torch or Ray; a benchmark's module is imported only when it runs.
 
 To add a benchmark: write `benchmarks/NAME.py` with `run(quick, **options)`, add one `Benchmark` to
-`BENCHMARKS` below (its options with it), and record its figures in `benchmarks/RESULTS.md`.
+`BENCHMARKS` below (its options with it), and record its figures in `benchmarks/RESULTS.md`. It joins `make
+bench-smoke` (benchmarks/smoke.py, run by CI) by being here: with `--quick`, unless it declares `smoke`, the
+arguments of a smaller run (an option of its own that shrinks it), and `smoke_timeout_s`; `smoke_expect`
+names ratios that must hold even then.
 """
 
 from __future__ import annotations
@@ -51,7 +54,14 @@ class Benchmark:
     summary: str  # one line
     options: tuple[Option, ...] = field(default=())
     study: bool = False  # run() also gets json_path (the study file it reads and extends)
+    smoke: tuple[str, ...] = ("--quick",)  # `make bench-smoke`: the arguments of its smallest run
+    smoke_timeout_s: int = 300  # … and how long that may take on a 2-core CPU machine (a hang fails it)
+    smoke_expect: dict[str, float] = field(default_factory=dict)  # ratios that must hold even in the smoke run
 
+
+# the training benchmarks' size knob: their smoke runs take a couple of RL steps
+STEPS = Option("--steps", "RL steps of each training run (default: the benchmark's own; a smoke run's ratios "
+               "mean nothing)", type=count, metavar="N")
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("engine", "benchmarks.engine",
@@ -66,7 +76,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("rollout", "benchmarks.rollout",
               "trajectory-level rollout vs a turn barrier under env-step latency N(μ, σ)"),
     Benchmark("async", "benchmarks.async_training",
-              "bounded-staleness asynchronous training (α = 1) vs the synchronous loop on the default job"),
+              "bounded-staleness asynchronous training (α = 1) vs the synchronous loop on the default job",
+              (STEPS,), smoke=("--quick", "--steps", "2")),
     Benchmark("staleness", "benchmarks.staleness",
               "the validation score vs α, staleness mode and importance weights over seeds (resumable study)",
               (Option("--piece", "run one arm × seed of the study (holding --lock) and add it to --json; "
@@ -75,12 +86,16 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                       switch=True),
                Option("--lock", "file each piece holds an exclusive flock on while it runs (default: heavy.lock "
                       "in the study's work directory; '' = none); a symlink or a non-regular file is refused",
-                      metavar="PATH")),
-              study=True),
+                      metavar="PATH"),
+               STEPS),
+              study=True, smoke=("--quick", "--steps", "2"), smoke_timeout_s=600),
     Benchmark("chaos", "benchmarks.chaos",
               "the default job, shortened, run clean and under a fault schedule (--nodes N: lose a Ray node)",
               (Option("--nodes", "run on a loopback Ray cluster of N nodes and lose one", type=count,
-                      metavar="N"),)),
+                      metavar="N"), STEPS),
+              # the fewest steps that hold its four faults; both arms must finish and lose nothing
+              smoke=("--quick", "--steps", "7"), smoke_timeout_s=600,
+              smoke_expect={"run_completed": 1.0, "trajectories_lost": 0.0, "trajectories_duplicated": 0.0}),
     Benchmark("sim", "benchmarks.sim",
               "the paper's scale experiments on the cluster twin, and the twin's own speed and accuracy"),
     Benchmark("gateway", "benchmarks.gateway",

@@ -18,6 +18,7 @@ eval curve as (step, seconds since RL start, score) and the staleness actually t
 the `--json` file, whose summary (rows, ratios, notes, `missing`) and PNG curves (`<json stem>_steps.png`,
 `<json stem>_wall.png`, beside it) are rebuilt from every record so far. `--report` only rebuilds them.
 `--quick`: sync and a4-token-iw, one seed, 20 steps — a smoke run under 10 minutes, into `--json` if given.
+`--steps N`: N RL steps per run instead (the smoke run of `make bench-smoke`).
 
 The lock exists so that a piece, a 10–30 minute training run whose wall-time curve is part of the result,
 never shares the machine with another heavy job it knows of, and so that two pieces never build the shared
@@ -92,7 +93,7 @@ QUICK_ARMS = ("sync", "a4-token-iw")
 
 
 def run(quick: bool, piece: str | None = None, report: bool = False, json_path: str | None = None,
-        workdir: str = "runs/bench-staleness", lock: str | None = None) -> BenchResult:
+        workdir: str = "runs/bench-staleness", lock: str | None = None, steps: int | None = None) -> BenchResult:
     """`--quick`, one `--piece`, or `--report` (module docstring); returns the study's summary so far.
     `lock`: None = `heavy.lock` in `workdir`, "" = none, else that file."""
     work = Path(workdir)
@@ -100,7 +101,7 @@ def run(quick: bool, piece: str | None = None, report: bool = False, json_path: 
         work.mkdir(parents=True, exist_ok=True)
         lock = str(work / "heavy.lock")
     if quick:
-        records = [_run_piece(arm, 0, work, lock, quick=True) for arm in QUICK_ARMS]
+        records = [_run_piece(arm, 0, work, lock, quick=True, steps=steps) for arm in QUICK_ARMS]
         return summarize(records, quick=True)
     if json_path is None:
         raise ValueError("rollart bench staleness needs --json PATH (the study's file: pieces are appended to it)")
@@ -112,7 +113,7 @@ def run(quick: bool, piece: str | None = None, report: bool = False, json_path: 
             print("every arm × seed of the study is done; nothing to run")
         else:
             print(f"staleness piece {arm} seed {seed} ({len(records)} of {len(ARMS) * len(SEEDS)} done)", flush=True)
-            records.append(_run_piece(arm, seed, work, lock, quick=False))
+            records.append(_run_piece(arm, seed, work, lock, quick=False, steps=steps))
     elif not report:
         raise ValueError("rollart bench staleness: give --piece ARM/SEED|next (run one piece), --report, or --quick")
     result = summarize(records, quick=False)
@@ -139,8 +140,10 @@ def _choose_piece(piece: str, records: list[dict[str, Any]]) -> tuple[str | None
     return arm, int(seed_text)
 
 
-def _run_piece(arm: str, seed: int, work: Path, lock: str, quick: bool) -> dict[str, Any]:
-    steps, every, episodes = (QUICK_STEPS, QUICK_EVAL_EVERY, QUICK_EPISODES) if quick else (STEPS, EVAL_EVERY, EPISODES)
+def _run_piece(arm: str, seed: int, work: Path, lock: str, quick: bool, steps: int | None = None) -> dict[str, Any]:
+    default, every, episodes = (QUICK_STEPS, QUICK_EVAL_EVERY, QUICK_EPISODES) if quick else (STEPS, EVAL_EVERY, EPISODES)
+    steps = steps or default
+    every = min(every, steps)
     with heavy_lock(lock):
         base = ensure_base(work)
         run_dir = work / ("quick" if quick else "study") / f"{arm}-seed{seed}"
@@ -283,7 +286,8 @@ def summarize(records: list[dict[str, Any]], quick: bool) -> BenchResult:
     result.data = {
         "runs": records,
         "missing": [] if quick else [f"{a}/{s}" for a in PRIORITY for s in SEEDS if (a, s) not in done],
-        "study": {"steps": QUICK_STEPS if quick else STEPS, "eval_every": QUICK_EVAL_EVERY if quick else EVAL_EVERY,
+        "study": {"steps": records[0]["steps"] if records else QUICK_STEPS if quick else STEPS,
+                  "eval_every": QUICK_EVAL_EVERY if quick else EVAL_EVERY,
                   "episodes_per_domain": QUICK_EPISODES if quick else EPISODES, "seeds": list(SEEDS),
                   "arms": ARMS, "machine_at_summary": machine_info()},
     }

@@ -1,16 +1,30 @@
-"""Shared test fixtures. Ray is started once per session, bound to loopback, and shut down at the end."""
+"""Shared test fixtures. Ray is started once per session, bound to loopback, and shut down at the end.
+
+The suite is hermetic: whatever the shell exports, the tests see the environment below — set or removed here,
+before anything imports Ray, datasets or transformers (which read some of these at import). A test that
+depends on another value sets it itself (monkeypatch)."""
 
 from __future__ import annotations
 
 import os
 
-# Set before anything imports Ray: loopback only (otherwise Ray binds every interface), no token auth (an
-# explicit 127.0.0.1:PORT address fails with it), no usage stats.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERMETIC_ENV = {
+    # Ray: loopback only (otherwise it binds every interface), no token auth (an explicit 127.0.0.1:PORT address
+    # fails with it), no usage stats; never a cluster the shell points at
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ADDRESS": None,
+    # the hub: offline (nothing can be downloaded here), and no second offline switch that changes what the
+    # datasets library says (HF_DATASETS_OFFLINE=1 beside HF_HUB_OFFLINE=1 is a common setup)
+    "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": None, "TRANSFORMERS_OFFLINE": None,
+    "TOKENIZERS_PARALLELISM": "false",
+    # rollart's own: a worker's log level, an env server's token
+    "ROLLART_LOG_LEVEL": None, "ROLLART_ENV_TOKEN": None,
+}
+for _name, _value in HERMETIC_ENV.items():
+    if _value is None:
+        os.environ.pop(_name, None)
+    else:
+        os.environ[_name] = _value
 
 import pytest  # noqa: E402
 

@@ -79,7 +79,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
     clock = t0 + 1.0
     wasted = 0
     profiler = DomainProfiler()
-    samples = SampleLog(paths.samples, 3, decode=lambda ids: " ".join(f"tok{i}" for i in ids), text=logger.text)
+    samples = SampleLog(paths, 3, decode=lambda ids: " ".join(f"tok{i}" for i in ids), text=logger.text)
     resets = ResetStats()  # what the env workers record and the EnvRouter turns into metrics
     for step in range(1, steps + 1):
         step_start = clock
@@ -135,7 +135,7 @@ def write_synthetic_run(run_dir: Path, steps: int = 4, batch: int = 8, seed: int
             scores = {"frozenlake": 0.1 * step, "math": 0.05 * step}
             logger.log(step, {**{f"eval/{d}/score": v for d, v in scores.items()},
                               "eval/mean": sum(scores.values()) / 2}, at=clock)
-    timeline.write(paths.timeline)
+    timeline.write(paths)
     write_summary(run_dir, {"completed": True})
     samples.close()
     logger.close()

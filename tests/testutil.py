@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 from typing import Callable
 
 
@@ -72,3 +73,14 @@ class ListeningSockets:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def unknown_run_dir_entries(run_dir: Path) -> list[str]:
+    """What a run left in its run directory that the run-directory contract does not name (a file written past
+    `RunPaths`, a temporary file left behind), and what the run-directory check would refuse there."""
+    from rollart.base.run_dir import ARTEFACTS, RunPaths
+
+    top = [p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()]
+    unknown = [f"{run_dir / name}: not in rollart.base.run_dir.ARTEFACTS" for name in top if name not in ARTEFACTS]
+    leftovers = [f"{p}: a temporary file left behind" for p in run_dir.rglob(".*.tmp-*")]
+    return unknown + leftovers + RunPaths.of(run_dir).unsafe_paths()

@@ -2,8 +2,10 @@
 
 Each subcommand lives in its own module under `rollart/cli/commands/` with a `register(subparsers)` that
 adds its parser and sets `func(args) -> int`. Errors meant for the user exit with one readable message,
-never a traceback: a bad config or a missing file with code 2, a resource problem (a pool missing, full or
-unreachable) or a code sandbox that cannot have `reward.sandbox.min_isolation` with code 1.
+never a traceback: a bad config, a missing file or a run directory rollart will not read through (a link, a
+FIFO) with code 2, a resource problem (a pool missing, full or unreachable) or a code sandbox that cannot
+have `reward.sandbox.min_isolation` with code 1. A message may quote what a file holds: it is printed with
+control characters escaped (`rollart.base.untrusted.printable`), never obeyed by the terminal.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rollart.base.run_dir import UnsafeRunDir
+    from rollart.base.untrusted import printable
     from rollart.config.loader import ConfigError
 
     parser = build_parser()
@@ -38,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        print(f"rollart: {exc}", file=sys.stderr)
+    except (ConfigError, UnsafeRunDir) as exc:
+        print(printable(f"rollart: {exc}"), file=sys.stderr)
         return 2
     except Exception as exc:
         from rollart.resources.errors import ResourceError  # no Ray import: errors.py is plain Python
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(exc, (ResourceError, SandboxUnavailable)):
             raise
         # a pool missing, full or unreachable, or a code sandbox that cannot isolate: said in one message
-        print(f"rollart: {exc}", file=sys.stderr)
+        print(printable(f"rollart: {exc}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rollart: interrupted", file=sys.stderr)

@@ -94,7 +94,7 @@ class RunRecorder:
         if not obs.samples_per_domain or model_path is None:
             return None
         tokenizer = load_tokenizer(model_path)  # special tokens kept: the chat template as the model saw it
-        return SampleLog(self.paths.samples, obs.samples_per_domain,
+        return SampleLog(self.paths, obs.samples_per_domain,
                          decode=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
                          max_chars=obs.sample_max_chars, text=self.logger.text, resume_step=resume_step)
 
@@ -201,7 +201,7 @@ class RunRecorder:
     def flush(self) -> dict[str, Any]:
         self._mark_incidents()
         if self.cfg.observability.timeline:
-            self.timeline.write(self.paths.timeline)
+            self.timeline.write(self.paths)
         extra = self.summary()
         write_summary(self.cfg.run_dir, extra)
         return extra

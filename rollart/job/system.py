@@ -282,7 +282,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         resumed = replace(resumed, run_id=run_id, attempt=attempt)
         ledger_file = None
         if with_trainer:  # a resumed run first cuts the ledger file back to what its checkpoint covered
-            ledger_file = LedgerFile(RunPaths.of(cfg.run_dir).ledger, resumed.ledger_bytes)
+            ledger_file = LedgerFile(RunPaths.of(cfg.run_dir), resumed.ledger_bytes)
             stack.callback(ledger_file.close)  # (after everything that could still write to it has stopped)
         log.info("run id %s, attempt %d", resumed.run_id, resumed.attempt)
         reward = RewardRouter(cfg, run_id=resumed.run_id, attempt=resumed.attempt).start()

@@ -16,7 +16,7 @@ What the driver does with it, once per run and once per step:
         logger.log(step, metrics); progress.update(step, total_steps, metrics)
         (eval steps: logger.log(step, {"eval/<d>/score": ..., "eval/mean": ...}) — merged into the step)
     at the end (and every few steps, so a crashed run keeps its timeline):
-        if cfg.observability.timeline: timeline.write(RunPaths.of(run_dir).timeline)   # rollart.base.run_dir
+        if cfg.observability.timeline: timeline.write(RunPaths.of(run_dir))   # rollart.base.run_dir
         write_summary(run_dir, extra); logger.close(); progress.close(); build_report(run_dir)
 
 Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):

@@ -1,7 +1,7 @@
 """A run's ledger file (RUN_DIR/ledger.jsonl): written as the run goes, and read back — did every trajectory
 end exactly once?
 
-Writing: `LedgerFile(path, keep_bytes)` is the `LedgerSink` the rollout scheduler writes each move to (one
+Writing: `LedgerFile(paths, keep_bytes)` (paths: the run's `RunPaths`) is the `LedgerSink` the rollout scheduler writes each move to (one
 JSON line, flushed at once); `size()` makes the file durable and says how far a checkpoint taken now covers
 it, and a resumed run first cuts the file back to what its checkpoint covered (`keep_bytes`), so the file
 always tells the history of the weights the run holds: what happened after the checkpoint never did.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollart.base.run_dir import open_file
+from rollart.base.run_dir import RunPaths
 
 _ALLOWED = {
     None: {"running"},
@@ -38,8 +38,8 @@ _ALLOWED = {
 class LedgerFile:
     """The run's ledger file, open for appending (implements `rollart.types.LedgerSink`)."""
 
-    def __init__(self, path: str | Path, keep_bytes: int = 0) -> None:
-        self._file = open_file(Path(path), "a+b")  # never through a link (rollart.base.run_dir)
+    def __init__(self, paths: RunPaths, keep_bytes: int = 0) -> None:
+        self._file = paths.open(paths.ledger, "a+b")  # never through a link (rollart.base.run_dir)
         # what a crash left past the checkpoint never happened (the weights it led to were lost)
         self._file.truncate(min(keep_bytes, self._file.seek(0, os.SEEK_END)))
 
@@ -75,12 +75,16 @@ def audit_ledger(path: str | Path) -> LedgerAudit:
     state: dict[str, str] = {}
     broken: list[str] = []
     trained: dict[str, tuple[int, str]] = {}
-    text = Path(path).read_text() if Path(path).is_file() else ""
-    for line in text.splitlines():
-        if not line.strip():
+    path = Path(path)
+    numbered = RunPaths.of(path.parent).lines(path) if os.path.lexists(path) else iter(())
+    for number, line in numbered:  # streamed, never through a link
+        if line is not None and not line.strip():
             continue
-        entry = json.loads(line)
-        trajectory_id, fate = entry["id"], entry["fate"]
+        try:
+            entry = json.loads(line) if line is not None else None
+            trajectory_id, fate = str(entry["id"]), str(entry["fate"])  # type: ignore[index]
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
+            raise ValueError(f"{path} line {number}: not a ledger entry ({str(exc)[:120]})") from None
         current = state.get(trajectory_id)
         if fate not in _ALLOWED.get(current, set()):
             broken.append(f"{trajectory_id}: {current} → {fate}")

@@ -54,9 +54,9 @@ class MetricsLogger:
         sinks: list[Sink] = []
         self._sinks: list[Sink] | None = sinks
         try:
-            sinks.append(JsonlSink(self.paths.metrics, resume_step))
+            sinks.append(JsonlSink(self.paths, resume_step))
             if cfg.tensorboard:
-                sinks.append(TensorBoardSink(self.paths.tensorboard, cfg.tensorboard_flush_s, resume_step))
+                sinks.append(TensorBoardSink(self.paths, cfg.tensorboard_flush_s, resume_step))
             if cfg.wandb_project:
                 sinks.append(WandbSink(cfg.wandb_project, cfg.wandb_entity, self.paths.root, hparams or {}))
             if cfg.mlflow_uri:

@@ -6,7 +6,9 @@ bytes, or None when the input holds nothing to draw (the report then says what i
 Guarantees: pure functions of their inputs (no global matplotlib state, safe in threads); colours of the
 phases are fixed and distinct (`PHASE_COLOURS`) so every chart of a report and every report agree; axes
 hold every bar drawn (nothing is clipped at the y-limit) and legends sit outside the data they describe;
-noisy per-step curves (training reward, success) are drawn faint with a moving mean over them.
+noisy per-step curves (training reward, success) are drawn faint with a moving mean over them. Every text
+of a chart is drawn as plain text (`to_png` turns matplotlib's mathtext off): a label comes from a metric
+name, which the run directory's files hold — `$\\frac{a}$` there is shown, not parsed (it failed the report).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Mapping, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Text
 
 from rollart.observability.aggregate import PHASES
 from rollart.observability.records import Record, domains_with, series
@@ -51,6 +54,8 @@ def colour(name: str) -> str:
 
 
 def to_png(fig: Figure) -> bytes:
+    for text in fig.findobj(Text):  # labels are data (metric names): never mathtext
+        text.set_parse_math(False)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     return buf.getvalue()

@@ -22,29 +22,47 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollart.base.run_dir import RunPaths, read_text
+from rollart.base.run_dir import RunPaths
 
 Record = dict[str, Any]
 # counters since the run started (RolloutScheduler.metrics()): their last value is the run's total
 COUNTERS = ("aborted", "stale", "failed", "cancelled", "wasted_tokens")
 
 
+MAX_METRIC = 1e15  # larger than any metric rollart logs (unix times are 1.8e9): a value past it is not one
+
+
 def read_metrics(path: str | Path) -> list[Record]:
+    """The records of a metrics.jsonl merged by step, streamed (never read whole, never through a link); a torn
+    last line (a crash while writing it) is skipped, a bad line before it is a `ValueError` naming it. Values
+    are what rollart writes — numbers, or null for a non-finite one: anything else a file holds (text, lists,
+    booleans, numbers past ±`MAX_METRIC`) reads as null, so the plots only ever meet numbers."""
     path = Path(path)
     by_step: dict[int, Record] = {}
-    lines = read_text(path).splitlines()  # never through a link
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
+    bad = ""  # a line that did not parse: an error unless it turns out to be the last one
+    for number, line in RunPaths.of(path.parent).lines(path):
+        if line is not None and not line.strip():
             continue
+        if bad:
+            raise ValueError(bad)
         try:
+            if line is None:
+                raise ValueError("a line too long for a metrics record")
             rec = json.loads(line)
             step = int(rec["step"])
-        except (ValueError, KeyError, TypeError) as exc:
-            if i == len(lines):
-                break  # a crash while writing the last line
-            raise ValueError(f"{path}:{i}: not a metrics record ({exc}): {line[:120]!r}") from None
-        by_step.setdefault(step, {}).update(rec)
+            if not -MAX_METRIC <= step <= MAX_METRIC:
+                raise ValueError(f"step {step} is out of range")
+            by_step.setdefault(step, {}).update({str(k): _metric(v) for k, v in rec.items()}, step=step)
+        except (ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError) as exc:
+            shown = "" if line is None else f": {line[:120]!r}"
+            bad = f"{path}:{number}: not a metrics record ({str(exc)[:120]}){shown}"
     return [by_step[s] for s in sorted(by_step)]
+
+
+def _metric(value: Any) -> float | int | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and -MAX_METRIC <= value <= MAX_METRIC:
+        return value
+    return None
 
 
 def series(records: list[Record], name: str, x: str = "step") -> tuple[list[float], list[float]]:
@@ -52,7 +70,7 @@ def series(records: list[Record], name: str, x: str = "step") -> tuple[list[floa
     xs, ys = [], []
     for rec in records:
         value = rec.get(name)
-        if isinstance(value, (int, float)) and rec.get(x) is not None:
+        if isinstance(value, (int, float)) and isinstance(rec.get(x), (int, float)):
             xs.append(float(rec[x]))
             ys.append(float(value))
     return xs, ys

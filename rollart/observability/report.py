@@ -10,8 +10,10 @@ of trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
 data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
-unreadable turns its section into a sentence saying what is missing, never a failed report; what a policy
-wrote is escaped text, never markup.
+unreadable turns its section into a sentence saying what is missing, never a failed report; everything a run
+directory holds — model text, step numbers, token counts, names, reasons — is escaped text, never markup
+(each value goes through `html.escape` where it is placed, and samples are type-checked as they are read);
+samples.jsonl is streamed, and only the samples of the steps shown are held.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import yaml
 
 from rollart.observability import plots
 from rollart.observability.records import COUNTERS, Record, domains_with, read_metrics, series
-from rollart.observability.samples import headline, read_samples
+from rollart.observability.samples import SampleIndex, headline, read_samples, scan_samples
 from rollart.base.run_dir import RunPaths
 from rollart.observability.timeline import Trace, load_trace
 from rollart.observability.utilisation import pool_utilisation
@@ -55,7 +57,7 @@ pre { background: #f6f6f6; padding: .5em; white-space: pre-wrap; word-break: bre
 class _Inputs:
     paths: RunPaths
     records: list[Record] | None
-    samples: list[dict[str, Any]] | None
+    samples: tuple[SampleIndex, list[int], list[dict[str, Any]]] | None  # index, steps shown, their samples
     trace: Trace | None
     summary: dict[str, Any] | None
     config: dict[str, Any] | None
@@ -71,9 +73,15 @@ def _load(paths: RunPaths) -> _Inputs:
             return None
         try:
             return read(path)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            problems[name] = f"{path.name} could not be read: {exc}"
+        except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
+            problems[name] = f"{path.name} could not be read: {str(exc)[:300]}"
             return None
+
+    def mapping(text: str, load: Callable[[str], Any], what: str) -> dict[str, Any]:
+        value = load(text)
+        if not isinstance(value, dict):
+            raise ValueError(f"{what} is a {type(value).__name__}, not a mapping")
+        return value
 
     records = attempt("metrics", paths.metrics, read_metrics)
     if records == []:
@@ -82,12 +90,33 @@ def _load(paths: RunPaths) -> _Inputs:
     return _Inputs(
         paths=paths,
         records=records,
-        samples=attempt("samples", paths.samples, read_samples),
+        samples=attempt("samples", paths.samples, _shown_samples),
         trace=attempt("timeline", paths.timeline, load_trace),
-        summary=attempt("summary", paths.summary, lambda p: json.loads(paths.read_text(p))),
-        config=attempt("config", paths.config, lambda p: yaml.safe_load(paths.read_text(p))),
+        summary=attempt("summary", paths.summary,
+                        lambda p: mapping(paths.read_text(p, _SMALL), json.loads, "summary.json")),
+        config=attempt("config", paths.config,
+                       lambda p: mapping(paths.read_text(p, _SMALL), yaml.safe_load, "config.yaml")),
         problems=problems,
     )
+
+
+_SMALL = 16 * 2**20  # summary.json and config.yaml: rollart writes a few kilobytes
+
+
+def _shown_samples(path: Path) -> tuple[SampleIndex, list[int], list[dict[str, Any]]]:
+    """Which steps samples.jsonl holds, the first, a middle and the last of them, and their samples: two
+    streamed passes, holding only the samples shown."""
+    index = scan_samples(path)
+    steps = index.steps()
+    shown = sorted({steps[0], steps[len(steps) // 2], steps[-1]}) if steps else []
+    return index, steps, read_samples(path, shown)
+
+
+def _get(data: Any, *keys: str) -> Any:
+    """data[k1][k2]… where each level is a mapping; None where one is missing or not a mapping."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def _missing(text: str) -> str:
@@ -128,16 +157,16 @@ def _summary(inp: _Inputs) -> str:
         parts.append(_missing(inp.problems.get("summary", "summary.json is missing")))
     if inp.config is not None:
         cfg = inp.config
-        rollout = cfg.get("rollout", {})
-        domains = cfg.get("domains", {}) or {}
+        domains = _get(cfg, "domains")
         parts.append("<h3>Configuration</h3>" + _table([
-            ("domains", {d: f"{v.get('env')} on {v.get('pool')}" for d, v in domains.items()}),
-            ("staleness bound α", rollout.get("alpha")),
-            ("staleness mode", rollout.get("staleness")),
-            ("barrier", rollout.get("barrier")),
-            ("batch size / group size", f"{rollout.get('batch_size')} / {rollout.get('group_size')}"),
-            ("train steps", cfg.get("train", {}).get("steps")),
-            ("model", (cfg.get("model", {}) or {}).get("path") or "built-in tiny model"),
+            ("domains", {str(d): f"{_get(v, 'env')} on {_get(v, 'pool')}"
+                         for d, v in (domains.items() if isinstance(domains, dict) else ())}),
+            ("staleness bound α", _get(cfg, "rollout", "alpha")),
+            ("staleness mode", _get(cfg, "rollout", "staleness")),
+            ("barrier", _get(cfg, "rollout", "barrier")),
+            ("batch size / group size", f"{_get(cfg, 'rollout', 'batch_size')} / {_get(cfg, 'rollout', 'group_size')}"),
+            ("train steps", _get(cfg, "train", "steps")),
+            ("model", _get(cfg, "model", "path") or "built-in tiny model"),
         ]))
     else:
         parts.append(_missing(inp.problems.get("config", "config.yaml is missing")))
@@ -167,24 +196,32 @@ def _samples(inp: _Inputs) -> str:
     if inp.samples is None:
         return _missing(inp.problems["samples"] + " (the run wrote none: observability.samples_per_domain=0, or it "
                         "predates samples)")
-    steps = sorted({s["step"] for s in inp.samples})
+    index, steps, shown = inp.samples
+    skipped = index.skipped.describe(inp.paths.samples)
     if not steps:
-        return _missing("samples.jsonl holds no samples yet")
-    chosen = sorted({steps[0], steps[len(steps) // 2], steps[-1]})
-    out = [f'<p class="note">{len(steps)} steps have samples (`rollart samples {html.escape(str(inp.paths.root))} '
+        return _missing("samples.jsonl holds no samples yet" + (f" ({skipped})" if skipped else ""))
+    e = _escape
+    out = [f'<p class="note">{len(steps)} steps have samples (`rollart samples {e(inp.paths.root)} '
            "--step N` prints any of them); shown: the first, a middle and the last. Each prompt is the text the "
            "turn added to the model's context, chat template included; each response what the model wrote.</p>"]
-    for step in chosen:
-        out.append(f"<h3>step {step}</h3>")
-        for sample in (s for s in inp.samples if s["step"] == step and s["rank"] in SHOWN_RANKS):
+    if skipped:
+        out.append(_missing(skipped))
+    for step in sorted({s["step"] for s in shown}):
+        out.append(f"<h3>step {e(step)}</h3>")
+        for sample in (s for s in shown if s["step"] == step and s["rank"] in SHOWN_RANKS):
             turns = "".join(
-                f'<p class="note">turn {i}: prompt ({t["prompt_tokens"]} tokens)</p>'
-                f'<pre>{html.escape(t["prompt"])}</pre>'
-                f'<p class="note">turn {i}: response ({t["response_tokens"]} tokens, {html.escape(t["finish_reason"])}'
-                f'{"" if t["format_ok"] else ", malformed"})</p><pre>{html.escape(t["response"])}</pre>'
+                f'<p class="note">turn {i}: prompt ({e(t["prompt_tokens"])} tokens)</p>'
+                f'<pre>{e(t["prompt"])}</pre>'
+                f'<p class="note">turn {i}: response ({e(t["response_tokens"])} tokens, {e(t["finish_reason"])}'
+                f'{"" if t["format_ok"] else ", malformed"})</p><pre>{e(t["response"])}</pre>'
                 for i, t in enumerate(sample["turns"], start=1))
-            out.append(f"<details><summary>{html.escape(headline(sample))}</summary>{turns}</details>")
+            out.append(f"<details><summary>{e(headline(sample))}</summary>{turns}</details>")
     return "".join(out)
+
+
+def _escape(value: Any) -> str:
+    """Any value as HTML text (quotes too: safe in an attribute as in an element)."""
+    return html.escape(str(value), quote=True)
 
 
 def _breakdown(inp: _Inputs) -> str:
@@ -278,9 +315,9 @@ def _timeline(inp: _Inputs, gantt_rows: int) -> str:
         out.append("<h3>Faults and recoveries (dashed lines on the charts)</h3>" + _table(
             [(f"{m.time:.1f} s  {m.name}", f"{m.worker} {m.detail}".strip()) for m in inp.trace.marks]))
     dropped = inp.trace.meta.get("dropped_trajectories", 0)
-    capped = f" {dropped} trajectories beyond observability.timeline_max_trajectories are not in it." if dropped else ""
-    out.append(f'<p class="note">Open {html.escape(str(inp.paths.timeline))} in Perfetto (ui.perfetto.dev) '
-               f"or chrome://tracing for every span.{capped}</p>")
+    capped = f" {dropped:g} trajectories beyond observability.timeline_max_trajectories are not in it." if dropped else ""
+    out.append(f'<p class="note">Open {_escape(inp.paths.timeline)} in Perfetto (ui.perfetto.dev) '
+               f"or chrome://tracing for every span.{_escape(capped)}</p>")
     return "".join(out)
 
 
@@ -290,8 +327,9 @@ def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
     if not paths.root.is_dir():
         raise ValueError(f"run directory {paths.root} does not exist (give the run_dir of a run)")
     inp = _load(paths)
-    if gantt_rows is None:
-        gantt_rows = int(((inp.config or {}).get("observability") or {}).get("gantt_rows", 48))
+    if gantt_rows is None:  # the run's own setting, when config.yaml holds a sane one
+        configured = _get(inp.config, "observability", "gantt_rows")
+        gantt_rows = configured if isinstance(configured, int) and 1 <= configured <= 10_000 else 48
     sections = [
         ("Summary", _summary(inp)),
         ("Validation score per domain", _eval(inp)),

@@ -17,11 +17,12 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterator, Mapping, Protocol
 
-from rollart.base.run_dir import make_dir, open_file, read_text, write_file
+from rollart.base.run_dir import RunPaths
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,11 @@ class Sink(Protocol):
 class JsonlSink:
     """metrics.jsonl, opened (and rewritten on resume) without following a link (`rollart.base.run_dir`)."""
 
-    def __init__(self, path: Path, purge_step: int | None = None) -> None:
-        if purge_step is not None and path.exists():
-            drop_steps_from(path, purge_step)
+    def __init__(self, paths: RunPaths, purge_step: int | None = None) -> None:
+        if purge_step is not None and os.path.lexists(paths.metrics):
+            drop_steps_from(paths, paths.metrics, purge_step)
         # append: a resumed run continues the same file; readers merge records by step, newest last
-        self._file = open_file(path, "a")
+        self._file = paths.open(paths.metrics, "a")
 
     def write(self, record: MetricRecord) -> None:
         self._file.write(json.dumps(record.as_json(), allow_nan=False) + "\n")
@@ -60,24 +61,27 @@ class JsonlSink:
         self._file.close()
 
 
-def drop_steps_from(path: Path, first_dropped: int) -> None:
+def drop_steps_from(paths: RunPaths, path: Path, first_dropped: int) -> None:
     """Rewrite a JSONL file of {"step", …} records (metrics.jsonl, samples.jsonl) without the records at steps
-    ≥ first_dropped (and without a torn line)."""
-    kept = []
-    for line in read_text(path).splitlines():
-        try:
-            if int(json.loads(line)["step"]) < first_dropped:
-                kept.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            continue  # a line torn by the crash
-    write_file(path, "".join(kept))
+    ≥ first_dropped (and without a torn, overlong or unreadable line), streaming: memory stays bounded
+    whatever the file holds."""
+
+    def kept() -> Iterator[bytes]:
+        for _, line in paths.lines(path):
+            try:
+                if line is not None and int(json.loads(line)["step"]) < first_dropped:
+                    yield line + b"\n"
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError, OverflowError):
+                continue  # a line torn by the crash, or not a record
+
+    paths.write(path, kept())
 
 
 class TensorBoardSink:
-    def __init__(self, log_dir: Path, flush_s: float, purge_step: int | None = None) -> None:
+    def __init__(self, paths: RunPaths, flush_s: float, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        make_dir(log_dir)  # a link there is refused: the writer's event files go where the run is
+        log_dir = paths.make_dir(paths.tensorboard)  # a link there is refused: the event files go where the run is
         # purge_step: TensorBoard hides events of an earlier (crashed) writer at steps ≥ purge_step
         self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=max(1, int(flush_s)), purge_step=purge_step)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollart.observability.aggregate import trajectory_spans
 from rollart.observability.utilisation import worker_pool
-from rollart.base.run_dir import read_text, write_file
+from rollart.base.run_dir import RunPaths
 from rollart.types import Span, Trajectory
 
 TRAJECTORY_PROCESS = "trajectories"
@@ -143,9 +144,10 @@ class Timeline:
         self._recent = [s for s in self._recent if s.end > start]
         return list(self._recent)
 
-    def write(self, path: str | Path) -> Path:
-        """Write the Chrome trace atomically (a reader never sees half a file)."""
-        return write_file(Path(path), json.dumps(self.trace()))  # atomically, a link replaced, never followed
+    def write(self, paths: RunPaths) -> Path:
+        """Write the run's timeline.json atomically (a reader never sees half a file; a link is replaced,
+        never followed)."""
+        return paths.write(paths.timeline, json.dumps(self.trace()))
 
     def trace(self) -> dict[str, Any]:
         return chrome_trace(self._lives, self._loose, self.start_time, self.dropped_trajectories, self._marks,
@@ -284,25 +286,36 @@ class Trace:
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read a timeline.json written by `Timeline.write`; ValueError naming the file if it is not one."""
+    """Read a timeline.json written by `Timeline.write`; ValueError naming the file if it is not one. The file
+    is anyone's: every field is checked for its type here (times finite numbers, names text), so the plots
+    and the report never meet a surprise."""
     path = Path(path)
     try:
-        data = json.loads(read_text(path))  # never through a link
-        events: Iterable[Mapping[str, Any]] = data["traceEvents"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not a Chrome trace written by rollart ({exc})") from None
-    spans, marks = [], []
-    for ev in events:
-        if ev.get("ph") == "i" and ev.get("cat") == MARK_CATEGORY:
+        data = json.loads(RunPaths.of(path.parent).read_text(path))  # never through a link, at most 512 MiB
+        spans, marks = [], []
+        for ev in data["traceEvents"]:
+            if not isinstance(ev, dict) or ev.get("ph") not in ("i", "X"):
+                continue
             args = ev.get("args") or {}
-            marks.append(Mark(ev["name"], ev["ts"] / 1e6, str(args.get("worker", "")), str(args.get("detail", ""))))
-        if ev.get("ph") != "X":
-            continue
-        args = ev.get("args") or {}
-        start = ev["ts"] / 1e6
-        spans.append(TraceSpan(
-            view=ev.get("cat", ""), name=ev["name"], start=start, end=start + ev.get("dur", 0) / 1e6,
-            worker=str(args.get("worker", "")), trajectory_id=str(args.get("trajectory_id", "")),
-            domain=str(args.get("domain", "")), status=str(args.get("status", "")),
-        ))
-    return Trace(tuple(spans), data.get("otherData", {}), tuple(sorted(marks, key=lambda m: m.time)))
+            start = _seconds(ev["ts"])
+            if ev["ph"] == "i" and ev.get("cat") == MARK_CATEGORY:
+                marks.append(Mark(str(ev["name"]), start, str(args.get("worker", "")), str(args.get("detail", ""))))
+            elif ev["ph"] == "X":
+                spans.append(TraceSpan(
+                    view=str(ev.get("cat", "")), name=str(ev["name"]), start=start,
+                    end=start + _seconds(ev.get("dur", 0)), worker=str(args.get("worker", "")),
+                    trajectory_id=str(args.get("trajectory_id", "")), domain=str(args.get("domain", "")),
+                    status=str(args.get("status", "")),
+                ))
+        other = data.get("otherData") or {}
+        meta = {k: v for k, v in other.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a Chrome trace written by rollart ({str(exc)[:200]})") from None
+    return Trace(tuple(spans), meta, tuple(sorted(marks, key=lambda m: m.time)))
+
+
+def _seconds(microseconds: Any) -> float:
+    if isinstance(microseconds, bool) or not isinstance(microseconds, (int, float)) or not math.isfinite(microseconds):
+        raise ValueError(f"a time of {str(microseconds)[:40]!r} µs")
+    return microseconds / 1e6

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from observability_synthetic import check_nesting, write_synthetic_run
+from testutil import unknown_run_dir_entries
 
 from rollart.cli import main as cli_main
 from rollart.observability import NAMESPACES, build_report, read_metrics
@@ -47,6 +48,12 @@ def test_every_namespace_reaches_jsonl_and_tensorboard(run):
     loss = acc.Scalars("train/loss")
     assert [e.step for e in loss] == [1, 2, 3, 4] and loss[1].value == pytest.approx(0.5)
     assert [e.step for e in acc.Scalars("eval/mean")] == [1, 2, 4]
+
+
+def test_the_run_directory_holds_only_what_its_contract_names(run):
+    build_report(run.root)
+    assert {p.name for p in run.root.iterdir()} >= {"metrics.jsonl", "samples.jsonl", "tensorboard", "report"}
+    assert not unknown_run_dir_entries(run.root), unknown_run_dir_entries(run.root)
 
 
 def test_trace_parses_and_spans_nest(run):

@@ -8,6 +8,8 @@
   included, is bound to loopback.
 - What a user sees of every run is clean: no WARNING from rollart's own loggers, no Ray notice of a blocking
   `ray.get` inside an async actor, no Serve shutdown noise (`console_problems`).
+- Every run directory holds only what the run-directory contract names (`rollart.base.run_dir.ARTEFACTS`, what
+  the run-directory check inspects), and nothing there it would refuse (`unknown_run_dir_entries`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from testutil import ListeningSockets
+from testutil import ListeningSockets, unknown_run_dir_entries
 
-from rollart.observability.samples import printable
+from rollart.base.untrusted import printable
 
 pytestmark = [pytest.mark.slow]
 USERENV = Path(__file__).parent / "userenv"
@@ -60,6 +62,7 @@ def rollart_train(run_dir: Path, *overrides: str, cwd: Path | None = None, timeo
     assert proc.returncode == 0, f"rollart train failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-5000:]}"
     noise = console_problems(stdout + stderr)
     assert not noise, "the console shows:\n" + "\n".join(noise)
+    assert not unknown_run_dir_entries(run_dir), unknown_run_dir_entries(run_dir)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -148,7 +151,7 @@ def test_injected_env_faults_and_redundancy_lose_and_duplicate_nothing(tmp_path)
         "domains.frozenlake.max_turns=3", "rollout.redundancy.extra_per_group=1",
         "domains.frozenlake.inject.reset_fail_prob=0.2", "domains.frozenlake.inject.step_fail_prob=0.15",
         "domains.math.inject.step_fail_prob=0.2", "envs.reset_retries=1", "envs.retry_backoff_s=0.01",
-        sockets=sockets,
+        "observability.tensorboard=true", sockets=sockets,  # its event files too are in the run-directory listing
     )
     # loopback means loopback: every socket the run listened on (Ray, its workers, Serve's proxy and the
     # reward replicas' gRPC servers included) was bound to 127.0.0.1 / ::1

@@ -118,3 +118,35 @@ sys.exit(main(["bench", "list"]))
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "before: None" in out.stdout and "staleness" in out.stdout
+
+
+def test_every_benchmark_has_a_smoke_run_its_options_allow():
+    """`make bench-smoke` runs every registered benchmark with its `smoke` arguments: each parses, and names
+    only options its benchmark declares (a new benchmark joins with `--quick`, or a smaller form it declares)."""
+    from benchmarks.cli import build_parser
+
+    parser = build_parser()
+    declared = registry.options()
+    for bench in registry.BENCHMARKS:
+        args = parser.parse_args([bench.name, *bench.smoke, "--json", "/nonexistent/x.json"])
+        assert args.name == bench.name and bench.smoke_timeout_s > 0
+        for dest, (_, owners) in declared.items():
+            if getattr(args, dest) is not None:
+                assert bench.name in owners, f"{bench.name}'s smoke run gives {dest}, an option of {owners}"
+
+
+def test_the_smoke_run_counts_a_benchmark_as_done_only_when_it_ran_to_its_end(tmp_path):
+    from benchmarks.smoke import verdict
+
+    chaos = registry.by_name()["chaos"]
+    path = tmp_path / "chaos.json"
+    assert verdict(chaos, None, path).startswith("did not finish within")
+    assert verdict(chaos, 1, path) == "exited 1"
+    assert verdict(chaos, 0, path).startswith("wrote no readable JSON")
+    path.write_text('{"bench": "async", "ratios": {"x": 1}}')
+    assert verdict(chaos, 0, path).startswith("its JSON does not name it")
+    path.write_text('{"bench": "chaos", "ratios": {"run_completed": 0.0, "trajectories_lost": 0.0}}')
+    assert verdict(chaos, 0, path) == "ratio run_completed = 0.0, expected 1.0"
+    path.write_text('{"bench": "chaos", "ratios": {"run_completed": 1.0, "trajectories_lost": 0.0, '
+                    '"trajectories_duplicated": 0.0}}')
+    assert verdict(chaos, 0, path) == ""

@@ -68,7 +68,7 @@ def test_a_seed_that_fell_below_half_its_start_score_is_counted_as_collapsed_eve
 def test_pieces_lock_a_file_in_the_studys_own_work_directory_by_default(tmp_path, monkeypatch):
     locks = []
 
-    def piece(arm, seed, work, lock, quick):
+    def piece(arm, seed, work, lock, quick, steps=None):
         locks.append(lock)
         return record(arm, seed, [0.3, 0.5])
 

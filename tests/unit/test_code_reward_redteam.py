@@ -29,7 +29,7 @@ RIGHT = "def f(x):\n    return 2 * x + 3\n"
 DATASET = str(Path(rollart.__file__).parent / "envs" / "domains" / "code_env.py")
 CHECKOUT = Path(rollart.__file__).resolve().parents[1]  # the attack searches the whole checkout too
 # a world-readable copy of the expected values where an attacker would look (the fixture writes it)
-DECOY = Path("/tmp/rollart-sbx-redteam-decoy/tests.json")
+DECOY = Path(f"/tmp/rollart-sbx-redteam-decoy-{os.getpid()}/tests.json")  # per session: suites may run side by side
 
 FAKE_VERDICT = '{"i": %d, "ok": true, "error": ""}'
 JSON_PATCH = (

@@ -50,3 +50,50 @@ def test_preview_shows_prompts_as_the_model_sees_them_a_histogram_and_the_drops(
 def test_preview_of_a_domain_that_is_not_a_dataset_exits_2(run_file: Path, capsys) -> None:
     assert main(["data", "preview", "math", str(run_file)]) == 2
     assert "'math' is not a dataset domain of this config (its dataset domains: ['gsm']" in capsys.readouterr().err
+
+
+def test_preview_shows_what_a_row_holds_without_obeying_it(tmp_path: Path, tiny_model_path: Path, capsys) -> None:
+    """The issue: `rollart data preview` printed dataset text raw — OSC 52 (writes the clipboard), window
+    title and colour sequences reached the terminal; `rollart samples` escapes them."""
+    escape = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[31mred\x1b[0m\u202e"
+    rows = [{"question": f"{escape} Ana has {i} pens. How many?", "answer": f"#### {i} {escape}"} for i in range(10)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run.yaml"
+    run.write_text(f"""
+model: {{path: {tiny_model_path}}}
+run_dir: {tmp_path / 'run'}
+domains:
+  frozenlake: null
+  math: null
+  gsm:
+    env: dataset
+    data: {{train: {tmp_path / 'train.jsonl'}, columns: {{prompt: question, answer: answer}}}}
+    reward: math
+    max_turns: 1
+""")
+    assert main(["data", "preview", "gsm", str(run), "--show", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in out and "\\u202e" in out  # shown as escapes
+    assert not any(c in out for c in "\x1b\x07\u202e")
+
+
+def test_invalid_utf8_in_a_row_names_the_file_row_and_column(tmp_path: Path, tiny_model_path: Path, capsys) -> None:
+    """The issue: a JSONL row with invalid UTF-8 ended `rollart data preview` with a pyarrow traceback (exit 1)."""
+    good = "".join(json.dumps({"question": f"Ana has {i} pens.", "answer": f"#### {i}"}) + "\n" for i in range(6))
+    (tmp_path / "train.jsonl").write_bytes(good.encode() + b'{"question": "caf\xe9 \xff", "answer": "#### 1"}\n')
+    run = tmp_path / "run.yaml"
+    run.write_text(f"""
+model: {{path: {tiny_model_path}}}
+run_dir: {tmp_path / 'run'}
+domains:
+  frozenlake: null
+  math: null
+  gsm:
+    env: dataset
+    data: {{train: {tmp_path / 'train.jsonl'}, columns: {{prompt: question, answer: answer}}}}
+    reward: math
+    max_turns: 1
+""")
+    assert main(["data", "preview", "gsm", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'train.jsonl'} row 6 column 'question': not valid UTF-8 text" in err

@@ -85,10 +85,18 @@ def test_file_and_column_errors_name_the_file_row_and_column(tmp_path: Path) -> 
         load_table(str(tmp_path / "binary.parquet"), "auto", {"prompt": "question", "answer": "answer"})
 
 
-def test_a_hub_id_that_cannot_be_loaded_offline_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("datasets_offline", [None, "1"])
+def test_a_hub_id_that_cannot_be_loaded_offline_says_so(monkeypatch: pytest.MonkeyPatch, datasets_offline) -> None:
+    """The message names every offline switch that is set (with HF_DATASETS_OFFLINE=1 exported beside
+    HF_HUB_OFFLINE=1 this test failed: it assumed the shell's environment)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if datasets_offline is None:
+        monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_DATASETS_OFFLINE", datasets_offline)
+    switches = "HF_HUB_OFFLINE" + (" and HF_DATASETS_OFFLINE" if datasets_offline else "")
     with pytest.raises(DataError, match=r"hub dataset 'no-such-org/no-such-set' split 'train' cannot be loaded "
-                                        r"\(HF_HUB_OFFLINE set: only datasets already in the cache"):
+                                        rf"\({switches} set: only datasets already in the cache"):
         load_table("no-such-org/no-such-set", "auto", COLUMNS)
 
 
@@ -147,6 +155,45 @@ def test_the_length_filter_is_exact_where_it_tokenises(tmp_path: Path, chat: Cha
     kept = {r.index for r in (d.rows.train.row(i) for i in range(len(d.rows.train)))} | {
         r.index for r in (d.rows.validation.row(i) for i in range(len(d.rows.validation)))}
     assert kept == {i for i, n in enumerate(lengths) if n <= 100} and 0 < len(kept) < len(rows)
+
+
+class CountingMeter:
+    """The domain's `ChatTokens`, recording the bytes of every prompt it is asked to tokenise."""
+
+    def __init__(self, chat: ChatTokens) -> None:
+        self.chat, self.asked = chat, []
+
+    def overhead(self, messages: int) -> int:
+        return self.chat.overhead(messages)
+
+    def count(self, prompts):
+        self.asked += [len(str(p).encode()) for p in prompts]
+        return self.chat.count(prompts)
+
+
+def test_a_row_longer_than_any_budget_is_dropped_before_a_tokenizer_sees_it(tmp_path: Path, chat: ChatTokens) -> None:
+    """The issue: the filter tokenised a whole row to learn it is too long — one 30 MB row cost `rollart data
+    preview` 256 s and 6.3 GB. Now a row over budget × MAX_BYTES_PER_TOKEN bytes is dropped unmeasured, under
+    its own reason, and the rows tokenised hold at most that many bytes (a list column included)."""
+    from rollart.envs.dataset.rows import MAX_BYTES_PER_TOKEN
+
+    rows = [{"question": f"Ana has {i} apples.", "answer": f"#### {i}", "hints": ["a", "b"]} for i in range(30)]
+    rows[3]["question"] = "apple pie " * 200_000  # 2 MB of text
+    rows[5]["question"] = "ab " * 60  # over the budget, under the byte cap: tokenised, exactly
+    rows[7]["hints"] = ["apple pie " * 50_000]  # 500 KB in a list (no Arrow text form): measured in bytes, dropped
+    train = write_jsonl(tmp_path / "rows.jsonl", rows)
+    cfg = domain(str(train), columns={"prompt": "question", "answer": "answer", "hints": "hints"},
+                 prompt_format="{prompt} Hint: {hints[0]}", max_prompt_tokens=40, holdout=0.2)
+    meter = CountingMeter(chat)
+    d = open_dataset_domain("gsm", cfg, meter, seed=0)
+    cap = 40 * MAX_BYTES_PER_TOKEN
+    assert meter.asked and max(meter.asked) <= cap, max(meter.asked)
+    report = d.report()
+    assert f"over {cap} bytes ({MAX_BYTES_PER_TOKEN} per token of the 40-token budget: not tokenised)" in report
+    assert f"rows.jsonl row 3 column 'question': {len(rows[3]['question']) + len(' Hint: a')} bytes" in report
+    dropped = d.rows.train.drops.counts + d.rows.validation.drops.counts
+    assert sum(n for reason, n in dropped.items() if "not tokenised" in reason) == 2
+    assert sum(n for reason, n in dropped.items() if "longer than 40 tokens" in reason) == 1
 
 
 def test_no_row_left_is_an_error_naming_the_domain(tmp_path: Path, chat: ChatTokens) -> None:

@@ -107,7 +107,7 @@ def test_the_ledger_is_never_appended_through_a_link(tmp_path, outside):
     paths = RunPaths.of(tmp_path / "run")
     link(paths.ledger, outside / "file")  # on main a resume appended 3,153 bytes to the target
     with pytest.raises(UnsafeRunDir, match="ledger.jsonl is a symbolic link"):
-        LedgerFile(paths.ledger, keep_bytes=0)
+        LedgerFile(paths, keep_bytes=0)
     assert (outside / "file").read_text() == "precious\n"
 
 
@@ -119,7 +119,7 @@ def test_config_summary_and_timeline_replace_a_link_and_leave_its_target(tmp_pat
         link(path, outside / "file")
     write_resolved(load_config(None, []), paths.root)
     write_summary(paths.root, {"steps": 1})
-    Timeline(start_time=0.0).write(paths.timeline)
+    Timeline(start_time=0.0).write(paths)
     assert (outside / "file").read_text() == "precious\n"
     assert not any(p.is_symlink() for p in (paths.config, paths.summary, paths.timeline))
     assert sorted(os.listdir(outside)) == ["file"]
@@ -146,6 +146,57 @@ def test_the_report_metrics_and_tensorboard_refuse_a_linked_directory_or_file(tm
     assert (outside / "file").read_text() == "precious\n" and sorted(os.listdir(outside)) == ["file"]
 
 
+def test_samples_are_never_written_or_read_through_a_link(tmp_path, outside):
+    """The issue's hole: a resume of a run directory whose samples.jsonl was a dangling link created the link's
+    target outside the run directory (as root), filled with model text; readers followed it too."""
+    from rollart.cli import main as cli_main
+    from rollart.observability.samples import SampleLog, scan_samples
+
+    paths = RunPaths.of(tmp_path / "run")
+    link(paths.samples, outside / "created")  # dangling
+    for resume_step in (None, 3):
+        with pytest.raises(UnsafeRunDir, match="samples.jsonl is a symbolic link"):
+            SampleLog(paths, 1, decode=str, resume_step=resume_step)
+    assert sorted(os.listdir(outside)) == ["file"]
+    os.unlink(paths.samples)
+    link(paths.samples, outside / "file")
+    with pytest.raises(UnsafeRunDir, match="samples.jsonl is a symbolic link"):
+        scan_samples(paths.samples)
+    assert cli_main(["samples", str(paths.root)]) != 0
+    assert (outside / "file").read_text() == "precious\n"
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_or_a_directory_where_a_file_belongs_is_refused_without_blocking(tmp_path, capsys):
+    """Opening a FIFO waits for its other end: a run directory holding one hung the report and a resume."""
+    from rollart.observability import MetricsLogger, build_report
+    from rollart.config import ObservabilityConfig
+
+    paths = RunPaths.of(tmp_path / "run")
+    paths.root.mkdir()
+    for path in (paths.summary, paths.metrics, paths.samples):
+        os.mkfifo(path)
+    paths.timeline.mkdir()
+    problems = paths.unsafe_paths()
+    assert all(any(str(p) in problem and "not a regular file" in problem for problem in problems)
+               for p in (paths.summary, paths.metrics, paths.samples, paths.timeline)), problems
+    page = build_report(paths.root).read_text()
+    assert "summary.json could not be read" in page and "samples.jsonl could not be read" in page
+    with pytest.raises(UnsafeRunDir, match="metrics.jsonl cannot be opened safely|not a regular file"):
+        MetricsLogger(paths.root, ObservabilityConfig(tensorboard=False))
+    with pytest.raises(ConfigError, match="summary.json is not a regular file"):
+        check_run_dir(load_config(None, [f"run_dir={paths.root}"]))
+
+
+def test_rollart_writes_only_the_artefacts_its_contract_names(tmp_path):
+    paths = RunPaths.of(tmp_path / "run")
+    for stray in (paths.root / "notes.txt", paths.root / "samples.jsonl" / "x", tmp_path / "elsewhere.json"):
+        with pytest.raises(ValueError, match="not an artefact of a run directory|not inside the run directory"):
+            paths.write(stray, "x")
+    assert not paths.root.exists() or not any(paths.root.iterdir())
+    assert paths.write(paths.report, "<p>") == paths.report and paths.read_text(paths.report) == "<p>"
+
+
 def test_a_linked_checkpoints_directory_is_refused_for_writing(tmp_path, outside):
     paths = RunPaths.of(tmp_path / "run")
     link(paths.checkpoints, outside)
@@ -161,7 +212,8 @@ def resume(run: Path, *extra: str):
 
 
 @pytest.mark.parametrize("name", ["ledger.jsonl", "config.yaml", "report/index.html", "metrics.jsonl",
-                                  "summary.json", "timeline.json", "tensorboard", "report"])
+                                  "summary.json", "timeline.json", "tensorboard", "report", "samples.jsonl",
+                                  "notes/anything.txt", "checkpoints/step_00000001/model.safetensors"])
 def test_the_pre_check_names_every_link_where_rollart_writes(tmp_path, outside, name):
     run = tmp_path / "run"
     link(run / name, outside / "file" if "." in name else outside)
@@ -225,3 +277,15 @@ def test_a_resume_step_past_train_steps_is_refused(tmp_path):
     checkpoint(run, 10**12)
     with pytest.raises(ConfigError, match=r"RL step 1000000000000 .*past train.steps=300"):
         check_run_dir(resume(run))
+
+
+def test_wandb_keeps_its_own_links_but_wandb_itself_may_not_be_one(tmp_path, outside):
+    """W&B writes RUN_DIR/wandb/ with a `latest-run` link of its own: a resume of a W&B run is not refused for it."""
+    run = tmp_path / "run"
+    (run / "wandb" / "run-1").mkdir(parents=True)
+    os.symlink("run-1", run / "wandb" / "latest-run")
+    assert RunPaths.of(run).unsafe_paths() == []
+    os.rename(run / "wandb", run / "elsewhere")
+    link(run / "wandb", outside)
+    assert sorted(p.split(" is ")[0] for p in RunPaths.of(run).unsafe_paths()) == [
+        str(run / "elsewhere" / "latest-run"), str(run / "wandb")]

@@ -12,7 +12,8 @@ import pytest
 from rollart.cli import main
 from rollart.models.loading import load_tokenizer
 from rollart.observability import MetricsLogger
-from rollart.observability.samples import SampleLog, cap, printable, ranks, read_samples, render_markdown
+from rollart.base.untrusted import printable
+from rollart.observability.samples import SampleLog, cap, ranks, read_samples, render_markdown, scan_samples
 from rollart.config import ObservabilityConfig
 from rollart.base.run_dir import RunPaths
 from rollart.types import Status, Task, Trajectory, Turn
@@ -42,11 +43,11 @@ def test_samples_hold_the_text_the_model_saw_and_wrote(tmp_path: Path, tiny_mode
     batch = [trajectory(tokenizer, f"t{i}", "math", reward=i / 4, answer=f"\\boxed{{{i}}}") for i in range(5)]
     batch.append(trajectory(tokenizer, "u0", "lake", reward=1.0, answer="\\boxed{Right}"))
     shown: list[tuple[int, str, str]] = []
-    log = SampleLog(tmp_path / "samples.jsonl", per_domain=3, decode=decode,
+    log = SampleLog(RunPaths.of(tmp_path), per_domain=3, decode=decode,
                     text=lambda step, tag, md: shown.append((step, tag, md)))
     log.write(4, 4, batch)
     log.close()
-    samples = read_samples(tmp_path / "samples.jsonl")
+    samples = read_samples(tmp_path / "samples.jsonl", [4])
     assert [(s["domain"], s["rank"], s["reward"]) for s in samples] == [
         ("lake", "only", 1.0), ("math", "worst", 0.0), ("math", "median", 0.5), ("math", "best", 1.0)]
     best = samples[-1]
@@ -65,7 +66,7 @@ def test_what_a_policy_writes_is_capped_and_escaped(tmp_path: Path) -> None:
     hostile = "\x1b]0;pwned\x07</pre><script>alert(1)</script>" + "y" * 5000
     traj = Trajectory("t0", Task("t0", "d", "d", seed=0, group_id="g"), 0,
                       turns=(Turn((1,), (2,), (-1.0,), (0,)),)).finished(Status.COMPLETED).scored(0.0)
-    log = SampleLog(tmp_path / "samples.jsonl", per_domain=1, decode=lambda ids: hostile, max_chars=100)
+    log = SampleLog(RunPaths.of(tmp_path), per_domain=1, decode=lambda ids: hostile, max_chars=100)
     sample = log.write(0, 0, [traj])[0]
     log.close()
     assert len(sample["turns"][0]["response"]) < 200
@@ -77,12 +78,12 @@ def test_what_a_policy_writes_is_capped_and_escaped(tmp_path: Path) -> None:
 def test_a_resumed_run_drops_the_samples_of_steps_it_runs_again(tmp_path: Path) -> None:
     traj = Trajectory("t0", Task("t0", "d", "d", seed=0, group_id="g"), 0,
                       turns=(Turn((1,), (2,), (-1.0,), (0,)),)).finished(Status.COMPLETED).scored(0.0)
-    log = SampleLog(tmp_path / "samples.jsonl", 1, decode=str)
+    log = SampleLog(RunPaths.of(tmp_path), 1, decode=str)
     for step in range(4):
         log.write(step, step, [traj])
     log.close()
-    SampleLog(tmp_path / "samples.jsonl", 1, decode=str, resume_step=2).close()
-    assert [s["step"] for s in read_samples(tmp_path / "samples.jsonl")] == [0, 1]
+    SampleLog(RunPaths.of(tmp_path), 1, decode=str, resume_step=2).close()
+    assert scan_samples(tmp_path / "samples.jsonl").steps() == [0, 1]
 
 
 def test_samples_reach_tensorboards_text_tab(tmp_path: Path) -> None:
@@ -119,3 +120,68 @@ def test_rollart_samples_prints_them(tmp_path: Path, capsys) -> None:  # noqa: A
     assert main(["samples", str(tmp_path), "--domain", "lake"]) == 2
     assert "--domain lake: " in capsys.readouterr().err
     assert main(["samples", str(tmp_path / "nowhere")]) == 2
+
+
+def sample_line(step: int = 0, **fields) -> dict:
+    turn = {"prompt": "p", "response": "r", "prompt_tokens": 1, "response_tokens": 1, "env_reward": 0.0,
+            "finish_reason": "stop", "format_ok": True, "versions": [0, 0]}
+    record = {"step": step, "version": 0, "domain": "d", "rank": "median", "trajectory_id": "t", "group_id": "g",
+              "seed": 0, "status": "completed", "status_reason": "", "reward": 1.0, "reward_details": {},
+              "env_return": 0.0, "reference": None, "start_version": 0, "versions": [0, 0], "prompt_tokens": 1,
+              "response_tokens": 1, "turns": [turn]}
+    return {**record, **fields}
+
+
+def test_a_crafted_samples_file_is_data_in_the_report_and_the_terminal(tmp_path: Path, capsys) -> None:
+    """The issue's stored XSS: step numbers and token counts were written into the page unescaped; a field of
+    another type than written failed the whole report (a string reward: `Unknown format code 'f'`)."""
+    from rollart.observability import build_report
+
+    x = "<script>alert(1)</script>"
+    crafted = [sample_line(x), sample_line(1, reward="high"), sample_line(1, turns=[{"prompt_tokens": x}]),
+               sample_line(1, status_reason=x, domain=x, trajectory_id=x, rank="best"), sample_line(2)]
+    raw = b"".join(json.dumps(r).encode() + b"\n" for r in crafted)
+    (tmp_path / "samples.jsonl").write_bytes(raw + b'{"step": 3, "domain": "caf\xe9"}\n' + b"{torn")
+    page = build_report(tmp_path).read_text()
+    assert x not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
+    assert "lines skipped" in page and "invalid UTF-8" in page and "field &#x27;step&#x27;" in page
+    assert main(["samples", str(tmp_path), "--step", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "step 1 · <script>" in captured.out and "samples.jsonl: lines skipped: " in captured.err
+    for reason in ("not a sample (field 'step' is missing or not a int) (line 1)",
+                   "not a sample (field 'reward' is missing or not a int/float/NoneType) (line 2)",
+                   "not a sample (turn 0: field 'prompt' is missing or not a str) (line 3)",
+                   "with invalid UTF-8 (invalid continuation byte) (line 6)", "not JSON (torn by a crash?) (line 7)"):
+        assert reason in captured.err
+
+
+def test_the_tensorboard_headline_is_literal_markdown() -> None:
+    x = "<img src=x onerror=alert(1)> [link](javascript:alert(1)) **bold**"
+    markdown = render_markdown(sample_line(0, status_reason=x, rank="<b>best</b>"))
+    first = markdown.splitlines()[0]
+    assert "<img" not in first and "<b>" not in first and "](" not in first and "**bold**" not in first
+    assert "&lt;img src=x onerror=alert\\(1\\)&gt;" in first
+
+
+@pytest.mark.timeout(300)
+def test_a_sparse_samples_file_is_streamed_not_read_whole(tmp_path: Path) -> None:
+    """`rollart samples` and `rollart report` read samples.jsonl whole: a 4 GiB sparse file (one line of NUL
+    bytes) ran them out of memory. A 1 GiB one under a 1.5 GiB address-space limit (reading it whole takes
+    2 GiB: the bytes and their text) — both now finish, skipping the line."""
+    import resource
+    import subprocess
+    import sys
+
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps(sample_line(5)) + "\n")
+    with path.open("r+b") as f:
+        f.truncate(2**30)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**29, 3 * 2**29))
+
+    for command in (["samples", str(tmp_path)], ["report", str(tmp_path)]):
+        done = subprocess.run([sys.executable, "-m", "rollart.cli", *command], capture_output=True, text=True,
+                              preexec_fn=limit, timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert "step 5 · d · median" in (tmp_path / "report" / "index.html").read_text()

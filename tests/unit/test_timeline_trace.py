@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from observability_synthetic import check_nesting, partial_overlaps
 
+from rollart.base.run_dir import RunPaths
 from rollart.observability import Timeline, assign_lanes, load_trace, pool_utilisation, worker_utilisation
 from rollart.observability.utilisation import union_seconds, worker_pool
 from rollart.types import Span, Status, Task, Trajectory, Turn
@@ -78,7 +79,7 @@ def test_chrome_trace_layout_nesting_and_round_trip(tmp_path):
     tl.add_trajectory(_trajectory("t0", 1000.0))
     tl.add_trajectory(_trajectory("t1", 1000.5, skew=0.05))  # overlaps t0 on the same workers
     tl.add_span(Span("train", 1003.0, 1004.0, "trainer/train/0"), step=1)
-    path = tl.write(tmp_path / "timeline.json")
+    path = tl.write(RunPaths.of(tmp_path))
     trace = json.loads(path.read_text())
     check_nesting(trace)
 
@@ -136,7 +137,7 @@ def test_marks_are_global_instants_that_round_trip_and_draw_on_both_gantt_charts
     tl.add_trajectory(_trajectory("t0", 1000.0))
     tl.add_mark(Mark("worker died", 1001.5, "inference/gen_prefill/0", "SIGKILL"))
     tl.add_mark(Mark("worker joined", 1002.5, "inference/gen_prefill/0"))
-    trace = json.loads(tl.write(tmp_path / "timeline.json").read_text())
+    trace = json.loads(tl.write(RunPaths.of(tmp_path)).read_text())
     instants = [ev for ev in trace["traceEvents"] if ev["ph"] == "i"]
     assert [(ev["name"], ev["ts"], ev["s"], ev["cat"]) for ev in instants] == [
         ("worker died", 1_500_000, "g", "fault"), ("worker joined", 2_500_000, "g", "fault")]
@@ -144,7 +145,7 @@ def test_marks_are_global_instants_that_round_trip_and_draw_on_both_gantt_charts
     assert loaded.marks == (Mark("worker died", 1.5, "inference/gen_prefill/0", "SIGKILL"),
                             Mark("worker joined", 2.5, "inference/gen_prefill/0", ""))
     with_marks = plots.trajectory_gantt_png(loaded, 10)
-    without = plots.trajectory_gantt_png(load_trace(Timeline(1000.0).write(tmp_path / "x.json")), 10)
+    without = plots.trajectory_gantt_png(load_trace(Timeline(1000.0).write(RunPaths.of(tmp_path / "x"))), 10)
     assert with_marks and without is None  # (no trajectories: nothing to draw)
     assert plots.worker_gantt_png(loaded) != plots.worker_gantt_png(
         type(loaded)(loaded.spans, loaded.meta))  # the marks change the picture
@@ -158,12 +159,12 @@ def test_a_capped_trace_says_from_when_it_misses_trajectories_and_the_worker_cha
     tl.add_trajectory(_trajectory("c", 12.0))
     tl.add_trajectory(_trajectory("b", 10.0))  # dropped too, and started earlier: the cap counts from it
     tl.add_span(Span("train", 20.0, 21.0, "trainer/train/0"))
-    capped = load_trace(tl.write(tmp_path / "capped.json"))
+    capped = load_trace(tl.write(RunPaths.of(tmp_path / "capped")))
     assert capped.capped_at == 10.0 and capped.end == 21.0 and capped.meta["dropped_trajectories"] == 2
     whole = Timeline(start_time=0.0)
     whole.add_trajectory(_trajectory("a", 0.0))
     whole.add_span(Span("train", 20.0, 21.0, "trainer/train/0"))
-    uncapped = load_trace(whole.write(tmp_path / "whole.json"))
+    uncapped = load_trace(whole.write(RunPaths.of(tmp_path / "whole")))
     assert uncapped.capped_at is None
     # same spans; the capped one shades and labels the part after the cap
     assert plots.worker_gantt_png(capped) != plots.worker_gantt_png(uncapped)

@@ -232,7 +232,7 @@ async def _model_episode(args: argparse.Namespace) -> int:
         traj = await worker.run(task, start_version=0)
     finally:
         loop.close()
-    from rollart.observability.samples import printable
+    from rollart.base.untrusted import printable
 
     if traj.reference:
         print(f"reference: {traj.reference}")

@@ -58,6 +58,10 @@ def checkpoint_config(target: Path, overrides: list[str], trust_run_config: bool
     else:
         raise ConfigError(f"{target} is neither a run directory ({run_config.name}) nor a checkpoint (config.json, "
                           f"or {ADAPTER_CONFIG} for a LoRA run's)")
+    if config_file is not None and (problems := RunPaths.of(config_file.parent).unsafe_paths()):
+        # its config.yaml and checkpoints are read only from a run directory that holds nothing to follow
+        raise ConfigError(f"{config_file.parent} cannot be read safely (rollart reads no run directory through a "
+                          "link or a FIFO):\n  - " + "\n  - ".join(problems))
     if (checkpoint / ADAPTER_CONFIG).is_file():  # a LoRA checkpoint: the run's base model + this adapter
         model = [f"model.adapter={checkpoint}"]
         if config_file is None:  # no run config: the base PEFT recorded when the adapter was written

@@ -6,7 +6,10 @@ prompt), the prompt-length histogram of the first `sample` rows in training orde
 kept, held out and dropped (with the file, row and column of the first few of each reason).
 
 The prompts are made by the same code a rollout runs (`DatasetEnv.reset`, then `ChatTokens.initial` or
-`initial_messages`), so what is shown is what is trained on.
+`initial_messages`), so what is shown is what is trained on. `render()` is for a terminal: what the dataset
+holds (prompts, answers, file and column names) is shown with control characters escaped
+(`rollart.base.untrusted.printable`) — a row's OSC 52 (clipboard), title or colour sequence is shown, never
+obeyed; `to_json()` keeps the text as it is (JSON escapes it).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollart.base.untrusted import printable
 from rollart.envs.chat import ChatTokens
 from rollart.envs.dataset.env import DatasetDomain, prompt_budget
 from rollart.envs.protocol import PROMPT_MESSAGES_KEY, REFERENCE_KEY
@@ -71,7 +75,7 @@ class Preview:
                          f"max {max(self.lengths)}")
             for lo, hi, count in self.histogram():
                 lines.append(f"  {lo:>6}–{hi:<6} {'█' * max(1 if count else 0, round(BAR * count / top)):<{BAR}} {count}")
-        return "\n".join(lines)
+        return printable("\n".join(lines))
 
 
 def first_prompt_ids(chat: ChatTokens, observation: str, info: dict[str, Any]) -> list[int]:

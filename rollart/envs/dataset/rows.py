@@ -10,7 +10,11 @@ under its reason with the first few examples (`file row N column C`), when a col
 or empty, when a GSM8K-style answer has nothing after `####`, or when its first prompt — the system prompt,
 the user message made by `data.prompt_format` and the template's generation prompt — is longer than the
 budget. Lengths: a token covers at least one byte of text, so a prompt whose bytes plus the template's own
-tokens fit the budget is kept without tokenising it; only the others are rendered and tokenised exactly.
+tokens fit the budget is kept without tokenising it; a prompt of more than `MAX_BYTES_PER_TOKEN` bytes per
+token of the budget is dropped without tokenising it either (its own reason: no text tokenises that densely,
+and tokenising one 30 MB row took 256 s and 6.3 GB); only the rows between are rendered and tokenised exactly,
+in batches of at most `TOKENIZE_BATCH_BYTES` — so the filter's work is bounded by the budget, not by the
+longest row a file holds.
 
 Guarantees:
 - Without `data.validation`, a fixed fraction of train (`holdout`, chosen by `holdout_seed`, before any
@@ -38,6 +42,8 @@ from rollart.envs.dataset.source import DataError, Table
 
 EXAMPLES_PER_REASON = 3
 SAFETY_TOKENS = 4  # slack of the byte bound for merges across the template's boundaries
+MAX_BYTES_PER_TOKEN = 32  # past budget × this many bytes a prompt cannot fit (text averages 1.5–5 bytes a token)
+TOKENIZE_BATCH_BYTES = 2**20  # text tokenised at once (a tokenizer holds ~200 bytes per byte while it works)
 
 
 class PromptMeter(Protocol):
@@ -218,8 +224,13 @@ def filter_rows(table: Table, positions: np.ndarray, data: DatasetConfig, requir
         bare = _nothing_after_hashes(arrow_values(arrow, column)) & keep
         drops.add(f"with nothing after '####' in column {column!r} (answer)", np.flatnonzero(bare), _at(table, column))
         keep &= ~bare
-    too_long, lengths = _too_long(table, arrow, keep, data, meter, budget)
     prompt_column = data.columns.get("messages") or data.columns["prompt"]
+    huge, sizes = _too_many_bytes(table, arrow, keep, data, budget)
+    drops.add(f"with a first prompt over {budget * MAX_BYTES_PER_TOKEN} bytes ({MAX_BYTES_PER_TOKEN} per token of "
+              f"the {budget}-token budget: not tokenised)", np.flatnonzero(huge),
+              lambda i: f"{_at(table, prompt_column)(i)}: {sizes[i]} bytes")
+    keep &= ~huge
+    too_long, lengths = _too_long(table, arrow, keep, data, meter, budget)
     drops.add(f"with a first prompt longer than {budget} tokens", np.flatnonzero(too_long),
               lambda i: f"{_at(table, prompt_column)(i)}: {lengths[i]} tokens")
     keep &= ~too_long
@@ -266,27 +277,62 @@ def _nothing_after_hashes(column: Any) -> np.ndarray:
     return _mask(pc.fill_null(bare, False))
 
 
+def _prompt_bytes(arrow: Any, data: DatasetConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the bytes of the text its first prompt holds (the user message made by `prompt_format`, or every
+    message's content) — from Arrow's byte lengths, no row materialised — and the number of its messages. A
+    value that has no text form in Arrow (a list, an object) counts as `UNMEASURED`."""
+    if "messages" in data.columns:
+        return _chat_bytes(arrow_values(arrow, data.columns["messages"]))
+    fields = format_fields(data.prompt_format)
+    literal = sum(len(text.encode()) for text, _, _, _ in string.Formatter().parse(data.prompt_format))
+    size = np.full(arrow.num_rows, literal, dtype=np.int64)
+    for f in fields:  # saturating at UNMEASURED: a sum of several never wraps around
+        size = np.minimum(size + _text_bytes(arrow_values(arrow, data.columns[f])), UNMEASURED)
+    return size, np.ones(arrow.num_rows, dtype=np.int64)
+
+
+def _too_many_bytes(table: Table, arrow: Any, keep: np.ndarray, data: DatasetConfig, budget: int
+                    ) -> tuple[np.ndarray, dict[int, int]]:
+    """Which kept rows' first prompts hold more than `budget × MAX_BYTES_PER_TOKEN` bytes (dropped before any
+    tokenizer sees them), and their sizes. A value without an Arrow text form is formatted to be measured."""
+    size, _ = _prompt_bytes(arrow, data)
+    size = size.copy()
+    for i in np.flatnonzero(keep & (size >= UNMEASURED)):
+        size[i] = _text_size(_first_prompt(table.dataset[int(i)], data))
+    huge = keep & (size > budget * MAX_BYTES_PER_TOKEN)
+    return huge, {int(i): int(size[i]) for i in np.flatnonzero(huge)[:EXAMPLES_PER_REASON]}
+
+
 def _too_long(table: Table, arrow: Any, keep: np.ndarray, data: DatasetConfig, meter: PromptMeter,
               budget: int) -> tuple[np.ndarray, dict[int, int]]:
-    """Which kept rows' first prompts exceed `budget` tokens, and the exact lengths of those measured."""
-    if "messages" in data.columns:
-        content_bytes, messages = _chat_bytes(arrow_values(arrow, data.columns["messages"]))
-        bound = content_bytes + messages * (meter.overhead(1) + SAFETY_TOKENS) + meter.overhead(0)
-    else:
-        fields = format_fields(data.prompt_format)
-        literal = sum(len(text.encode()) for text, _, _, _ in string.Formatter().parse(data.prompt_format))
-        bound = literal + sum(_text_bytes(arrow_values(arrow, data.columns[f])) for f in fields)
-        bound = bound + meter.overhead(1) + SAFETY_TOKENS
+    """Which kept rows' first prompts exceed `budget` tokens, and the exact lengths of those measured. Rows are
+    tokenised in batches of at most `TOKENIZE_BATCH_BYTES` of text (one row at least: a kept row holds at most
+    `budget × MAX_BYTES_PER_TOKEN` bytes)."""
+    size, messages = _prompt_bytes(arrow, data)
+    bound = size + messages * (meter.overhead(1) + SAFETY_TOKENS) + meter.overhead(0)
     candidates = np.flatnonzero(keep & (bound > budget))
     lengths: dict[int, int] = {}
     too_long = np.zeros(len(keep), dtype=bool)
-    for start in range(0, len(candidates), 1024):
-        chunk = candidates[start : start + 1024]
-        prompts = [_first_prompt(table.dataset[int(i)], data) for i in chunk]
-        for i, n in zip(chunk, meter.count(prompts)):
-            lengths[int(i)] = n
-            too_long[i] = n > budget
+    batch: list[tuple[int, str | list[Mapping[str, Any]]]] = []
+    held = 0
+    for n, i in enumerate(candidates):
+        prompt = _first_prompt(table.dataset[int(i)], data)
+        batch.append((int(i), prompt))
+        held += _text_size(prompt)
+        if held >= TOKENIZE_BATCH_BYTES or n == len(candidates) - 1:
+            for (row, _), count in zip(batch, meter.count([p for _, p in batch])):
+                lengths[row] = count
+                too_long[row] = count > budget
+            batch, held = [], 0
     return too_long, lengths
+
+
+def _text_size(prompt: str | Sequence[Mapping[str, Any]]) -> int:
+    """Bytes of a first prompt's text (a chat: its messages' contents)."""
+    if isinstance(prompt, str):
+        return len(prompt.encode("utf-8", "surrogatepass"))
+    return sum(len(str(m.get("content") or "").encode("utf-8", "surrogatepass")) if isinstance(m, Mapping) else 0
+               for m in prompt)
 
 
 def _first_prompt(record: Mapping[str, Any], data: DatasetConfig) -> str | list[Mapping[str, Any]]:
@@ -294,6 +340,9 @@ def _first_prompt(record: Mapping[str, Any], data: DatasetConfig) -> str | list[
     if "messages" in data.columns:
         return list(values["messages"] or [])
     return format_prompt(data.prompt_format, values)
+
+
+UNMEASURED = np.iinfo(np.int64).max // 4  # a prompt size Arrow cannot tell (summed over a few fields, no overflow)
 
 
 def _text_bytes(column: Any) -> np.ndarray:
@@ -306,7 +355,7 @@ def _text_bytes(column: Any) -> np.ndarray:
         try:
             column = pc.cast(column, pa.string())
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-            return np.full(len(column), np.iinfo(np.int64).max // 4, dtype=np.int64)
+            return np.full(len(column), UNMEASURED, dtype=np.int64)
     return np.asarray(pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 

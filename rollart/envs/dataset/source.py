@@ -13,9 +13,10 @@ mapped file, not Python objects, and the second process that opens it pays nothi
 Errors (`DataError`) name the file and what would be valid: a missing file, an unknown format, a JSONL line
 that does not parse (by its row number), a column the map names that the file lacks (with the columns it
 has) or a path into a field no row has (with the fields there are), a mapped column of a type rows cannot carry
-(binary, images; such a column that is not mapped is left out of the rows), an empty split, and a hub id that is
-neither cached nor reachable offline. `data.format: verl` reads the file by its extension (verl's files are
-Parquet); its column map is the config's (config/domains.py).
+(binary, images; such a column that is not mapped is left out of the rows), text that is not valid UTF-8 (by
+its row and column: Arrow's JSON and CSV readers take such bytes, and the first string kernel fails on them),
+an empty split, and a hub id that is neither cached nor reachable offline. `data.format: verl` reads the file
+by its extension (verl's files are Parquet); its column map is the config's (config/domains.py).
 """
 
 from __future__ import annotations
@@ -218,7 +219,38 @@ def _select(dataset: Any, columns: Mapping[str, str], where: str) -> Any:
                             "carry (text, numbers, booleans and lists or structs of them can be mapped)")
     if not len(dataset):
         raise DataError(f"{where}: no rows (an empty split)")
-    return dataset.select_columns([c for c in have if c in mapped or _plain(dataset.features[c])])
+    selected = dataset.select_columns([c for c in have if c in mapped or _plain(dataset.features[c])])
+    _check_utf8(selected, where)
+    return selected
+
+
+def _check_utf8(dataset: Any, where: str) -> None:
+    """`DataError` naming the first row and column whose text is not valid UTF-8 (full validation of the mapped
+    columns: linear in their bytes; the row found by bisection, so a bad row costs a few more validations)."""
+    import pyarrow as pa
+
+    table = (dataset.flatten_indices() if getattr(dataset, "_indices", None) is not None else dataset).data.table
+    try:
+        table.validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    low, high = 0, table.num_rows  # rows before `low` are valid; the first bad one is before `high`
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            table.slice(low, middle - low).validate(full=True)
+            low = middle
+        except pa.ArrowInvalid:
+            high = middle
+    row = table.slice(low, 1)
+    for name in row.column_names:
+        try:
+            row.column(name).validate(full=True)
+        except pa.ArrowInvalid:
+            raise DataError(f"{where} row {low} column {name!r}: not valid UTF-8 text (fix the file's encoding, or "
+                            "drop the row)") from None
+    raise DataError(f"{where} row {low}: not valid Arrow data")
 
 
 def _roles_of(columns: Mapping[str, str], names: list[str]) -> str:

@@ -13,6 +13,13 @@ Tools (`TOOLS` is their OpenAI schema, for agents):
 - `apply_patch {patch}`: a unified diff applied strictly (rollart/envs/domains/swe/patch.py);
 - `run_tests {}`: the package's visible tests;
 - `submit {}`: the end: the hidden tests score the package in a fresh sandbox (scoring.py).
+
+Where the time goes: everything that can run long — commands, the tests, the scoring — runs in a sandbox
+under its wall timeout, which kills its whole process tree. What runs here, in the env worker's thread (where
+no timeout can stop it, and the GIL is shared with the worker's other trajectories), is bounded by a cap:
+parsing the call (linear in the text), reading a file (`MAX_READ_BYTES`), and `apply_patch` (at most
+`MAX_PATCH_CHARS` and `MAX_HUNKS`, each hunk placed by one linear search: a fraction of a second at worst,
+`rollart bench envs`).
 """
 
 from __future__ import annotations
