@@ -503,6 +503,15 @@ class TurnBarrier(Protocol):
 
 
 @runtime_checkable
+class GroupFilter(Protocol):
+    """Which complete groups enter the batch: the algorithm plane's filter (DAPO's dynamic sampling drops a
+    group whose rewards are all equal), which the control plane asks about each group once its members are
+    scored, without knowing which algorithm runs. None keeps the group; a reason drops it."""
+
+    def __call__(self, group: Sequence[Trajectory]) -> str | None: ...
+
+
+@runtime_checkable
 class LedgerSink(Protocol):
     """Where the control plane writes each move of its ledger as it happens (a JSON object: time, id, group,
     domain, fate, and reason, digest, batch where they apply); the run's ledger file implements it

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from rollart.config import DomainConfig, RunConfig
 from rollart.config.loader import ConfigError
-from rollart.control.scheduler import decode_state
+from rollart.control.scheduler_state import decode_state
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods

@@ -5,7 +5,8 @@ missing. Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data U
 validation score and training reward per domain over steps and wall time, rollouts as text (the worst, a
 median and the best trajectory of each domain at the first, a middle and the last step with samples),
 step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness histogram and rollout
-losses, env resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt charts
+losses, the train–inference mismatch (KL, importance-weight quantiles, tokens truncated or masked), env
+resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt charts
 of trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
@@ -239,6 +240,24 @@ def _staleness(inp: _Inputs) -> str:
     return out
 
 
+def _mismatch(inp: _Inputs) -> str:
+    """The behaviour correction's measurements per step: the KL between the engine's and the trainer's
+    log-probabilities, the importance-weight quantiles and the share of tokens it truncated or masked."""
+    records = inp.records or []
+    kl = plots.curves_png(records, [("engine vs trainer (same version)", "train/mismatch_kl"),
+                                    ("behaviour vs proximal (all tokens)", "train/behaviour_kl")], "KL")
+    out = _plot_or_missing(kl, "train-inference mismatch KL", "no train/mismatch_kl metrics were logged", inp)
+    quantiles = plots.curves_png(records, [(q, f"train/iw_{q}") for q in ("p01", "p50", "p99")],
+                                 "π_prox / μ quantile")
+    if quantiles and "metrics" not in inp.problems:
+        out += _img(quantiles, "importance-weight quantiles")
+    cut = plots.curves_png(records, [("truncated", "train/iw_truncated_frac"), ("masked", "train/iw_masked_frac")],
+                           "fraction of tokens")
+    if cut and "metrics" not in inp.problems:
+        out += _img(cut, "fraction of tokens truncated or masked")
+    return out
+
+
 def _resets(inp: _Inputs) -> str:
     """Env resets per domain: the env workers' totals (last value) and the per-step latency percentiles."""
     records = inp.records or []
@@ -300,6 +319,7 @@ def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
         ("Step-time breakdown", _breakdown(inp)),
         ("Utilisation per pool", _utilisation(inp)),
         ("Staleness", _staleness(inp)),
+        ("Train–inference mismatch", _mismatch(inp)),
         ("Environment resets per domain", _resets(inp)),
         ("Trajectory timeline", _timeline(inp, gantt_rows)),
     ]

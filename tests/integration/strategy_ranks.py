@@ -37,7 +37,7 @@ def run_steps(rank: int, world: int, out: Path, model_path: str, tag: str, steps
     from rollart.trainer import Trainer
 
     cfg = config(model_path, workers=world, **train)
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train), rank=rank, world_size=world)
+    trainer = Trainer(cfg, PolicyObjective.of(cfg), rank=rank, world_size=world)
     if resume:
         trainer.load(resume)
     loaded = snapshot(trainer)
