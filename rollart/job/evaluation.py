@@ -11,6 +11,16 @@ its reward could not be computed) runs again, with the same seed and a fresh id,
 one that still fails is counted as failed and left out of the mean — never averaged in as 0. Every episode
 runs at once; the whole evaluation is bounded by one trajectory's timeout per try
 (`rollart.control.rollout.trajectory_timeout_s`). Greedy unless `eval.temperature` > 0.
+
+pass@k / avg@n (`eval.samples` = n > 0): each episode also runs n times at `eval.sample_temperature` (ids
+`…/<i>/s<j>`, so each samples differently); a sample passes when its score is ≥ `eval.pass_threshold`. Per
+domain, pass@k for k ∈ {1, 2, 4, …} ≤ n and n is the mean over episodes of the unbiased estimator (Chen et al.
+2021, "Evaluating Large Language Models Trained on Code"): with c of an episode's n scored samples passing,
+
+    pass@k = 1 − C(n − c, k) / C(n, k) = 1 − Π_{i = n−c+1}^{n} (1 − k/i)
+
+(the product: no huge binomials); avg@n is the mean score of all samples. A sample that failed for an
+infrastructure reason is left out: its episode counts with the samples scored, and only for k ≤ that number.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from typing import Sequence
 
 from rollart.config import RunConfig
 from rollart.control.rollout import trajectory_timeout_s
@@ -26,17 +37,43 @@ from rollart.types import Evaluation, RewardScorer, Task, TrajectoryRunner
 log = logging.getLogger("rollart")
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from n samples of which c passed (module docstring); needs k ≤ n."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k ≤ n and 0 ≤ c ≤ n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def pass_ks(n: int) -> list[int]:
+    """The k reported for n samples: 1, 2, 4, … ≤ n, and n."""
+    ks = [2**i for i in range(n.bit_length())]
+    return ks if not ks or ks[-1] == n else ks + [n]
+
+
 async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScorer, version: int,
                    tag: str) -> Evaluation:
-    """Score `eval.episodes_per_domain` validation episodes of every domain at policy `version`."""
-    n, retries = cfg.eval.episodes_per_domain, cfg.eval.retries
+    """Score `eval.episodes_per_domain` validation episodes of every domain at policy `version` (greedy, and
+    `eval.samples` times at `eval.sample_temperature` when set)."""
+    n, retries, samples = cfg.eval.episodes_per_domain, cfg.eval.retries, cfg.eval.samples
     tasks = [
         Task(f"eval/{tag}/{domain}/{i}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}", split="val")
         for domain, domain_cfg in sorted(cfg.domains.items())
         for i in range(n)
     ]
+    sampled = [
+        Task(f"eval/{tag}/{domain}/{i}/s{j}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}/{i}",
+             split="val", temperature=cfg.eval.sample_temperature)
+        for domain, domain_cfg in sorted(cfg.domains.items())
+        for i in range(n)
+        for j in range(samples)
+    ]
 
-    async def one(task: Task) -> tuple[str, float | None]:
+    async def one(task: Task) -> tuple[Task, float | None]:
         why = ""
         for attempt in range(retries + 1):
             # a fresh id per try: the proxy remembers aborted ids, a worker refuses a running one
@@ -51,28 +88,53 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
                 continue
             result = await scorer.score(traj)
             if result.ok:
-                return task.domain, min(max(result.reward, 0.0), 1.0)
+                return task, min(max(result.reward, 0.0), 1.0)
             why = f"reward: {result.error}"
         log.warning("evaluation episode %s failed %d time%s, not scored (last: %s)", task.trajectory_id,
                     retries + 1, "s" * (retries > 0), why)
-        return task.domain, None
+        return task, None
 
     timeout = trajectory_timeout_s(cfg) * (retries + 1)
-    log.info("evaluation %s: %d validation episodes of %d domain(s)", tag, len(tasks), len(cfg.domains))
+    log.info("evaluation %s: %d validation episodes of %d domain(s)%s", tag, len(tasks), len(cfg.domains),
+             f", each also sampled {samples} times" if samples else "")
     try:
         # asyncio.timeout, not wait_for: CPython 3.11's wait_for, cancelled (Ctrl-C), leaves the gather it
         # cancelled with an exception nobody retrieves ("_GatheringFuture exception was never retrieved" and
         # a traceback on the console); awaited directly, the cancelled gather's outcome is the task's own
         async with asyncio.timeout(timeout):
-            results = await asyncio.gather(*(one(t) for t in tasks))
+            results = await asyncio.gather(*(one(t) for t in tasks + sampled))
     except TimeoutError:
         raise TimeoutError(f"evaluation {tag!r} did not finish within {timeout:.0f}s") from None
     scores: dict[str, list[float]] = {domain: [] for domain in sorted(cfg.domains)}
     failed = dict.fromkeys(scores, 0)
-    for domain, score in results:
+    for task, score in results[:len(tasks)]:
         if score is None:
-            failed[domain] += 1
+            failed[task.domain] += 1
         else:
-            scores[domain].append(score)
+            scores[task.domain].append(score)
+    per_episode: dict[str, dict[str, list[float]]] = {domain: {} for domain in scores}
+    for task, score in results[len(tasks):]:
+        if score is not None:
+            per_episode[task.domain].setdefault(task.group_id, []).append(score)
+    pass_k, avg = sample_scores(per_episode, samples, cfg.eval.pass_threshold)
     return Evaluation({d: sum(v) / len(v) for d, v in scores.items() if v}, {d: len(v) for d, v in scores.items()},
-                      failed)
+                      failed, pass_k, avg)
+
+
+def sample_scores(per_episode: dict[str, dict[str, list[float]]], samples: int, threshold: float
+                  ) -> tuple[dict[str, dict[int, float]], dict[str, float]]:
+    """Per domain: {k: mean pass@k over the episodes with ≥ k scored samples} and avg@n (module docstring)."""
+    pass_k: dict[str, dict[int, float]] = {}
+    avg: dict[str, float] = {}
+    for domain, episodes in per_episode.items():
+        every: Sequence[float] = [s for scored in episodes.values() for s in scored]
+        if not every:
+            continue
+        avg[domain] = sum(every) / len(every)
+        pass_k[domain] = {}
+        for k in pass_ks(samples):
+            estimates = [pass_at_k(len(scored), sum(s >= threshold for s in scored), k)
+                         for scored in episodes.values() if len(scored) >= k]
+            if estimates:
+                pass_k[domain][k] = sum(estimates) / len(estimates)
+    return pass_k, avg

@@ -2,12 +2,12 @@
 
 In: RUN_DIR/{config.yaml, metrics.jsonl, samples.jsonl, timeline.json, summary.json} — any of them may be
 missing. Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data URIs: summary table,
-validation score and training reward per domain over steps and wall time, rollouts as text (the worst, a
-median and the best trajectory of each domain at the first, a middle and the last step with samples),
-step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness histogram and rollout
-losses, the train–inference mismatch (KL, importance-weight quantiles, tokens truncated or masked), env
-resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt charts
-of trajectories and workers.
+validation score (and pass@k / avg@n when sampled) and training reward per domain over steps and wall time,
+rollouts as text (the worst, a median and the best trajectory of each domain at the first, a middle and the
+last step with samples), step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness
+histogram and rollout losses, the train–inference mismatch (KL, importance-weight quantiles, tokens truncated
+or masked), env resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt
+charts of trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
 data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
@@ -146,8 +146,15 @@ def _summary(inp: _Inputs) -> str:
 
 
 def _eval(inp: _Inputs) -> str:
-    png = plots.domain_metric_png(inp.records or [], "eval/", "/score", "validation score", mean="eval/mean")
-    return _plot_or_missing(png, "validation score per domain", "no eval/<domain>/score metrics were logged", inp)
+    records = inp.records or []
+    png = plots.domain_metric_png(records, "eval/", "/score", "validation score", mean="eval/mean")
+    out = _plot_or_missing(png, "validation score per domain", "no eval/<domain>/score metrics were logged", inp)
+    sampled = sorted({k for rec in records for k in rec if k.startswith("eval/") and ("/pass@" in k or "/avg@" in k)},
+                     key=lambda k: (k.split("/")[1], "/avg@" in k, int(k.rsplit("@", 1)[1])))
+    passes = plots.curves_png(records, [(k.removeprefix("eval/"), k) for k in sampled], "pass@k / avg@n")
+    if passes and "metrics" not in inp.problems:  # eval.samples > 0: beside the greedy score
+        out += _img(passes, "pass@k and avg@n per domain")
+    return out
 
 
 def _reward(inp: _Inputs) -> str:
