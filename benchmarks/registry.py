@@ -53,6 +53,16 @@ class Benchmark:
     study: bool = False  # run() also gets json_path (the study file it reads and extends)
 
 
+# the options of a resumable study (staleness, algos): one piece at a time into its --json file
+STUDY_OPTIONS = (
+    Option("--piece", "run one arm × seed of the study (holding --lock) and add it to --json; 'next' = the first "
+           "one missing (algos: an arm is an algorithm)", metavar="ARM/SEED|next"),
+    Option("--report", "rebuild the summary (and a study's PNG curves) from --json without running anything",
+           switch=True),
+    Option("--lock", "file each piece holds an exclusive flock on while it runs (default: heavy.lock in the "
+           "study's work directory; '' = none); a symlink or a non-regular file is refused", metavar="PATH"),
+)
+
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("engine", "benchmarks.engine",
               "the built-in continuous-batching engine vs transformers generate (--engine vllm: vLLM vs both)",
@@ -69,14 +79,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "bounded-staleness asynchronous training (α = 1) vs the synchronous loop on the default job"),
     Benchmark("staleness", "benchmarks.staleness",
               "the validation score vs α, staleness mode and importance weights over seeds (resumable study)",
-              (Option("--piece", "run one arm × seed of the study (holding --lock) and add it to --json; "
-                      "'next' = the first one missing", metavar="ARM/SEED|next"),
-               Option("--report", "rebuild the summary and PNG curves from --json without running anything",
-                      switch=True),
-               Option("--lock", "file each piece holds an exclusive flock on while it runs (default: heavy.lock "
-                      "in the study's work directory; '' = none); a symlink or a non-regular file is refused",
-                      metavar="PATH")),
-              study=True),
+              STUDY_OPTIONS, study=True),
     Benchmark("chaos", "benchmarks.chaos",
               "the default job, shortened, run clean and under a fault schedule (--nodes N: lose a Ray node)",
               (Option("--nodes", "run on a loopback Ray cluster of N nodes and lose one", type=count,
@@ -95,6 +98,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                       "logprobs, confirmation); the ratios they give are reported", metavar="A,B,…"),)),
     Benchmark("data", "benchmarks.data",
               "a dataset domain of a 100,000-row Parquet file vs a built-in one: start-up, peak RSS, the preview"),
+    Benchmark("algos", "benchmarks.algos",
+              "every registered algorithm (train.algorithm) on the default job over seeds: score, gain, time-to-score, "
+              "tokens/s, groups filtered, mismatch KL (resumable study)", STUDY_OPTIONS, study=True),
 )
 
 

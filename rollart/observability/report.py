@@ -199,8 +199,8 @@ def _breakdown(inp: _Inputs) -> str:
     png = plots.step_breakdown_png(inp.records or [])
     note = ('<p class="note">Middle: each step\'s wall time (time/step) as two bars that add up to it: waiting '
             'for the batch (time/get_batch_wait) and the rest of the step (a train step landed in line, an '
-            'evaluation, a checkpoint). The lines are the train step (time/train) and the weight sync '
-            '(time/weights.exposed), which overlap the wait unless the run is synchronous. Right: '
+            'evaluation, a checkpoint). The lines are the train step (time/train; with a critic, the part it '
+            'takes: time/critic) and the weight sync (time/weights.exposed), which overlap the wait unless the run is synchronous. Right: '
             'time/&lt;phase&gt; ÷ rollout/trajectories — rollout overlaps training, so its phases are '
             'trajectory-seconds.</p>')
     return _plot_or_missing(png, "step-time breakdown", "no time/* metrics were logged", inp) + note

@@ -95,7 +95,8 @@ class SimSystem:
         self.reward = SimScorer(cfg, self.reward_pool, seed=cfg.seed)
         train = hardware.pools[hardware.train_pool]
         self.trainer = SimTrainer(TrainerCost(hardware.model, hardware.gpu_kind(hardware.train_pool), train.count,
-                                              hardware.trainer), self.weights)
+                                              hardware.trainer), self.weights,
+                                  critic=algorithm_of(cfg.train).critic)
         self.resources = SimResources(hardware)
         self.scheduler: RolloutScheduler | None = None
         self.inference_version = 0

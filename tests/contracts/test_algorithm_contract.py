@@ -73,15 +73,28 @@ def test_each_algorithm_trains_one_step_of_the_tiny_model(tiny_model_path, name)
     from rollart.trainer import Trainer
 
     cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"algorithm": name})
-    objective = PolicyObjective.of(cfg)
-    if ALGORITHMS[name].critic:
-        with pytest.raises(NotImplementedError, match="critic"):
-            Trainer(cfg, objective)
-        pytest.xfail("the critic is not a trainer role yet")
-    trainer = Trainer(cfg, objective)
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     metrics = trainer.train_step(build_train_batch(trajectories(), 0, cfg.train,
                                                    {d: c.max_new_tokens for d, c in cfg.domains.items()}))
     assert trainer.version == 1 and metrics["train/version"] == 1
     assert math.isfinite(metrics["train/loss"]) and metrics["train/grad_norm"] > 0
     for key in ("train/clip_frac", "train/iw_mean", "train/behaviour_kl", "train/mismatch_kl", "train/iw_p50"):
         assert key in metrics, key
+    if ALGORITHMS[name].critic:
+        assert metrics["time/critic"] > 0 and math.isfinite(metrics["train/value_loss"])
+
+
+def test_a_step_with_dapo_overlong_filtering_trains_around_a_masked_trajectory(tiny_model_path):
+    from rollart.trainer import Trainer
+
+    cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"algorithm": "dapo", "overlong_filter": True})
+    trajs = trajectories()
+    cut = trajs[1]
+    trajs[1] = Trajectory(cut.trajectory_id, cut.task, 0, turns=tuple(
+        Turn(t.prompt_token_ids, t.response_token_ids, t.logprobs, t.versions, finish_reason="length")
+        for t in cut.turns)).finished(Status.COMPLETED).scored(float(cut.reward))
+    batch = build_train_batch(trajs, 0, cfg.train, {"math": 4})  # g0/1 generated 4 tokens: at the limit
+    assert sum(batch.samples[1].loss_mask) == 0 and batch.samples[1].reward < float(cut.reward)  # masked, shaped
+    metrics = Trainer(cfg, PolicyObjective.of(cfg)).train_step(batch)
+    assert metrics["train/tokens"] == sum(sum(s.loss_mask[1:]) for s in batch.samples)
+    assert math.isfinite(metrics["train/loss"]) and metrics["train/grad_norm"] > 0
