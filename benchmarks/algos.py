@@ -9,7 +9,7 @@ start removes the warm start's variance and time from the comparison). Only `tra
 
 Per piece (`--piece NAME/SEED`, or `--piece next`: the first missing one, algorithm by algorithm) the run goes
 through the real CLI in a subprocess while holding the study's lock (`--lock`, as in `bench staleness`: by
-default `heavy.lock` in the work directory; the machine's heavy-job lock with `--lock /work/locks/heavy`), and
+default `heavy.lock` in the work directory; a machine-wide heavy-job lock with `--lock PATH`), and
 its record is appended to the `--json` file, whose summary is rebuilt from every record so far; `--report` only
 rebuilds it. `--quick`: grpo, dapo and ppo, one seed, 10 RL steps, 8 episodes per domain — a smoke run for
 `make bench-smoke`, into `--json` if given.
