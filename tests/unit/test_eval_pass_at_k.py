@@ -89,3 +89,24 @@ def test_a_task_temperature_overrides_its_splits():
     assert domain_sampling(cfg, "math", (1,), "val").temperature == cfg.eval.temperature == 0.0
     assert domain_sampling(cfg, "math", (1,), "val", 0.7).temperature == 0.7
     assert domain_sampling(cfg, "math", (1,), "train").temperature == cfg.rollout.temperature
+
+
+def test_the_recorder_logs_pass_at_k_and_avg_beside_the_score(tmp_path):
+    import time
+
+    from rollart.config import RunConfig
+    from rollart.job.recorder import RunRecorder
+    from rollart.observability.records import read_metrics
+    from rollart.base.run_dir import RunPaths
+    from rollart.types import Evaluation
+
+    cfg = RunConfig(run_dir=str(tmp_path / "run"), eval={"samples": 4})
+    cfg.observability.tensorboard = False
+    cfg.observability.progress = "quiet"
+    recorder = RunRecorder(cfg, resume_step=None, started_at=time.time())
+    recorder.evaluation(0, Evaluation({"math": 0.5}, {"math": 4}, {"math": 0}, {"math": {1: 0.25, 4: 0.75}},
+                                      {"math": 0.3}))
+    recorder.close()
+    record = read_metrics(RunPaths.of(cfg.run_dir).metrics)[0]
+    assert record["eval/math/score"] == 0.5 and record["eval/math/pass@1"] == 0.25
+    assert record["eval/math/pass@4"] == 0.75 and record["eval/math/avg@4"] == 0.3
