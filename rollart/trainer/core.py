@@ -132,11 +132,12 @@ class Trainer:
             raise ValueError(f"TrainBatch v{batch.version}: no model tokens to train on in {len(samples)} samples")
         if self.objective.uses_reference and self.ref_policy is None:
             self.ref_policy = self._frozen_copy()  # RL starts from these weights: they are the anchor
+        if self.critic is not None:
+            self.critic.start(self.policy)  # (before any forward: it reads the policy's own shards)
         steps = self.objective.update_plan(len(samples), f"{self.cfg.seed}/{batch.version}")
         proximal = self._proximal_logprobs(samples, steps) if len(steps) > 1 else None
         critic_s, estimates = time.perf_counter(), None
         if self.critic is not None:  # per-token advantages from the critic's values (GAE), before any update
-            self.critic.start(self.policy)
             estimates = self.critic.estimate(samples)
         critic_s = time.perf_counter() - critic_s
         sums = Sums()

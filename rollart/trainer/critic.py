@@ -136,6 +136,7 @@ class Critic:
         weights after the warm start) and the head 0. Every rank's own shards: no communication."""
         if self.ready:
             return
+        self.strategy.release(policy)  # its sharded parameters (a forward without a backward leaves the root whole)
         theirs = {name: e.tensor for e in entries(policy, lora=False) for name in e.names}
         with torch.no_grad():
             for entry in critic_entries(self.module):
