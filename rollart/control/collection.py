@@ -7,7 +7,8 @@ coroutine as a kept background task), `wake` (admission may have room) and `on_t
 breaker tripped). Out: complete, scored groups in the buffer; the counters of everything else.
 
 - `launch_group` starts `group_size + redundancy.extra_per_group` trajectories of an admitted group. Each runs
-  under one timeout (`trajectory_timeout_s`), is scored as soon as it ends, and joins its group.
+  under one timeout (`trajectory_timeout_s`), is scored as soon as it ends — alone, or with its group for a
+  domain whose reward takes a batch (group_scoring.py) — and joins its group.
 - A group completes with its first `group_size` scored trajectories; the stragglers are cancelled at once
   (generation aborted, env closed). A FAILED member is replaced by a new trajectory with the same seed (at
   most `group_size` replacements), else the group is dropped.
@@ -29,6 +30,7 @@ from typing import Any, Callable
 from rollart.config import RolloutConfig
 from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer
+from rollart.control.group_scoring import GroupScoring
 from rollart.control.groups import Group, Groups, Run
 from rollart.control.ledger import Fate, Ledger
 from rollart.control.staleness import StalenessPolicy
@@ -56,6 +58,7 @@ class Collection:
         self.filtered_this_batch = 0  # groups the filter dropped while the next batch forms
         self.bypassed_this_batch = 0  # complete groups it would have dropped past the bound, taken anyway
         self.breaker = DomainBreaker(rollout.circuit_breaker)
+        self.scoring = GroupScoring(scorer, spawn)
         self.wasted_tokens = 0
         self.wasted_env_s = 0.0
         self.inference_version = 0  # the version a trajectory started now runs under (the scheduler sets it)
@@ -99,27 +102,42 @@ class Collection:
             if traj.trajectory_id != trajectory_id:
                 self.ledger.violations.append(f"runner returned id {traj.trajectory_id} for task {trajectory_id}")
             if traj.status is not None and traj.status.trainable and not group.closed:
-                traj = await self._score(traj)
+                traj = await self._score(group, traj)
             self._on_finished(group, run, traj)
         finally:
             self.groups.settle(run)  # (a run cancelled before its outcome was known)
             del group.runs[trajectory_id]
+            self.scoring.poke(group.group_id, *self._scoring_state(group))
             if group.closed and not group.runs:
                 self.groups.release(group)
             if self.turn_barrier:
                 await self.turn_barrier.leave(trajectory_id)
             self.wake()
 
-    async def _score(self, traj: Trajectory) -> Trajectory:
+    async def _score(self, group: Group, traj: Trajectory) -> Trajectory:
         start = self.clock()
         try:
-            result = await self.scorer.score(traj)
+            result = await self.scoring.score(traj, *self._scoring_state(group, traj.trajectory_id))
         except Exception as exc:
             return traj.finished(Status.FAILED, f"reward raised: {exc!r}")
+        if result is None:  # its group closed while it waited for the group's scoring
+            return traj
         if not result.ok:
-            return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}")
+            return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}",
+                                 fault=result.fault)
         span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
         return traj.scored(result.reward, spans=(span,), details=result.details)
+
+    def _scoring_state(self, group: Group, finishing: str = "") -> tuple[int, int]:
+        """(scored members the group still needs, its other members still running) for `self.scoring`."""
+        waiting = self.scoring.waiting(group.group_id) | {finishing}
+        running = sum(1 for tid, run in group.runs.items() if not run.settled and tid not in waiting)
+        return self.cfg.group_size - len(group.scored), running
+
+    def _close(self, group: Group, status: Status, reason: str) -> None:
+        """The group closes (groups.py): members waiting for its group's scoring are not scored."""
+        self.groups.close(group, status, reason)
+        self.scoring.drop(group.group_id)
 
     def _on_finished(self, group: Group, run: Run, traj: Trajectory) -> None:
         self.groups.settle(run)
@@ -153,7 +171,7 @@ class Collection:
                 log.info("dynamic sampling: %d groups were dropped while this batch formed "
                          "(train.max_filtered_groups); the rest of it is taken unfiltered", self.filtered_this_batch)
             self.bypassed_this_batch += 1
-        self.groups.close(group, Status.ABORTED, "redundant: group full")
+        self._close(group, Status.ABORTED, "redundant: group full")
         for t in group.scored:
             self.ledger.move(t, Fate.READY, expect=Fate.RUNNING)
         self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, members))
@@ -163,7 +181,7 @@ class Collection:
 
     def _filter(self, group: Group, members: tuple[Trajectory, ...], reason: str) -> None:
         """The algorithm's filter dropped the complete group: FILTERED, counted; its slot frees for a new one."""
-        self.groups.close(group, Status.ABORTED, f"filtered: {reason}")
+        self._close(group, Status.ABORTED, f"filtered: {reason}")
         for t in members:
             self.ledger.move(t, Fate.FILTERED, expect=Fate.RUNNING, reason=reason)
             self.counts["filtered"] += 1
@@ -210,7 +228,7 @@ class Collection:
             # Closed since the caller chose it (stop() and cancel_stale await between groups, a drop runs in the
             # background): complete — its members are READY in the buffer — filtered, or already cancelled.
             return
-        self.groups.close(group, status, reason)
+        self._close(group, status, reason)
         for traj in group.scored:
             self._end_untrained(traj, status)
         group.scored.clear()

@@ -36,10 +36,11 @@ from torch import Tensor, nn
 
 from rollart.config import RunConfig
 from rollart.trainer import checkpoint as ckpt
+from rollart.trainer.attention import packing_problem
 from rollart.trainer.attention import register as register_attention
 from rollart.trainer.objective import CriticObjective
 from rollart.trainer.packing import MicroBatch, pad_rows, plan_groups, shard
-from rollart.trainer.policy import DecoderRunner, Entry, decoder_layers, entries, recompute_buffers
+from rollart.trainer.policy import Entry, decoder_hidden, decoder_layers, entries, recompute_buffers
 from rollart.trainer.tensor_files import TensorReader, TensorSpec, write_safetensors
 from rollart.types import TrainSample
 
@@ -55,11 +56,10 @@ class ValueModule(nn.Module):
         super().__init__()
         self.decoder = decoder
         self.value_head = nn.Linear(decoder.config.hidden_size, 1)
-        self.runner = DecoderRunner(decoder.config)
 
     def forward(self, input_ids: Tensor, select: Tensor, attention_mask: Tensor | None = None,
                 position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None) -> Tensor:
-        hidden = self.runner.hidden(self.decoder, input_ids, attention_mask, position_ids, cu_seqlens)
+        hidden = decoder_hidden(self.decoder, input_ids, attention_mask, position_ids, cu_seqlens)
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, select)
         # sum over the one output: a new tensor (a view as the root's output would trip FSDP2's backward hook)
         return self.value_head(selected.to(self.value_head.weight.dtype)).sum(dim=-1).float()
@@ -90,6 +90,8 @@ def build_critic(cfg: RunConfig, model_path: str | Path, policy_path: str | Path
     with torch.device("meta"):
         decoder = AutoModel.from_config(config, dtype=getattr(torch, cfg.model.dtype),
                                         attn_implementation=register_attention(), trust_remote_code=remote)
+        if cfg.train.packing and (problem := packing_problem(decoder.config, type(decoder))):
+            raise ValueError(f"train.packing (the critic, {model_path}): {problem}")
         module = ValueModule(decoder)
     if cfg.train.activation_checkpointing:
         decoder.activation_checkpointing_enable(every_n_layers=1)
