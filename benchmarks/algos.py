@@ -132,7 +132,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 
     def mean(key: str) -> float | None:
         values = [float(r[key]) for r in steps if key in r]
-        return round(statistics.fmean(values), 6) if values else None
+        return significant(statistics.fmean(values)) if values else None
 
     return {
         "curve": [[s, round(w - t0, 2), round(v, 4)] for s, w, v in evals],
@@ -192,7 +192,7 @@ def row(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
     def mean_of(key: str) -> float | None:
         values = [r[key] for r in runs if r.get(key) is not None]
-        return round(statistics.fmean(values), 6) if values else None
+        return significant(statistics.fmean(values)) if values else None
 
     return {
         "algorithm": name, "seeds": [r["seed"] for r in runs],
@@ -209,6 +209,11 @@ def row(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "train_s": mean_of("train_s"), "critic_s": mean_of("critic_s"),
         "collapsed_seeds": [r["seed"] for r in runs if collapsed(r["curve"])],
     }
+
+
+def significant(x: float) -> float:
+    """Four significant digits (a KL of 3e-9 stays 3e-9, not 0)."""
+    return float(f"{x:.4g}")
 
 
 def time_to_score(r: dict[str, Any], target: float) -> tuple[float | None, int | None]:
