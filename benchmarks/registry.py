@@ -63,6 +63,16 @@ class Benchmark:
 STEPS = Option("--steps", "RL steps of each training run (default: the benchmark's own; a smoke run's ratios "
                "mean nothing)", type=count, metavar="N")
 
+# the options of a resumable study (staleness, algos): one piece at a time into its --json file
+STUDY_OPTIONS = (
+    Option("--piece", "run one arm × seed of the study (holding --lock) and add it to --json; 'next' = the first "
+           "one missing (algos: an arm is an algorithm)", metavar="ARM/SEED|next"),
+    Option("--report", "rebuild the summary (and a study's PNG curves) from --json without running anything",
+           switch=True),
+    Option("--lock", "file each piece holds an exclusive flock on while it runs (default: heavy.lock in the "
+           "study's work directory; '' = none); a symlink or a non-regular file is refused", metavar="PATH"),
+)
+
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("engine", "benchmarks.engine",
               "the built-in continuous-batching engine vs transformers generate (--engine vllm: vLLM vs both)",
@@ -80,15 +90,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               (STEPS,), smoke=("--quick", "--steps", "2")),
     Benchmark("staleness", "benchmarks.staleness",
               "the validation score vs α, staleness mode and importance weights over seeds (resumable study)",
-              (Option("--piece", "run one arm × seed of the study (holding --lock) and add it to --json; "
-                      "'next' = the first one missing", metavar="ARM/SEED|next"),
-               Option("--report", "rebuild the summary and PNG curves from --json without running anything",
-                      switch=True),
-               Option("--lock", "file each piece holds an exclusive flock on while it runs (default: heavy.lock "
-                      "in the study's work directory; '' = none); a symlink or a non-regular file is refused",
-                      metavar="PATH"),
-               STEPS),
-              study=True, smoke=("--quick", "--steps", "2"), smoke_timeout_s=600),
+              (*STUDY_OPTIONS, STEPS), study=True, smoke=("--quick", "--steps", "2"), smoke_timeout_s=600),
     Benchmark("chaos", "benchmarks.chaos",
               "the default job, shortened, run clean and under a fault schedule (--nodes N: lose a Ray node)",
               (Option("--nodes", "run on a loopback Ray cluster of N nodes and lose one", type=count,
@@ -110,6 +112,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                       "logprobs, confirmation); the ratios they give are reported", metavar="A,B,…"),)),
     Benchmark("data", "benchmarks.data",
               "a dataset domain of a 100,000-row Parquet file vs a built-in one: start-up, peak RSS, the preview"),
+    Benchmark("algos", "benchmarks.algos",
+              "every registered algorithm (train.algorithm) on the default job over seeds: score, gain, time-to-score, "
+              "tokens/s, groups filtered, mismatch KL (resumable study)", STUDY_OPTIONS, study=True),
 )
 
 

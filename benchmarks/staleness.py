@@ -2,8 +2,8 @@
 weights (a study like the paper's Fig. 10), over several seeds — resumable, one arm × seed per piece.
 
 Arms: `sync` (α = 0, `barrier=batch`: the paper's Sync) and α ∈ {1, 2, 4, 8} × `rollout.staleness`
-{trajectory, token} × `train.importance_weights` {on (`iw`), off (`noiw`)}, e.g. `a4-token-iw`. At α = 0
-nothing is stale, so mode and weights make no difference there and one sync arm stands for all four.
+{trajectory, token} × the behaviour correction `train.correction` {token_tis (`iw`), none (`noiw`)}, e.g.
+`a4-token-iw`. At α = 0 nothing is stale, so mode and weights make no difference there and one sync arm stands for all four.
 Seeds 0, 1, 2 (`seed=` of the run: rollout sampling, env seeds, mini-batch splits).
 
 The job: the default job (`make demo`) shortened to `STEPS` RL steps with an evaluation every `EVAL_EVERY`
@@ -79,7 +79,7 @@ def arm_overrides() -> dict[str, list[str]]:
             for iw in (True, False):
                 arms[f"a{alpha}-{mode}-{'iw' if iw else 'noiw'}"] = [
                     f"rollout.alpha={alpha}", "rollout.barrier=none", f"rollout.staleness={mode}",
-                    f"train.importance_weights={str(iw).lower()}",
+                    f"train.correction={'token_tis' if iw else 'none'}",
                 ]
     return arms
 

@@ -105,7 +105,7 @@ def measure(rank: int, world: int, model_path: str, train: dict[str, Any], lengt
     imported = rss_mb()
     pools = {**default_pools(), "train": PoolConfig(kind="cpu", capacity=world)}
     cfg = RunConfig(model={"path": model_path}, pools=pools, train={"workers": world, "lr": 1e-5, **train})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train), rank=rank, world_size=world)
+    trainer = Trainer(cfg, PolicyObjective.of(cfg), rank=rank, world_size=world)
     built = rss_mb()
     vocab = int(trainer.model.config.vocab_size)
     losses: list[float] = []

@@ -48,6 +48,7 @@ class Task:
     seed: int
     group_id: str
     split: Split = "train"
+    temperature: float | None = None  # sampling temperature of its turns; None = its split's (rollout / eval)
 
 
 @dataclass(frozen=True)
@@ -350,11 +351,15 @@ class TrainBatch:
 class Evaluation:
     """Validation scores at one moment: per domain, the mean score of its scored episodes (a domain with
     none scored has no score), how many episodes were scored and how many failed — an episode that kept
-    failing for an infrastructure reason is counted here, never averaged in as 0."""
+    failing for an infrastructure reason is counted here, never averaged in as 0. With `eval.samples` = n
+    > 0, also per domain `pass_at_k` {k: the unbiased pass@k over the episodes} and `avg_at_n` (the mean
+    score of the n samples per episode)."""
 
     scores: Mapping[str, float]
     scored: Mapping[str, int]
     failed: Mapping[str, int]
+    pass_at_k: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    avg_at_n: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def mean(self) -> float | None:
@@ -528,6 +533,15 @@ class TurnBarrier(Protocol):
     async def before_turn(self, trajectory_id: str, turn_index: int) -> None: ...
 
     async def leave(self, trajectory_id: str) -> None: ...
+
+
+@runtime_checkable
+class GroupFilter(Protocol):
+    """Which complete groups enter the batch: the algorithm plane's filter (DAPO's dynamic sampling drops a
+    group whose rewards are all equal), which the control plane asks about each group once its members are
+    scored, without knowing which algorithm runs. None keeps the group; a reason drops it."""
+
+    def __call__(self, group: Sequence[Trajectory]) -> str | None: ...
 
 
 @runtime_checkable

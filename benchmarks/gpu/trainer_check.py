@@ -40,7 +40,7 @@ def rank_main(rank: int, world: int, work: str) -> None:
     pools = {**default_pools(), "train": PoolConfig(kind="gpu", device="cuda", capacity=world)}
     cfg = RunConfig(model={"path": f"{work}/model"}, pools=pools,
                     train={"workers": world, "strategy": "fsdp2", "precision": "bf16", "lr": 1e-5})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train), rank=rank, world_size=world,
+    trainer = Trainer(cfg, PolicyObjective.of(cfg), rank=rank, world_size=world,
                       device=f"cuda:{rank}")
     vocab = QWEN3_0_6B["vocab_size"]
     trainer.train_step(batch(LENGTHS, 0, 0, vocab))

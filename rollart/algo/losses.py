@@ -1,58 +1,56 @@
-"""The policy-gradient loss: clipped decoupled PPO with truncated importance weights, optional k3 KL.
+"""The policy-gradient loss every algorithm shares: decoupled PPO around the algorithm's surrogate, with the
+behaviour correction, a KL penalty and aggregation weights (pure tensor functions).
 
 In (all [B, T], one entry per predicted token; `advantages` may be [B]): the current log-probabilities
 log π_θ (with grad), the behaviour log-probabilities log μ the inference engine recorded when it sampled
 each token (a trajectory may mix several policy versions: every token carries the logprob of the version
 that produced it), the proximal log-probabilities log π_prox, the loss mask m (1 on the model's own tokens
-only — prompts and observations are 0) and aggregation weights ω (`aggregation_weights`). Out: a scalar
-loss and summed statistics.
+only — prompts and observations are 0) and aggregation weights ω (`aggregation_weights`), the algorithm's
+surrogate (algorithm.py). Out: a scalar loss and summed statistics.
 
-Decoupled PPO (Hilton et al. 2022; AReaL): the trust region is measured against a *proximal* policy
-π_prox — the trainer's weights before the first optimizer step on this batch, computed once per batch —
-while the off-policy gap between π_prox and the behaviour policies is corrected by an importance weight
-truncated at C = `train.tis_cap` (TIS):
+Decoupled PPO (Hilton et al. 2022; AReaL): the trust region is measured against a *proximal* policy π_prox
+— the trainer's weights before the first optimizer step on this batch, computed once per batch — while the
+off-policy gap between π_prox and the behaviour policies is corrected by a weight w_t (`train.correction`,
+corrections.py; default token_tis: min(π_prox/μ, C)):
 
-    r_t  = exp(log π_θ − log π_prox)                      (proximal ratio; 1 at the batch's first step)
-    w_t  = min(exp(log π_prox − log μ), C)                (behaviour correction, detached)
-    s_t  = min(r_t·A, clip(r_t, 1 − ε_low, 1 + ε_high)·A)  (asymmetric clip: ε_low = clip_low, ε_high = clip_high)
-    k3_t = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1          (Schulman's k3 KL estimator)
-    ℓ_t  = −w_t·s_t + β·k3_t                              (β = `train.kl_coef`)
+    Δ_t  = log π_θ − log π_prox                           (0 at the batch's first step)
+    s_t  = surrogate(Δ, A)                                (grpo: min(r·A, clip(r, 1−ε_low, 1+ε_high)·A), r = e^Δ)
+    w_t  = correction(π_prox/μ)                           (detached)
+    ℓ_t  = −w_t·s_t + β·KL_t                              (β = `train.kl_coef`; KL_t by `train.kl_estimator`)
     L    = Σ_t ω_t · m_t · ℓ_t
 
-`train.importance_weights=false` sets w_t = 1: the gap between behaviour and proximal policy is ignored
-(the ablation of the staleness benchmark).
-
-The clipped branch is taken (the token's gradient is zero) only when r_t has left the band in the
-direction the advantage pushes: r_t > 1 + ε_high with A > 0, or r_t < 1 − ε_low with A < 0.
+KL estimators (Schulman, "Approximating KL divergence"), with δ = log π_ref − log π_θ: k1 = −δ, k2 = δ²/2,
+k3 = e^δ − δ − 1 (unbiased, ≥ 0; the default).
 
 A batch is trained in `train.mini_batches` × `train.epochs` optimizer steps (`updates.mini_batch_plan`);
 ω is normalised per mini-batch. With one step per batch π_prox is the detached current policy
 (`proximal_logprobs=None`): no extra forward pass, r_t = 1 in value (nothing is clipped) and
 ∇L = −Σ ω·m·w·A·∇log π_θ — importance-corrected REINFORCE against the exact per-token behaviour versions.
 
-Aggregation (`aggregation_weights`): token_mean ω_t = 1/N_tok (all model tokens of the mini-batch),
-seq_mean ω_t = 1/(N_seq · n_tok(seq)). Pass the mini-batch's totals when it is split over micro-batches and
-data-parallel ranks: the sum of the micro-batch losses is then exactly the loss of the whole mini-batch.
+Aggregation (`aggregation_weights`), with N_tok the model tokens and N_seq the sequences of the mini-batch:
+token_mean ω = 1/N_tok; seq_mean ω = 1/(N_seq·n_tok(seq)); seq_sum ω = 1/N_seq; seq_sum_norm ω = 1/(N_seq·L)
+(L a constant: Dr.GRPO). Pass the mini-batch's totals when it is split over micro-batches and data-parallel
+ranks: the sum of the micro-batch losses is then exactly the loss of the whole mini-batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from rollart.algo.updates import mini_batch_plan
-from rollart.config import TrainConfig
+from rollart.algo.algorithm import Surrogate
+from rollart.algo.corrections import Correction, correction_weights, log_ratio_histogram
+from rollart.algo.grpo import token_clip
 
-Aggregation = Literal["token_mean", "seq_mean"]
+Aggregation = Literal["token_mean", "seq_mean", "seq_sum", "seq_sum_norm"]
+KlEstimator = Literal["k3", "k2", "k1"]
 
 
-def aggregation_weights(
-    mask: Tensor, aggregation: Aggregation, total_tokens: float | None = None, total_seqs: float | None = None
-) -> Tensor:
-    """ω [B, T]: token_mean 1/N_tok, seq_mean 1/(N_seq·n_tok(seq)); zero where `mask` is 0.
+def aggregation_weights(mask: Tensor, aggregation: Aggregation, total_tokens: float | None = None,
+                        total_seqs: float | None = None, norm_length: float = 1.0) -> Tensor:
+    """ω [B, T] (module docstring); zero where `mask` is 0.
 
     Defaults: N_tok = mask.sum(), N_seq = sequences of this batch with at least one model token.
     """
@@ -60,17 +58,34 @@ def aggregation_weights(
     if aggregation == "token_mean":
         n = float(m.sum()) if total_tokens is None else float(total_tokens)
         return (m / max(n, 1.0)).to(torch.float32)
+    per_seq = m.sum(dim=1, keepdim=True)
+    n = float((per_seq > 0).sum()) if total_seqs is None else float(total_seqs)
     if aggregation == "seq_mean":
-        per_seq = m.sum(dim=1, keepdim=True)
-        n = float((per_seq > 0).sum()) if total_seqs is None else float(total_seqs)
         return (m / (per_seq.clamp(min=1.0) * max(n, 1.0))).to(torch.float32)
-    raise ValueError(f"train.aggregation={aggregation!r} is not one of 'token_mean', 'seq_mean'")
+    if aggregation == "seq_sum":
+        return (m / max(n, 1.0)).to(torch.float32)
+    if aggregation == "seq_sum_norm":
+        return (m / (max(n, 1.0) * max(norm_length, 1.0))).to(torch.float32)
+    raise ValueError(f"train.aggregation={aggregation!r} is not one of 'token_mean', 'seq_mean', 'seq_sum', "
+                     "'seq_sum_norm'")
 
 
 def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """Per-token k3 estimate of KL(π_θ ‖ π_ref): exp(Δ) − Δ − 1 with Δ = log π_ref − log π_θ (≥ 0)."""
+    """Per-token k3 estimate of KL(π_θ ‖ π_ref): exp(δ) − δ − 1 with δ = log π_ref − log π_θ (≥ 0)."""
     delta = ref_logprobs - logprobs
     return torch.exp(delta) - delta - 1.0
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: KlEstimator = "k3") -> Tensor:
+    """The per-token KL penalty of `train.kl_estimator` (module docstring)."""
+    if estimator == "k3":
+        return k3_kl(logprobs, ref_logprobs)
+    delta = ref_logprobs - logprobs
+    if estimator == "k2":
+        return 0.5 * delta**2
+    if estimator == "k1":
+        return -delta
+    raise ValueError(f"train.kl_estimator={estimator!r} is not one of 'k3', 'k2', 'k1'")
 
 
 def policy_loss(
@@ -83,20 +98,26 @@ def policy_loss(
     clip_low: float,
     clip_high: float,
     tis_cap: float,
+    tis_floor: float = 0.0,
+    correction: Correction = "token_tis",
+    surrogate: Surrogate = token_clip,
     proximal_logprobs: Tensor | None = None,
     ref_logprobs: Tensor | None = None,
     kl_coef: float = 0.0,
-    importance_weights: bool = True,
+    kl_estimator: KlEstimator = "k3",
+    fresh: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """L = Σ ω·m·(−w·s + β·k3) (module docstring). Returns (loss, stats).
+    """L = Σ ω·m·(−w·s + β·KL) (module docstring). Returns (loss, stats).
 
-    stats are sums (or maxima) over masked tokens, so micro-batches, ranks and optimizer steps add up:
-    `tokens`; `clipped` (tokens whose clipped branch was taken); `ratio_max` (largest r_t);
-    `iw_sum` (applied, truncated weights w_t); `iw_max` (largest weight before truncation);
-    `iw_truncated` (tokens whose applied weight was cut to C); `approx_kl_sum` (½(log π_θ − log π_prox)²: how far
-    this batch's updates have moved the policy); `behaviour_kl_sum` (½(log π_prox − log μ)²: the
-    off-policy gap the weights correct); `ref_kl_sum` (k3, when a reference is given); `pg_loss` /
-    `kl_loss` (the two weighted parts of L).
+    stats are sums (keys ending in `_max`: maxima; `_hist`: count vectors) over masked tokens, so
+    micro-batches, ranks and optimizer steps add up: `tokens`; `clipped` (tokens whose clipped branch was
+    taken); `ratio_max` (largest ratio the surrogate used); `iw_sum` (applied weights w_t); `iw_max` (largest
+    token ratio π_prox/μ before the correction); `iw_truncated` / `iw_masked` (tokens whose weight was cut to a
+    bound / set to 0); `iw_hist` (histogram of log π_prox/μ); `approx_kl_sum` (½(log π_θ − log π_prox)²: how
+    far this batch's updates have moved the policy); `behaviour_kl_sum` (½(log π_prox − log μ)²: the off-policy
+    gap the weights correct); `mismatch_kl_sum` / `mismatch_tokens` (k3 KL(μ ‖ π_prox) over the tokens `fresh`
+    marks — generated by the version being trained, so the gap is the engine's, not staleness); `ref_kl_sum`
+    (k3, when a reference is given); `pg_loss` / `kl_loss` (the two weighted parts of L).
     """
     if advantages.ndim == 1:
         advantages = advantages[:, None]
@@ -106,83 +127,33 @@ def policy_loss(
     # Padding positions may hold any logprob; zero the exponents there so no inf leaks into the sums.
     log_ratio = torch.where(on, logprobs - prox, torch.zeros_like(prox))
     log_iw = torch.where(on, prox - behaviour_logprobs, torch.zeros_like(prox))
-    ratio = torch.exp(log_ratio)
     raw_iw = torch.exp(log_iw).detach()
-    iw = raw_iw.clamp(max=tis_cap) if importance_weights else torch.ones_like(raw_iw)
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    surrogate = torch.minimum(unclipped, clipped)
-    pg_tok = -iw * surrogate
+    w = correction_weights(log_iw, mask, correction, tis_cap, tis_floor)
+    terms = surrogate(logprobs, log_ratio, advantages, mask, clip_low, clip_high)
+    pg_tok = -w.weight * terms.objective
     wm = weights * m
     pg_loss = (wm * pg_tok).sum()
     loss = pg_loss
+    fresh_m = m if fresh is None else m * fresh.to(m.dtype)
     stats = {
         "tokens": m.sum().detach(),
-        "clipped": ((clipped < unclipped).to(m.dtype) * m).sum().detach(),
-        "ratio_max": (ratio.detach() * m).max() if m.numel() else torch.zeros(()),
-        "iw_sum": (iw * m).sum(),
+        "clipped": (terms.clipped.to(m.dtype) * m).sum().detach(),
+        "ratio_max": (terms.ratio * m).max() if m.numel() else torch.zeros(()),
+        "iw_sum": (w.weight * m).sum(),
         "iw_max": (raw_iw * m).max() if m.numel() else torch.zeros(()),
-        "iw_truncated": ((raw_iw > tis_cap).to(m.dtype) * m).sum() if importance_weights else torch.zeros(()),
+        "iw_truncated": (w.truncated.to(m.dtype) * m).sum(),
+        "iw_masked": (w.masked.to(m.dtype) * m).sum(),
+        "iw_hist": log_ratio_histogram(log_iw, mask),
         "approx_kl_sum": (0.5 * log_ratio.detach() ** 2 * m).sum(),
         "behaviour_kl_sum": (0.5 * log_iw.detach() ** 2 * m).sum(),
+        "mismatch_kl_sum": ((raw_iw - 1.0 - log_iw.detach()) * fresh_m).sum(),
+        "mismatch_tokens": fresh_m.sum().detach(),
         "pg_loss": pg_loss.detach(),
     }
     if ref_logprobs is not None and kl_coef > 0:
-        kl_tok = k3_kl(logprobs, ref_logprobs)
+        kl_tok = kl_penalty(logprobs, ref_logprobs, kl_estimator)
         kl_loss = kl_coef * (wm * kl_tok).sum()
         loss = loss + kl_loss
-        stats["ref_kl_sum"] = (kl_tok.detach() * m).sum()
+        stats["ref_kl_sum"] = (k3_kl(logprobs.detach(), ref_logprobs) * m).sum()
         stats["kl_loss"] = kl_loss.detach()
     return loss, stats
-
-
-@dataclass(frozen=True)
-class PolicyObjective:
-    """`policy_loss` and the update plan bound to the `train.*` settings: what the driver hands the trainer.
-
-    Per batch the trainer asks `update_plan(num_samples, seed)` for its optimizer steps; when there is more
-    than one it computes π_prox once, before the first. Per micro-batch it calls
-    `token_weights(mask, total_tokens, total_seqs)` with the mini-batch's totals, then
-    `objective(logprobs, behaviour_logprobs, advantages, mask, weights, proximal_logprobs, ref_logprobs)`.
-    """
-
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    tis_cap: float = 2.0
-    kl_coef: float = 0.0
-    aggregation: Aggregation = "token_mean"
-    mini_batches: int = 1
-    epochs: int = 1
-    importance_weights: bool = True
-
-    @classmethod
-    def from_config(cls, train: TrainConfig) -> PolicyObjective:
-        return cls(train.clip_low, train.clip_high, train.tis_cap, train.kl_coef, train.aggregation,
-                   train.mini_batches, train.epochs, train.importance_weights)
-
-    @property
-    def uses_reference(self) -> bool:
-        return self.kl_coef > 0
-
-    def update_plan(self, num_samples: int, seed: str) -> list[tuple[int, ...]]:
-        return mini_batch_plan(num_samples, self.mini_batches, self.epochs, seed)
-
-    def token_weights(self, mask: Tensor, total_tokens: float, total_seqs: float) -> Tensor:
-        return aggregation_weights(mask, self.aggregation, total_tokens, total_seqs)
-
-    def __call__(
-        self,
-        logprobs: Tensor,
-        behaviour_logprobs: Tensor,
-        advantages: Tensor,
-        mask: Tensor,
-        weights: Tensor,
-        proximal_logprobs: Tensor | None = None,
-        ref_logprobs: Tensor | None = None,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        return policy_loss(
-            logprobs, behaviour_logprobs, advantages, mask, weights,
-            clip_low=self.clip_low, clip_high=self.clip_high, tis_cap=self.tis_cap,
-            proximal_logprobs=proximal_logprobs, ref_logprobs=ref_logprobs, kl_coef=self.kl_coef,
-            importance_weights=self.importance_weights,
-        )

@@ -26,6 +26,7 @@ Where each section lives (a section belongs to the plane that reads it):
     reward.py         reward (backends, retries, the serverless service, an HTTP endpoint)
     rollout.py        rollout (batch, groups, staleness, barriers, redundancy, circuit breaker, re-mapping)
     train.py          train (optimizer, loss, parallelism, warm start, LoRA), weights (the weight store)
+    algorithm.py      train.algorithm's presets over the train.* settings; train.critic (the value model)
     evaluation.py     eval (validation)
     observability.py  observability (metric sinks, progress, timeline, samples, logs)
     run.py            RunConfig, the whole run: the top-level keys and the checks across sections
@@ -33,6 +34,7 @@ Where each section lives (a section belongs to the plane that reads it):
 
 from __future__ import annotations
 
+from rollart.config.algorithm import ALGORITHM_PRESETS, CriticConfig
 from rollart.config.base import TRUST_IMPORT, is_loopback_host, reaches_beyond
 from rollart.config.domains import (
     REWARD_ROLES,
@@ -57,6 +59,8 @@ from rollart.config.sandbox import SandboxConfig, SandboxLimits, WorkspaceConfig
 from rollart.config.train import LoraConfig, TrainConfig, WarmStartConfig, WeightsConfig
 
 __all__ = [
+    "ALGORITHM_PRESETS",
+    "CriticConfig",
     "REWARD_ROLES",
     "TRUST_IMPORT",
     "CircuitBreakerConfig",

@@ -83,6 +83,10 @@ class DomainProfileConfig(Section):
     env_reset: LatencyConfig = Field(LatencyConfig(), description="time of env.reset")
     env_step: LatencyConfig = Field(LatencyConfig(), description="time of env.step (besides any `inject` delay)")
     reward: LatencyConfig = Field(LatencyConfig(), description="time to score one trajectory")
+    success_rate: float | None = Field(
+        None, ge=0, le=1, description="the twin only: the chance an episode scores 1 (else 0), drawn per "
+        "trajectory, so a group filter (train.dynamic_sampling) has groups to drop; null = every episode scores 1"
+    )
 
 
 class FaultInjectionConfig(Section):

@@ -24,6 +24,18 @@ class EvalConfig(Section):
     temperature: float = Field(
         0.0, ge=0, le=100, description="sampling temperature of validation episodes (0 = greedy)"
     )
+    samples: int = Field(
+        0, ge=0, le=1024, description="pass@k / avg@n: each validation episode is also run this many times at "
+        "eval.sample_temperature, and eval/<domain>/pass@k (k = 1, 2, 4 … ≤ n, and n) and avg@n are reported beside "
+        "the greedy score; 0 = off"
+    )
+    sample_temperature: float = Field(
+        1.0, gt=0, le=100, description="sampling temperature of the eval.samples runs of each episode"
+    )
+    pass_threshold: float = Field(
+        1.0, ge=0, le=1, description="a sampled episode passes when its score (reward clipped to [0, 1]) is at least "
+        "this"
+    )
     retries: int = Field(
         2, ge=0, le=MAX_RETRIES, description="re-runs of an episode that failed for an infrastructure reason (a "
         "worker died, the reward service was down); one still failing is reported as failed, never scored as 0"

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from rollart.config.algorithm import apply_preset
 from rollart.config.run import RunConfig
 from rollart.config.explain import unknown_key_hint
 from rollart.base.run_dir import RunPaths
@@ -68,14 +69,29 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for item in overrides or []:
         key, value = _parse_override(item)
         loc = tuple(key.split("."))
-        prov.sources[loc] = f"the command line ({item})"
+        _record_override(loc, value, f"the command line ({item})", prov)
         nested = _nest(loc, value)
         _refuse_empty_sections(nested, prov)
         _merge(data, nested)
     try:
+        _apply_algorithm(data, prov)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (from {prov.of(('train', 'algorithm'))})") from None
+    try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, prov)) from None
+
+
+def _apply_algorithm(data: dict[str, Any], prov: _Provenance) -> None:
+    """`train.algorithm`'s preset under the `train.*` keys the file and the command line gave (the merged data
+    holds every default, which would otherwise hide the preset); deprecated keys mapped (`apply_preset`)."""
+    train = data.get("train")
+    if not isinstance(train, dict):
+        return
+    given = {loc[1] for loc in prov.sources if len(loc) >= 2 and loc[0] == "train"}
+    defaults = RunConfig().train.model_dump(mode="python")
+    data["train"] = {**defaults, **apply_preset({k: train[k] for k in given if k in train})}
 
 
 def dump_config(cfg: RunConfig) -> str:
@@ -124,6 +140,14 @@ def _record_lines(node: yaml.Node | None, loc: Location, path: Path, prov: _Prov
             sub = loc + (key,)
             prov.sources[sub] = f"{path} line {line}"
             _record_lines(value_node, sub, path, prov)
+
+
+def _record_override(loc: Location, value: Any, source: str, prov: _Provenance) -> None:
+    """Where an override's key (and, for a mapping value, each key inside it) came from."""
+    prov.sources[loc] = source
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _record_override(loc + (str(key),), sub, source, prov)
 
 
 def _parse_override(item: str) -> tuple[str, Any]:

@@ -1,8 +1,10 @@
 """The `train` and `weights` sections: the trainer (RL steps, optimizer, loss, parallelism, checkpoints, the
 warm start before RL, LoRA) and the weight store that carries each new policy version to inference.
 
-In: `Section` (`base`), the bounds (`bounds`). Out: `TrainConfig` with its `WarmStartConfig` and `LoraConfig`
-(`LORA_TARGETS`, the default modules adapted), and `WeightsConfig`.
+In: `Section` (`base`), the bounds (`bounds`), the algorithms' presets and the critic's section (`algorithm`).
+Out: `TrainConfig` with its `WarmStartConfig`, `LoraConfig` (`LORA_TARGETS`, the default modules adapted) and
+`CriticConfig`, and `WeightsConfig`. `train.algorithm` sets the settings of its preset before the section is
+validated; settings given beside it win (`rollart.config.algorithm`).
 
 Guarantee: every setting is typed and bounded; the settings that cannot work together (offload without fsdp2,
 bf16 over low-precision weights or on a device without bf16, more ranks than slots, LoRA on an engine that
@@ -11,10 +13,11 @@ cannot serve it) are refused once the whole config is known (`rollart.config.run
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from rollart.config.algorithm import CriticConfig, apply_preset
 from rollart.config.base import Section
 from rollart.config.bounds import (
     DAY_S,
@@ -66,7 +69,18 @@ class LoraConfig(Section):
 
 
 class TrainConfig(Section):
-    """The trainer: RL steps, optimizer, loss, checkpoints, and the warm start before RL."""
+    """The trainer: RL steps, optimizer, the algorithm and its loss, checkpoints, and the warm start before RL."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        return apply_preset(data)
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> TrainConfig:
+        if self.tis_floor >= self.tis_cap:
+            raise ValueError(f"train.tis_floor ({self.tis_floor}) must be below train.tis_cap ({self.tis_cap})")
+        return self
 
     steps: int = Field(300, ge=1, le=MAX_STEPS, description="RL steps (train batches) of the run")
     lr: float = Field(3e-4, gt=0, le=10, description="AdamW learning rate (peak, when a schedule is set)")
@@ -111,18 +125,32 @@ class TrainConfig(Section):
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="learning-rate schedule after the warm-up"
     )
-    advantage: Literal["grpo", "rloo", "reinforce"] = Field(
-        "grpo", description="baseline of the advantage: group mean (grpo), leave-one-out group mean (rloo) or "
-        "batch mean (reinforce)"
+    algorithm: str = Field(
+        "grpo", description="the RL algorithm: grpo, dr_grpo, dapo, gspo, cispo, rloo, reinforce_pp or ppo. It sets "
+        "the train.* settings of its preset (docs/training.md); a setting given beside it wins"
     )
-    normalize_std: bool = Field(True, description="divide advantages by the group's (reinforce: batch's) std")
-    clip_low: float = Field(0.2, ge=0, le=1, description="PPO clip below: the ratio may not fall under 1 − clip_low")
+    normalize_std: bool = Field(
+        True, description="divide advantages by a std: the group's (grpo, dapo, gspo, cispo, rloo), the batch's "
+        "(reinforce_pp, ppo)"
+    )
+    clip_low: float = Field(
+        0.2, ge=0, le=1, description="PPO clip below: the ratio may not fall under 1 − clip_low (cispo: the "
+        "importance weight's floor; 1 = none)"
+    )
     clip_high: float = Field(
-        0.28, ge=0, le=100, description="PPO clip above: the ratio may not rise over 1 + clip_high"
+        0.28, ge=0, le=100, description="PPO clip above: the ratio may not rise over 1 + clip_high (gspo: of the "
+        "sequence ratio; cispo: the importance weight's cap)"
     )
-    tis_cap: float = Field(2.0, gt=0, le=1e6, description="truncated importance-weight cap (behaviour correction)")
-    importance_weights: bool = Field(
-        True, description="weight each token by min(π_prox/μ, tis_cap); false = weight 1 (ignores staleness)"
+    correction: Literal["none", "token_tis", "token_mis", "seq_tis", "seq_mis"] = Field(
+        "token_tis", description="the behaviour correction w of each token, from π_prox/μ (the trainer's over the "
+        "engine's probability): token_tis truncates each token's ratio into [tis_floor, tis_cap], token_mis zeroes "
+        "tokens whose ratio leaves it, seq_tis/seq_mis do the same with the sequence's ratio (the product over its "
+        "tokens); none = weight 1 (ignores staleness and engine mismatch)"
+    )
+    tis_cap: float = Field(2.0, gt=0, le=1e6, description="upper bound of the behaviour correction's ratio")
+    tis_floor: float = Field(
+        0.0, ge=0, le=1e6, description="lower bound of the behaviour correction's ratio; > 0 makes it two-sided "
+        "(an icepop-style mask with the mis modes); must be below tis_cap"
     )
     mini_batches: int = Field(
         1, ge=1, le=MAX_BATCH, description="optimizer steps per epoch over a batch (PPO mini-batches); > 1 activates "
@@ -130,13 +158,42 @@ class TrainConfig(Section):
     )
     epochs: int = Field(1, ge=1, le=1000, description="passes over each batch (each split into mini_batches steps)")
     kl_coef: float = Field(
-        0.0, ge=0, le=1000, description="weight of the k3 KL penalty to the initial weights (> 0 keeps a frozen "
+        0.0, ge=0, le=1000, description="weight of the KL penalty to the initial weights (> 0 keeps a frozen "
         "reference model)"
     )
+    kl_estimator: Literal["k3", "k2", "k1"] = Field(
+        "k3", description="the KL penalty's per-token estimator (Schulman): k3 = exp(Δ) − Δ − 1, k2 = Δ²/2, "
+        "k1 = −Δ, with Δ = log π_ref − log π_θ"
+    )
     # seq_mean: each trajectory weighs the same, so a long multi-turn domain does not drown a short one
-    aggregation: Literal["token_mean", "seq_mean"] = Field(
-        "seq_mean", description="loss average: over all tokens of the batch (token_mean), or per trajectory "
-        "first, so each trajectory weighs the same (seq_mean)"
+    aggregation: Literal["token_mean", "seq_mean", "seq_sum", "seq_sum_norm"] = Field(
+        "seq_mean", description="loss average: over all tokens of the batch (token_mean); per trajectory first, so "
+        "each trajectory weighs the same (seq_mean); each trajectory's token sum, averaged over trajectories "
+        "(seq_sum); or that sum divided by a constant length (seq_sum_norm, Dr.GRPO: train.norm_length)"
+    )
+    norm_length: int = Field(
+        0, ge=0, le=1 << 30, description="seq_sum_norm's constant length; 0 = the longest generation budget of a "
+        "trained domain (max_turns × max_new_tokens)"
+    )
+    dynamic_sampling: bool = Field(
+        False, description="drop a complete group whose rewards are all equal (it carries no gradient) and admit a "
+        "new one in its place (DAPO); counted in rollout/groups_filtered/<domain>"
+    )
+    max_filtered_groups: int = Field(
+        64, ge=0, le=MAX_BATCH, description="dynamic sampling's bound: after this many groups are dropped while one "
+        "batch forms, the rest of that batch is taken unfiltered (logged), so rollout can never spin"
+    )
+    overlong_buffer: float = Field(
+        0.0, ge=0, le=1, description="overlong reward shaping (DAPO): the last fraction of a turn's max_new_tokens "
+        "in which a longer response is penalised linearly, down to −overlong_penalty at the limit; 0 = off"
+    )
+    overlong_penalty: float = Field(1.0, ge=0, le=1e6, description="the shaping's penalty at the length limit")
+    overlong_filter: bool = Field(
+        False, description="mask the loss of trajectories that were cut (a turn stopped at max_new_tokens, or the "
+        "episode TRUNCATED): they still count in their group's advantages but get no gradient"
+    )
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig, description="the value model (train.algorithm=ppo)"
     )
     checkpoint_every: int = Field(
         10, ge=1, le=MAX_STEPS, description="save a checkpoint every N RL steps (and at the end)"

@@ -1,7 +1,9 @@
-"""Control plane: rollout scheduler, sample buffer, staleness policy, turn barrier (docs/architecture.md §2–6)."""
+"""Control plane: rollout scheduler (admission, collection, ledger), sample buffer, staleness policy, turn barrier
+(docs/architecture.md §2–6)."""
 
 from rollart.control.buffer import BatchTimeout, ReadyGroup, SampleBuffer, domain_quotas
-from rollart.control.scheduler import DomainBroken, Fate, RolloutScheduler, SchedulerFailed
+from rollart.control.ledger import Fate
+from rollart.control.scheduler import DomainBroken, RolloutScheduler, SchedulerFailed
 from rollart.control.staleness import StalenessPolicy
 from rollart.control.turn_barrier import ActorTurnBarrier, LocalTurnBarrier
 

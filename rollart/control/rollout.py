@@ -3,7 +3,8 @@
 In: a `RunConfig` (its `rollout` section and domains), the env plane's `TrajectoryRunner`, the reward
 plane's `RewardScorer`, the number of batches to fill and the versions the run stands at; optionally a
 `TurnBarrier` (`rollout.barrier=turn`), a checkpointed scheduler state to go on from, a `LedgerSink` for
-the ledger moves, and the clock (the cluster twin's is virtual). Out: a started `RolloutScheduler` whose
+the ledger moves, the clock (the cluster twin's is virtual) and the algorithm's group filter (the job passes
+`Algorithm.filter_for(cfg.train)`: None unless `train.dynamic_sampling`; its bound is `train.max_filtered_groups`). Out: a started `RolloutScheduler` whose
 buffer holds the configured staleness policy, selection and domain weights.
 
 Used by the real system (`rollart.job.system`), the cluster twin (`rollart.sim.system`) and the rollout
@@ -20,7 +21,7 @@ from rollart.config import RunConfig
 from rollart.control.buffer import SampleBuffer
 from rollart.control.scheduler import RolloutScheduler
 from rollart.control.staleness import StalenessPolicy
-from rollart.types import LedgerSink, RewardScorer, TrajectoryRunner, TurnBarrier
+from rollart.types import GroupFilter, LedgerSink, RewardScorer, TrajectoryRunner, TurnBarrier
 
 
 def trajectory_timeout_s(cfg: RunConfig) -> float:
@@ -42,6 +43,7 @@ def start_rollout(
     resume_from: Mapping[str, Any] | None = None,
     ledger_sink: LedgerSink | None = None,
     clock: Callable[[], float] = time.time,
+    group_filter: GroupFilter | None = None,
 ) -> RolloutScheduler:
     """A started scheduler that fills `batches` batches, the first trained at `first_version`, with the
     engines serving `inference_version`; `resume_from`: a `RolloutScheduler.state_dict()` to go on from."""
@@ -51,7 +53,8 @@ def start_rollout(
     scheduler = RolloutScheduler(
         cfg.rollout, cfg.domains, runner, scorer, buffer, policy, total_batches=batches,
         first_version=first_version, seed=cfg.seed, turn_barrier=turn_barrier, trajectory_timeout_s=trajectory_timeout_s(cfg),
-        clock=clock, ledger_sink=ledger_sink,
+        clock=clock, ledger_sink=ledger_sink, group_filter=group_filter,
+        max_filtered_groups=cfg.train.max_filtered_groups,
     )
     scheduler.set_inference_version(inference_version)
     if resume_from is not None:

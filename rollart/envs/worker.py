@@ -154,7 +154,7 @@ class EnvWorker:
             domain_cfg, factory = self._domain_cfg_and_factory(task)
         chat = self.chats.get(task.domain, self.chat)
         if sampling is None:
-            sampling = domain_sampling(self.cfg, task.domain, chat.stop_token_ids, task.split)
+            sampling = domain_sampling(self.cfg, task.domain, chat.stop_token_ids, task.split, task.temperature)
         if agent is not None:
             assert self.gateway is not None
             return AgentManager(task, start_version, agent=agent, domain_cfg=self.cfg.domains[task.domain],

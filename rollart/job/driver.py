@@ -61,7 +61,7 @@ def warm_start_checkpoint(cfg: RunConfig, out_dir: str | Path,
 
     full = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lora": None})})
     torch.set_num_threads(full.train.threads)
-    trainer = Trainer(full, PolicyObjective.from_config(full.train))
+    trainer = Trainer(full, PolicyObjective.of(full))
     run_warm_start(full, trainer, trainer.model_path, on_step)
     out = Path(out_dir)
     trainer.export(out)

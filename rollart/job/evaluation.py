@@ -16,6 +16,16 @@ A dataset domain with fewer validation rows than `eval.episodes_per_domain` (`ro
 each row once (`announce_episodes` says so once per run). Every episode
 runs at once; the whole evaluation is bounded by one trajectory's timeout per try
 (`rollart.control.rollout.trajectory_timeout_s`). Greedy unless `eval.temperature` > 0.
+
+pass@k / avg@n (`eval.samples` = n > 0): each episode also runs n times at `eval.sample_temperature` (ids
+`…/<i>/s<j>`, so each samples differently); a sample passes when its score is ≥ `eval.pass_threshold`. Per
+domain, pass@k for k ∈ {1, 2, 4, …} ≤ n and n is the mean over episodes of the unbiased estimator (Chen et al.
+2021, "Evaluating Large Language Models Trained on Code"): with c of an episode's n scored samples passing,
+
+    pass@k = 1 − C(n − c, k) / C(n, k) = 1 − Π_{i = n−c+1}^{n} (1 − k/i)
+
+(the product: no huge binomials); avg@n is the mean score of all samples. A sample that failed is left out:
+its episode counts with the samples scored, and only for k ≤ that number.
 """
 
 from __future__ import annotations
@@ -23,9 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from rollart.config import RunConfig
 from rollart.control import DomainBroken
@@ -36,21 +45,47 @@ from rollart.types import Evaluation, RewardScorer, Status, Task, TrajectoryRunn
 log = logging.getLogger("rollart")
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from n samples of which c passed (module docstring); needs k ≤ n."""
+    if not 0 < k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 < k ≤ n and 0 ≤ c ≤ n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def pass_ks(n: int) -> list[int]:
+    """The k reported for n samples: 1, 2, 4, … ≤ n, and n."""
+    ks = [2**i for i in range(n.bit_length())]
+    return ks if not ks or ks[-1] == n else ks + [n]
+
+
 async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScorer, version: int,
                    tag: str, rows: Mapping[str, int] | None = None) -> Evaluation:
     """Score `eval.episodes_per_domain` validation episodes of every domain at policy `version` (a dataset domain
-    with fewer validation rows, `rows[domain]`, scores each row once)."""
-    n, retries = cfg.eval.episodes_per_domain, cfg.eval.retries
+    with fewer validation rows, `rows[domain]`, scores each row once) — greedy, and `eval.samples` times more at
+    `eval.sample_temperature` when set."""
+    retries, samples = cfg.eval.retries, cfg.eval.samples
     counts = episodes(cfg, rows or {})
     tasks = [
         Task(f"eval/{tag}/{domain}/{i}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}", split="val")
         for domain, domain_cfg in sorted(cfg.domains.items())
         for i in range(counts[domain])
     ]
+    sampled = [
+        Task(f"eval/{tag}/{domain}/{i}/s{j}", domain, domain_cfg.env, seed=i, group_id=f"eval/{tag}/{domain}/{i}",
+             split="val", temperature=cfg.eval.sample_temperature)
+        for domain, domain_cfg in sorted(cfg.domains.items())
+        for i in range(counts[domain])
+        for j in range(samples)
+    ]
     breaker = DomainBreaker(cfg.rollout.circuit_breaker)
     faults: dict[str, int] = {}
 
-    async def one(task: Task) -> tuple[str, float | None]:
+    async def one(task: Task) -> tuple[Task, float | None]:
         why = ""
         for attempt in range(retries + 1):
             # a fresh id per try: the proxy remembers aborted ids, a worker refuses a running one
@@ -64,7 +99,7 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
                 result = await scorer.score(traj)
                 if result.ok:
                     breaker.record(traj.scored(result.reward))
-                    return task.domain, min(max(result.reward, 0.0), 1.0)
+                    return task, min(max(result.reward, 0.0), 1.0)
                 why = f"reward: {result.error}"
                 traj = traj.finished(Status.FAILED, why, fault=result.fault)
             else:
@@ -73,13 +108,14 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
                 faults[task.domain] = faults.get(task.domain, 0) + 1
                 if trip := breaker.record(traj):
                     raise DomainBroken(trip)
-                return task.domain, None
+                return task, None
         log.warning("evaluation episode %s failed %d time%s, not scored (last: %s)", task.trajectory_id,
                     retries + 1, "s" * (retries > 0), why)
-        return task.domain, None
+        return task, None
 
     timeout = trajectory_timeout_s(cfg) * (retries + 1)
-    log.info("evaluation %s: %d validation episodes of %d domain(s)", tag, len(tasks), len(cfg.domains))
+    log.info("evaluation %s: %d validation episodes of %d domain(s)%s", tag, len(tasks), len(cfg.domains),
+             f", each also sampled {samples} times" if samples else "")
     try:
         # asyncio.timeout, not wait_for: CPython 3.11's wait_for, cancelled (Ctrl-C), leaves the gather it
         # cancelled with an exception nobody retrieves ("_GatheringFuture exception was never retrieved" and
@@ -87,7 +123,7 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
         # A task group: a broken domain (DomainBroken) cancels every other episode at once.
         async with asyncio.timeout(timeout):
             async with asyncio.TaskGroup() as group:
-                running = [group.create_task(one(t)) for t in tasks]
+                running = [group.create_task(one(t)) for t in tasks + sampled]
     except TimeoutError:
         raise TimeoutError(f"evaluation {tag!r} did not finish within {timeout:.0f}s") from None
     except BaseExceptionGroup as errors:  # (only ever DomainBroken: `one` catches the rest)
@@ -97,13 +133,38 @@ async def evaluate(cfg: RunConfig, runner: TrajectoryRunner, scorer: RewardScore
                     "function), not scored", tag, n_failed, "s" * (n_failed != 1), domain)
     scores: dict[str, list[float]] = {domain: [] for domain in sorted(cfg.domains)}
     failed = dict.fromkeys(scores, 0)
-    for domain, score in (t.result() for t in running):
+    results = [t.result() for t in running]
+    for task, score in results[:len(tasks)]:
         if score is None:
-            failed[domain] += 1
+            failed[task.domain] += 1
         else:
-            scores[domain].append(score)
+            scores[task.domain].append(score)
+    per_episode: dict[str, dict[str, list[float]]] = {domain: {} for domain in scores}
+    for task, score in results[len(tasks):]:
+        if score is not None:
+            per_episode[task.domain].setdefault(task.group_id, []).append(score)
+    pass_k, avg = sample_scores(per_episode, samples, cfg.eval.pass_threshold)
     return Evaluation({d: sum(v) / len(v) for d, v in scores.items() if v}, {d: len(v) for d, v in scores.items()},
-                      failed)
+                      failed, pass_k, avg)
+
+
+def sample_scores(per_episode: dict[str, dict[str, list[float]]], samples: int, threshold: float
+                  ) -> tuple[dict[str, dict[int, float]], dict[str, float]]:
+    """Per domain: {k: mean pass@k over the episodes with ≥ k scored samples} and avg@n (module docstring)."""
+    pass_k: dict[str, dict[int, float]] = {}
+    avg: dict[str, float] = {}
+    for domain, episodes_of in per_episode.items():
+        every: Sequence[float] = [s for scored in episodes_of.values() for s in scored]
+        if not every:
+            continue
+        avg[domain] = sum(every) / len(every)
+        pass_k[domain] = {}
+        for k in pass_ks(samples):
+            estimates = [pass_at_k(len(scored), sum(s >= threshold for s in scored), k)
+                         for scored in episodes_of.values() if len(scored) >= k]
+            if estimates:
+                pass_k[domain][k] = sum(estimates) / len(estimates)
+    return pass_k, avg
 
 
 def episodes(cfg: RunConfig, rows: Mapping[str, int]) -> dict[str, int]:

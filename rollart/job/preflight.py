@@ -22,6 +22,8 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   without loading weights; under `train.packing`, an architecture that can train on packed rows
   (`trainer.attention.packing_problem`); a hub id must be cached or downloadable (offline, an uncached id is named with the
   cache directory and HF_HUB_OFFLINE);
+- the algorithm's own needs (`train.algorithm`, `rollart.algo.registry`): a critic (ppo) with `train.lora` is
+  refused (not supported yet), and `train.critic.path` must be a local checkpoint directory;
 - the optional integrations the config turns on are installed: wandb (`observability.wandb_project`),
   mlflow (`observability.mlflow_uri`), vllm (`inference.engine=vllm`);
 - `run_dir` — not an existing file, and creatable: its nearest existing parent is a writable directory.
@@ -45,9 +47,10 @@ import importlib.util
 import os
 from pathlib import Path
 
+from rollart.algo import algorithm_of
 from rollart.config import DomainConfig, RunConfig
 from rollart.config.loader import ConfigError
-from rollart.control.scheduler import decode_state
+from rollart.control.scheduler_state import decode_state
 from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
@@ -131,8 +134,23 @@ def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, demonstrated
     return ""
 
 
+def algorithm_problems(cfg: RunConfig) -> list[str]:
+    """Settings the chosen algorithm cannot work with (`rollart.algo.registry`)."""
+    train, problems = cfg.train, []
+    algorithm = algorithm_of(train)
+    if algorithm.critic and train.lora is not None:
+        problems.append(f"train.lora with train.algorithm={train.algorithm}: its critic is a full copy of the decoder, "
+                        "which LoRA does not cover yet; use train.lora=null or a critic-free algorithm")
+    path = Path(train.critic.path)
+    if algorithm.critic and train.critic.path and not ((path / "config.json").is_file() and (
+            (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file())):
+        problems.append(f"train.critic.path: {train.critic.path} is not a local Hugging Face checkpoint directory "
+                        "(config.json and model.safetensors, the policy's vocabulary)")
+    return problems
+
+
 def check_config(cfg: RunConfig, *, local: bool = True) -> None:
-    problems: list[str] = []
+    problems: list[str] = algorithm_problems(cfg) if local else []
     demonstrated = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
         shape = None

@@ -161,6 +161,8 @@ class RunRecorder:
         record = {f"eval/{d}/score": s for d, s in scores.items()}
         record |= {f"eval/{d}/scored": float(n) for d, n in evaluation.scored.items()}
         record |= {f"eval/{d}/failed": float(n) for d, n in evaluation.failed.items()}
+        record |= {f"eval/{d}/pass@{k}": p for d, by_k in evaluation.pass_at_k.items() for k, p in by_k.items()}
+        record |= {f"eval/{d}/avg@{self.cfg.eval.samples}": a for d, a in evaluation.avg_at_n.items()}
         if evaluation.mean is not None:
             record["eval/mean"] = evaluation.mean
         self.logger.log(step, record)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
-from rollart.algo import PolicyObjective, build_train_batch
+from rollart.algo import PolicyObjective, algorithm_of, build_train_batch
 from rollart.base.background_start import BackgroundStart
 from rollart.config import RunConfig
 from rollart.control import ActorTurnBarrier, LocalTurnBarrier, RolloutScheduler
@@ -167,7 +167,7 @@ class System:
         self.scheduler = start_rollout(
             self.cfg, self.env_router, self.reward, batches=batches, first_version=self.trainer.version,
             inference_version=self.inference_version, turn_barrier=self.turn_barrier, resume_from=self.resumed.scheduler,
-            ledger_sink=self.ledger_file,
+            ledger_sink=self.ledger_file, group_filter=algorithm_of(self.cfg.train).filter_for(self.cfg.train),
         )
         self._loop = asyncio.get_running_loop()
         if self._unrecoverable is not None:
@@ -215,7 +215,8 @@ class System:
         version + 1); in a thread, so the event loop (and with it the rollout) goes on."""
         for trajectory in batch:  # (before the first await: the step record taken next sees them)
             self.profiler.observe_trajectory(trajectory)
-        train_batch = build_train_batch(batch, version, self.cfg.train)
+        train_batch = build_train_batch(batch, version, self.cfg.train,
+                                        {d: dc.max_new_tokens for d, dc in self.cfg.domains.items()})
         start = time.time()
         metrics = await asyncio.to_thread(self.trainer.train_step, train_batch)
         return TimedMetrics(metrics, Span("train", start, time.time(), TRAINER_LANE))
@@ -272,7 +273,7 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
             if cfg.resume and checkpoint is None:
                 log.warning("resume=true but %s/checkpoints holds no checkpoint: starting fresh", cfg.run_dir)
-            trainer = TrainerRanks(cfg, res, PolicyObjective.from_config(cfg.train), store.publisher(),
+            trainer = TrainerRanks(cfg, res, PolicyObjective.of(cfg), store.publisher(),
                                    checkpoint=checkpoint)
             stack.callback(trainer.close)
         if not apart:

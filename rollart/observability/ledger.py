@@ -12,7 +12,8 @@ trajectories started, how many ended how, which were lost (started, never ended)
 twice, trained twice), and the trained trajectories with the batch and the digest of what was trained.
 
 The moves a trajectory may make: started (running) → ready (scored, in the buffer) → trained, or → aborted
-| failed | stale; ready → stale (dropped from the buffer). A resumed run starts again the trajectories that
+| failed | stale | filtered (its complete group dropped by the algorithm's group filter); ready → stale
+(dropped from the buffer). A resumed run starts again the trajectories that
 were running at its checkpoint (the file was cut back there): running → running is a restart, not a
 duplicate. Any other move breaks "every trajectory ends exactly once" and is listed.
 """
@@ -30,7 +31,7 @@ from rollart.base.run_dir import RunPaths
 
 _ALLOWED = {
     None: {"running"},
-    "running": {"running", "ready", "aborted", "failed", "stale"},
+    "running": {"running", "ready", "aborted", "failed", "stale", "filtered"},
     "ready": {"trained", "stale"},
 }
 

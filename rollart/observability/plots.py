@@ -180,7 +180,8 @@ def driver_step_parts(records: list[Record]) -> tuple[dict[str, list[float]], di
     parts: dict[str, list[float]] = {"waiting for the batch": wait}
     if any(r.get("time/step") is not None for r in records):
         parts["rest of the step"] = [max(0.0, t - w) for t, w in zip(col("time/step"), wait)]
-    beside = {"train step": col("time/train"), "weight sync (generation suspended)": col("time/weights.exposed")}
+    beside = {"train step": col("time/train"), "critic (inside the train step)": col("time/critic"),
+              "weight sync (generation suspended)": col("time/weights.exposed")}
     return parts, {name: values for name, values in beside.items() if any(values)}
 
 

@@ -2,11 +2,12 @@
 
 In: RUN_DIR/{config.yaml, metrics.jsonl, samples.jsonl, timeline.json, summary.json} — any of them may be
 missing. Out: RUN_DIR/report/index.html with PNG plots embedded as base64 data URIs: summary table,
-validation score and training reward per domain over steps and wall time, rollouts as text (the worst, a
-median and the best trajectory of each domain at the first, a middle and the last step with samples),
-step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness histogram and rollout
-losses, env resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt charts
-of trajectories and workers.
+validation score (and pass@k / avg@n when sampled) and training reward per domain over steps and wall time,
+rollouts as text (the worst, a median and the best trajectory of each domain at the first, a middle and the
+last step with samples), step-time breakdown as stacked bars, utilisation and fallbacks per pool, staleness
+histogram and rollout losses, the train–inference mismatch (KL, importance-weight quantiles, tokens truncated
+or masked), env resets per domain (totals, retries, warm-pool hits, latency percentiles), and the Gantt
+charts of trajectories and workers.
 
 Guarantees: the page loads nothing from anywhere (a Content-Security-Policy forbids every fetch but
 data: images), so it opens offline, from a mail attachment or a CI artefact; an input that is missing or
@@ -174,8 +175,15 @@ def _summary(inp: _Inputs) -> str:
 
 
 def _eval(inp: _Inputs) -> str:
-    png = plots.domain_metric_png(inp.records or [], "eval/", "/score", "validation score", mean="eval/mean")
-    return _plot_or_missing(png, "validation score per domain", "no eval/<domain>/score metrics were logged", inp)
+    records = inp.records or []
+    png = plots.domain_metric_png(records, "eval/", "/score", "validation score", mean="eval/mean")
+    out = _plot_or_missing(png, "validation score per domain", "no eval/<domain>/score metrics were logged", inp)
+    sampled = sorted({k for rec in records for k in rec if k.startswith("eval/") and ("/pass@" in k or "/avg@" in k)},
+                     key=lambda k: (k.split("/")[1], "/avg@" in k, int(k.rsplit("@", 1)[1])))
+    passes = plots.curves_png(records, [(k.removeprefix("eval/"), k) for k in sampled], "pass@k / avg@n")
+    if passes and "metrics" not in inp.problems:  # eval.samples > 0: beside the greedy score
+        out += _img(passes, "pass@k and avg@n per domain")
+    return out
 
 
 def _reward(inp: _Inputs) -> str:
@@ -228,8 +236,8 @@ def _breakdown(inp: _Inputs) -> str:
     png = plots.step_breakdown_png(inp.records or [])
     note = ('<p class="note">Middle: each step\'s wall time (time/step) as two bars that add up to it: waiting '
             'for the batch (time/get_batch_wait) and the rest of the step (a train step landed in line, an '
-            'evaluation, a checkpoint). The lines are the train step (time/train) and the weight sync '
-            '(time/weights.exposed), which overlap the wait unless the run is synchronous. Right: '
+            'evaluation, a checkpoint). The lines are the train step (time/train; with a critic, the part it '
+            'takes: time/critic) and the weight sync (time/weights.exposed), which overlap the wait unless the run is synchronous. Right: '
             'time/&lt;phase&gt; ÷ rollout/trajectories — rollout overlaps training, so its phases are '
             'trajectory-seconds.</p>')
     return _plot_or_missing(png, "step-time breakdown", "no time/* metrics were logged", inp) + note
@@ -273,6 +281,24 @@ def _staleness(inp: _Inputs) -> str:
         totals = [(k, series(records, f"buffer/{k}")[1][-1]) for k in COUNTERS if series(records, f"buffer/{k}")[1]]
         out += "<h3>Trajectories not trained (run totals)</h3>" + (
             _table(totals) if totals else _missing("no buffer/{aborted, stale, failed, wasted_tokens} counters"))
+    return out
+
+
+def _mismatch(inp: _Inputs) -> str:
+    """The behaviour correction's measurements per step: the KL between the engine's and the trainer's
+    log-probabilities, the importance-weight quantiles and the share of tokens it truncated or masked."""
+    records = inp.records or []
+    kl = plots.curves_png(records, [("engine vs trainer (same version)", "train/mismatch_kl"),
+                                    ("behaviour vs proximal (all tokens)", "train/behaviour_kl")], "KL")
+    out = _plot_or_missing(kl, "train-inference mismatch KL", "no train/mismatch_kl metrics were logged", inp)
+    quantiles = plots.curves_png(records, [(q, f"train/iw_{q}") for q in ("p01", "p50", "p99")],
+                                 "π_prox / μ quantile")
+    if quantiles and "metrics" not in inp.problems:
+        out += _img(quantiles, "importance-weight quantiles")
+    cut = plots.curves_png(records, [("truncated", "train/iw_truncated_frac"), ("masked", "train/iw_masked_frac")],
+                           "fraction of tokens")
+    if cut and "metrics" not in inp.problems:
+        out += _img(cut, "fraction of tokens truncated or masked")
     return out
 
 
@@ -338,6 +364,7 @@ def build_report(run_dir: str | Path, *, gantt_rows: int | None = None) -> Path:
         ("Step-time breakdown", _breakdown(inp)),
         ("Utilisation per pool", _utilisation(inp)),
         ("Staleness", _staleness(inp)),
+        ("Train–inference mismatch", _mismatch(inp)),
         ("Environment resets per domain", _resets(inp)),
         ("Trajectory timeline", _timeline(inp, gantt_rows)),
     ]

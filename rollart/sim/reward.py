@@ -6,7 +6,9 @@ and utilisation. `SimScorer` is the twin's `RewardScorer`: the production `Local
 timeouts and in-flight limit are the real ones) calling each domain's pool function, with the real
 router's `reward/*` metrics.
 
-Each trajectory's service time is the one its episode drew (`Trajectory.metrics["reward_s"]`, from the
+Rewards: 1 for every episode, or — with a domain profile's `success_rate` — 1 with that chance, drawn per
+trajectory from a hash (so the algorithm's group filter, DAPO's dynamic sampling, has groups to drop and the
+twin shows what their refill costs). Each trajectory's service time is the one its episode drew (`Trajectory.metrics["reward_s"]`, from the
 domain profile's `reward`). Modes:
 - `none`: scoring takes its service time, with no capacity limit;
 - `reserved`: `workers × concurrency` slots, always provisioned (utilisation = busy ÷ workers·elapsed);
@@ -19,6 +21,7 @@ domain profile's `reward`). Modes:
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -165,12 +168,29 @@ class SimRewardPool:
         }
 
 
+def _with_success_rate(fn: Callable[[Trajectory], Awaitable[float]], rate: float | None, seed: int
+                       ) -> Callable[[Trajectory], Awaitable[float]]:
+    """`fn`'s timing with a reward of 1 with probability `rate` (else 0), drawn from a hash of the run seed and
+    the trajectory id — no shared random stream, so a run without a rate draws nothing new."""
+    if rate is None:
+        return fn
+
+    async def scored(trajectory: Trajectory) -> float:
+        await fn(trajectory)
+        draw = random.Random(f"{seed}|{trajectory.trajectory_id}").random()  # (a str seed is hashed by sha512)
+        return 1.0 if draw < rate else 0.0
+
+    scored.__name__ = getattr(fn, "__name__", "sim_reward")
+    return scored
+
+
 class SimScorer:
     """The twin's `RewardScorer`: every domain scored by the pool's function through the production
     `LocalRewardClient`."""
 
     def __init__(self, cfg: RunConfig, pool: SimRewardPool, seed: int | None = None) -> None:
-        fns = {domain: pool.fn(domain) for domain in cfg.domains}
+        fns = {domain: _with_success_rate(pool.fn(domain), dc.profile.success_rate if dc.profile else None, cfg.seed)
+               for domain, dc in cfg.domains.items()}
         self.client = LocalRewardClient(fns.__getitem__, cfg.reward, seed)
         self._started_at = time.monotonic()
 

@@ -24,6 +24,7 @@ import asyncio
 from dataclasses import replace
 from typing import Callable, Mapping
 
+from rollart.algo import algorithm_of
 from rollart.config import DomainProfileConfig, RunConfig
 from rollart.control import LocalTurnBarrier, RolloutScheduler
 from rollart.control.rollout import start_rollout
@@ -94,7 +95,8 @@ class SimSystem:
         self.reward = SimScorer(cfg, self.reward_pool, seed=cfg.seed)
         train = hardware.pools[hardware.train_pool]
         self.trainer = SimTrainer(TrainerCost(hardware.model, hardware.gpu_kind(hardware.train_pool), train.count,
-                                              hardware.trainer), self.weights)
+                                              hardware.trainer), self.weights,
+                                  critic=algorithm_of(cfg.train).critic)
         self.resources = SimResources(hardware)
         self.scheduler: RolloutScheduler | None = None
         self.inference_version = 0
@@ -105,7 +107,8 @@ class SimSystem:
     def start_rollout(self, batches: int) -> RolloutScheduler:
         self.scheduler = start_rollout(self.cfg, self.env_router, self.reward, batches=batches,
                                        first_version=self.trainer.version, inference_version=self.inference_version,
-                                       turn_barrier=self.turn_barrier, clock=self.clock)
+                                       turn_barrier=self.turn_barrier, clock=self.clock,
+                                       group_filter=algorithm_of(self.cfg.train).filter_for(self.cfg.train))
         return self.scheduler
 
     # steps 2–5 through the production proxy, in process (virtual time: nothing can hang on a real process,

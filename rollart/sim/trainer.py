@@ -2,7 +2,9 @@
 
 `SimTrainer` (the trainer ranks' surface the driver uses: `version`, `extra_state`, `names`,
 `train_step`, `save_checkpoint`): a train step on a batch takes `TrainerCost.step_s(tokens)` of virtual
-time, then publishes version + 1 to the `WeightChannel`.
+time — twice that with a critic (`critic=True`, train.algorithm=ppo: a second model of the same size runs a
+forward for the values and its own forward and backward; reported as `time/critic`, the half it adds) — then
+publishes version + 1 to the `WeightChannel`.
 
 `WeightChannel` times the path from the trainer to each inference engine (costs.py `WeightSyncCost`):
 - overlapped: publishing starts when the train step ends; every engine's pull is done at publish + one
@@ -44,8 +46,8 @@ class WeightChannel:
 
 
 class SimTrainer:
-    def __init__(self, cost: TrainerCost, weights: WeightChannel, version: int = 0) -> None:
-        self.cost, self.weights = cost, weights
+    def __init__(self, cost: TrainerCost, weights: WeightChannel, version: int = 0, critic: bool = False) -> None:
+        self.cost, self.weights, self.critic = cost, weights, critic
         self.version = version
         self.extra_state: dict[str, Any] = {}
         self.names = [f"trainer/sim/{i}" for i in range(cost.gpus)][:1]
@@ -55,14 +57,18 @@ class SimTrainer:
 
     async def train_step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         tokens = int(sum(t.metrics.get("total_tokens", 0.0) for t in trajectories))
-        seconds = self.cost.step_s(tokens)
+        policy_s = self.cost.step_s(tokens)
+        seconds = 2 * policy_s if self.critic else policy_s
         await asyncio.sleep(seconds)
         self.busy_s += seconds
         self.steps += 1
         self.tokens += tokens
         self.version += 1
         self.weights.publish(self.version, asyncio.get_running_loop().time())
-        return {"train/tokens": float(tokens), "time/train_step": seconds}
+        metrics = {"train/tokens": float(tokens), "time/train_step": seconds}
+        if self.critic:
+            metrics["time/critic"] = seconds - policy_s
+        return metrics
 
     def save_checkpoint(self, state: Any) -> None:
         """The twin keeps no weights: a checkpoint is only its run state."""

@@ -24,6 +24,9 @@ the control plane's opaque `extra_state`. Out, one directory per checkpoint — 
                            status, reward …]}]}}
     reference.safetensors — the KL reference's weights (the weights RL started from; a LoRA run: its adapter),
                             when the loss has a KL term
+    critic.safetensors, critic_optimizer/… — an algorithm with a critic (ppo): the value model's weights (the
+                            causal LM's decoder names, `value_head.*`) and its AdamW state, like the optimizer's
+                            (trainer/critic.py); its param groups are `critic_optimizer` in trainer_state.json
 
 The weights (model.safetensors, the adapter, the reference) are written by rank 0 one tensor at a time, each
 gathered from the shards just before (tensor_files.write_safetensors): no rank ever holds the whole model.
@@ -68,6 +71,7 @@ STATE = "trainer_state"
 EXTRA = "extra_state"
 OPTIMIZER = "optimizer"
 SFT_OPTIMIZER = "sft_optimizer"
+CRITIC_OPTIMIZER = "critic_optimizer"
 REFERENCE_FILE = "reference.safetensors"
 _STEP = re.compile(r"^step_(\d+)$")
 _PARTIAL = re.compile(r"^\.step_\d+\.tmp-[0-9a-f]+$")
@@ -273,9 +277,9 @@ def check_state_files(ckpt: Path) -> dict[str, Any]:
     version, world = state.get("version"), state.get("world_size")
     need(_is_int(version) and version >= 0, "version", "an integer ≥ 0", version)
     need(_is_int(world) and world >= 1, "world_size", "an integer ≥ 1", world)
-    for field in (OPTIMIZER, SFT_OPTIMIZER):
+    for field in (OPTIMIZER, SFT_OPTIMIZER, CRITIC_OPTIMIZER):
         value = state.get(field)
-        if field == SFT_OPTIMIZER and value is None:
+        if field != OPTIMIZER and value is None:
             continue
         need(isinstance(value, list) and all(isinstance(g, dict) and isinstance(g.get("params"), list)
                                              and all(isinstance(n, str) for n in g["params"]) for g in value),

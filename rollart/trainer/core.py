@@ -3,9 +3,9 @@
 In: the `RunConfig` (model, seed, `train.*`), an `Objective` (the policy loss, injected), this rank and
 the world size (the process group must already be initialised when world_size > 1), a torch device.
 Out: `train_step(batch)` and `sft_step(samples)` return metrics; `published_weights()` gives the weights to
-publish (gathered tensor by tensor); `save(dir, extra)` / `load(dir)` write and read checkpoints
-(checkpoint.py: JSON + safetensors, never a pickle; any world size reads them); `export(dir)` writes the
-Hugging Face checkpoint alone.
+publish (gathered tensor by tensor); `save(dir, extra)` / `load(dir)` write and read checkpoints (persist.py,
+checkpoint.py: JSON + safetensors, never a pickle; any world size reads them); `export(dir)` writes the Hugging
+Face checkpoint alone.
 
 This is the algorithm, one code path whatever `train.strategy`: the strategy (strategy.py, a member) wraps
 or shards the model, says when gradients synchronise and gives tensors back in full; the policy module
@@ -34,6 +34,11 @@ The KL reference (when the objective uses one) is a frozen copy of the weights a
 RL started from, after any warm start — sharded like the policy and kept in checkpoints, so a resumed run
 keeps the same anchor.
 
+With an objective that has a critic (`train.algorithm=ppo`), a `Critic` (critic.py) trains beside the policy on
+the same ranks and strategy: before the batch's first step it values every model token and the objective's
+GAE turns the values into per-token advantages (they replace the samples' own), and after each optimizer step
+of the policy one of the critic follows on the same mini-batch (`time/critic`). It is never published.
+
 Versions: `version` counts train steps (RL batches and SFT steps) applied to the initial weights (version
 0) — one published policy per step, however many optimizer steps it made; a `TrainBatch` must carry the
 trainer's current version (it is the policy being trained; the step makes version + 1).
@@ -46,33 +51,29 @@ make the same calls in the same order — which the micro-batch plan and the ent
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
-import torch.distributed as dist
 
 from rollart.config import RunConfig
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_config_json
-from rollart.trainer import checkpoint as ckpt
+from rollart.trainer.critic import Critic
 from rollart.trainer.objective import Objective
+from rollart.trainer.persist import load_checkpoint, save_checkpoint
 from rollart.trainer.packing import (Group, MicroBatch, collate, global_totals, pad_rows, padding_counts, plan,
                                      plan_groups, shard)
 from rollart.trainer.policy import Entry, InitialAdapter, PolicyModule, build_policy, entries, load_weights
 from rollart.trainer.schedule import lr_multiplier
 from rollart.trainer.sft_data import conversation_sample
 from rollart.trainer.strategy import make_strategy
+from rollart.trainer.sums import Sums
 from rollart.trainer.tensor_files import TensorReader, TensorSpec, write_safetensors
 from rollart.types import LoraAdapter, TrainBatch, TrainSample
 
-log = logging.getLogger("rollart.trainer")
-_SUM_KEYS = ("loss", "tokens", "clipped", "iw_sum", "iw_truncated", "approx_kl_sum", "behaviour_kl_sum",
-             "ref_kl_sum", "pg_loss", "kl_loss", "entropy_sum", "lag_sum")
-_MAX_KEYS = ("iw_max", "ratio_max", "lag_max")
 LossFn = Callable[[MicroBatch, Sequence[int], bool], torch.Tensor]
 
 
@@ -111,6 +112,9 @@ class Trainer:
         )
         self.sft_optimizer: torch.optim.Optimizer | None = None
         self.ref_policy: PolicyModule | None = None  # the KL anchor, set at the first RL step (or loaded)
+        self.critic = None if objective.critic is None else Critic(
+            cfg, objective.critic, self.model_path, self.strategy, rank, world_size, self.device,
+            lambda samples, group: collate([samples[j] for j in group.indices], self.pad_id, train.packing))
         self.version = 0
 
     # --- steps -----------------------------------------------------------------------------------
@@ -128,9 +132,15 @@ class Trainer:
             raise ValueError(f"TrainBatch v{batch.version}: no model tokens to train on in {len(samples)} samples")
         if self.objective.uses_reference and self.ref_policy is None:
             self.ref_policy = self._frozen_copy()  # RL starts from these weights: they are the anchor
+        if self.critic is not None:
+            self.critic.start(self.policy)  # (before any forward: it reads the policy's own shards)
         steps = self.objective.update_plan(len(samples), f"{self.cfg.seed}/{batch.version}")
         proximal = self._proximal_logprobs(samples, steps) if len(steps) > 1 else None
-        sums = dict.fromkeys(_SUM_KEYS, 0.0) | dict.fromkeys(_MAX_KEYS, 0.0)
+        critic_s, estimates = time.perf_counter(), None
+        if self.critic is not None:  # per-token advantages from the critic's values (GAE), before any update
+            estimates = self.critic.estimate(samples)
+        critic_s = time.perf_counter() - critic_s
+        sums = Sums()
         grad_norms: list[float] = []
         layout = [0, 0]  # token slots the model computed, real tokens
         lr = self.optimizer.param_groups[0]["lr"]
@@ -148,52 +158,63 @@ class Trainer:
                 if proximal is not None:
                     prox = pad_rows([proximal[step[r]] for r in rows], logprobs.shape[1]).to(self.device)
                 weights = self.objective.token_weights(mb.loss_mask, tokens, seqs)
-                loss, stats = self.objective(logprobs, mb.behaviour_logprobs, mb.advantages, mb.loss_mask,
-                                             weights, prox, ref)
+                fresh = mb.versions == batch.version  # generated by the weights being trained: no staleness
+                advantages = mb.advantages
+                if estimates is not None:
+                    advantages = pad_rows([estimates[step[r]][0] for r in rows], logprobs.shape[1]).to(self.device)
+                loss, stats = self.objective(logprobs, mb.behaviour_logprobs, advantages, mb.loss_mask,
+                                             weights, prox, ref, fresh)
                 if counts:
                     lag = (batch.version - mb.versions).float() * mb.loss_mask
-                    for k, v in stats.items():
-                        sums[k] = max(sums[k], float(v)) if k in _MAX_KEYS else sums[k] + float(v)
-                    sums["loss"] += float(loss.detach())
-                    sums["entropy_sum"] += float((entropy * mb.loss_mask).sum())
-                    sums["lag_sum"] += float(lag.sum())
-                    sums["lag_max"] = max(sums["lag_max"], float(lag.max()))
+                    sums.add(stats)
+                    sums.add({"loss": loss.detach(), "entropy_sum": (entropy * mb.loss_mask).sum(),
+                              "lag_sum": lag.sum(), "lag_max": lag.max()})
                 return loss
 
             slots, real = self._accumulate(mini, loss_fn)
             layout[0] += slots
             layout[1] += real
             grad_norms.append(self._apply(self.optimizer))
+            if self.critic is not None and estimates is not None:
+                critic_s += self._critic_step(mini, step, estimates, tokens, sums)
         self.scheduler.step()
         self.version += 1
-        s = self._all_reduce(sums)
-        n = max(s["tokens"], 1.0)  # model tokens summed over the optimizer steps
+        s = sums.all_reduce(self.world_size, self.device)
+        n = max(float(s.get("tokens", 0.0)), 1.0)  # model tokens summed over the optimizer steps
         metrics = {
-            "train/loss": s["loss"] / len(steps),
-            "train/pg_loss": s["pg_loss"] / len(steps),
-            "train/clip_frac": s["clipped"] / n,
-            "train/ratio_max": s["ratio_max"],
-            "train/iw_mean": s["iw_sum"] / n,
-            "train/iw_max": s["iw_max"],
-            "train/iw_truncated_frac": s["iw_truncated"] / n,
-            "train/approx_kl": s["approx_kl_sum"] / n,
-            "train/behaviour_kl": s["behaviour_kl_sum"] / n,
-            "train/entropy": s["entropy_sum"] / n,
+            "train/loss": float(s["loss"]) / len(steps),
+            **self.objective.summarize(s, len(steps)),
+            "train/entropy": float(s["entropy_sum"]) / n,
             "train/grad_norm": sum(grad_norms) / len(grad_norms),
             "train/updates": float(len(steps)),
             "train/lr": lr,
             "train/tokens": float(global_totals(samples)[0]),
             "train/seqs": float(len(samples)),
             "train/padding": 1.0 - layout[1] / max(layout[0], 1),
-            "train/version_lag_mean": s["lag_sum"] / n,
-            "train/version_lag_max": s["lag_max"],
+            "train/version_lag_mean": float(s["lag_sum"]) / n,
+            "train/version_lag_max": float(s["lag_max"]),
             "train/version": float(self.version),
             "time/train": time.perf_counter() - start,
         }
-        if self.ref_policy is not None:
-            metrics["train/ref_kl"] = s["ref_kl_sum"] / n
-            metrics["train/kl_loss"] = s["kl_loss"] / len(steps)
+        if self.critic is not None:
+            metrics["time/critic"] = critic_s  # (inside time/train)
         return metrics
+
+    def _critic_step(self, mini: Sequence[TrainSample], step: Sequence[int], estimates: Any, tokens: float,
+                     sums: Sums) -> float:
+        """One optimizer step of the critic on the mini-batch the policy just took; its duration."""
+        assert self.critic is not None
+        began = time.perf_counter()
+
+        def loss_fn(mb: MicroBatch, rows: Sequence[int], counts: bool) -> torch.Tensor:
+            loss, stats = self.critic.loss_fn(mb, [step[r] for r in rows], estimates, tokens)  # type: ignore[union-attr]
+            if counts:
+                sums.add(stats)
+            return loss
+
+        self._accumulate(mini, loss_fn, self.critic.wrapped)
+        self._apply(self.critic.optimizer, self.critic.trainable(), self.critic.objective.grad_clip)
+        return time.perf_counter() - began
 
     def sft_step(self, data: Sequence[TrainSample | Sequence[Mapping[str, str]]]) -> dict[str, float]:
         """One supervised step: token-mean cross-entropy on loss-masked tokens, AdamW at `warm_start.lr`.
@@ -211,13 +232,13 @@ class Trainer:
             raise ValueError("sft_step: no loss-masked tokens in the batch")
         if self.sft_optimizer is None:
             self.sft_optimizer = self._sft_optimizer()
-        sums = {"loss": 0.0}
+        sums = Sums()
 
         def loss_fn(mb: MicroBatch, rows: Sequence[int], counts: bool) -> torch.Tensor:
             logprobs, _ = self._logprobs(self.wrapped, mb, entropy=False)
             loss = -(logprobs * mb.loss_mask).sum() / total_tokens
             if counts:
-                sums["loss"] += float(loss.detach())
+                sums.add({"loss": loss.detach()})
             return loss
 
         lr = self.sft_optimizer.param_groups[0]["lr"]
@@ -225,7 +246,7 @@ class Trainer:
         grad_norm = self._apply(self.sft_optimizer)
         self.version += 1
         return {
-            "sft/loss": self._all_reduce(sums)["loss"],
+            "sft/loss": float(sums.all_reduce(self.world_size, self.device)["loss"]),
             "sft/grad_norm": grad_norm,
             "sft/lr": lr,
             "sft/tokens": float(total_tokens),
@@ -237,18 +258,19 @@ class Trainer:
         return torch.optim.AdamW(self.trainable(), lr=self.cfg.train.warm_start.lr,
                                  weight_decay=self.cfg.train.weight_decay)
 
-    def _accumulate(self, samples: Sequence[TrainSample], loss_fn: LossFn) -> tuple[int, int]:
+    def _accumulate(self, samples: Sequence[TrainSample], loss_fn: LossFn, wrapped: Any = None) -> tuple[int, int]:
         """Backward over this rank's micro-batches of `samples` (one optimizer step's worth of gradient);
         returns (token slots computed, real tokens) over every rank's micro-batches.
 
         `loss_fn(mb, rows, counts)` gets each micro-batch, the indices into `samples` of its rows, and
-        whether its statistics count (False for a filler micro-batch, whose loss is also multiplied by 0)."""
+        whether its statistics count (False for a filler micro-batch, whose loss is also multiplied by 0).
+        `wrapped`: the module whose gradients synchronise (the policy's; the critic's for its steps)."""
         train = self.cfg.train
         every = plan(samples, self.world_size, train.micro_batch_tokens, train.packing)
         groups = every[self.rank]
         for i, group in enumerate(groups):
             mb = self._collate(samples, group)
-            with self.strategy.sync(self.wrapped, i == len(groups) - 1):
+            with self.strategy.sync(wrapped if wrapped is not None else self.wrapped, i == len(groups) - 1):
                 loss = loss_fn(mb, group.indices, not group.filler)
                 scale = 0.0 if group.filler else float(self.world_size)  # ranks average: the loss is global
                 (loss * scale).backward()
@@ -257,15 +279,16 @@ class Trainer:
     def _collate(self, samples: Sequence[TrainSample], group: Group) -> MicroBatch:
         return collate([samples[j] for j in group.indices], self.pad_id, self.cfg.train.packing).to(self.device)
 
-    def _apply(self, optimizer: torch.optim.Optimizer) -> float:
+    def _apply(self, optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor] | None = None,
+               clip: float | None = None) -> float:
         """Clip the accumulated gradient, take one optimizer step, clear it; the norm before clipping.
 
         The norm is summed in float64 (a float32 sum over millions of small gradient entries is off by
         ~1e-5 relative, and differently for whole and sharded tensors); the clip is torch's
         (coefficient max_norm / (norm + 1e-6), at most 1)."""
-        grads = [p.grad for p in self.trainable() if p.grad is not None]
+        grads = [p.grad for p in (self.trainable() if params is None else params) if p.grad is not None]
         grad_norm = math.sqrt(self.strategy.squared_norm(grads))
-        coefficient = self.cfg.train.grad_clip / (grad_norm + 1e-6)
+        coefficient = (self.cfg.train.grad_clip if clip is None else clip) / (grad_norm + 1e-6)
         if coefficient < 1.0:
             for g in grads:
                 g.mul_(coefficient)
@@ -305,18 +328,6 @@ class Trainer:
             return flat.index_copy(0, mb.dest, values.float()).view(b, width)
 
         return place(logp), (place(ent.detach()) if ent is not None else None)
-
-    def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
-        if self.world_size == 1:
-            return sums
-        keys = sorted(sums)
-        add = torch.tensor([sums[k] if k not in _MAX_KEYS else 0.0 for k in keys], dtype=torch.float64)
-        top = torch.tensor([sums[k] if k in _MAX_KEYS else float("-inf") for k in keys], dtype=torch.float64)
-        if self.device.type == "cuda":
-            add, top = add.to(self.device), top.to(self.device)
-        dist.all_reduce(add, op=dist.ReduceOp.SUM)
-        dist.all_reduce(top, op=dist.ReduceOp.MAX)
-        return {k: float(top[i]) if k in _MAX_KEYS else float(add[i]) for i, k in enumerate(keys)}
 
     def _frozen_copy(self) -> PolicyModule:
         """A gradient-free, eval-mode policy with the current weights, sharded like the policy (the KL reference)."""
@@ -390,58 +401,10 @@ class Trainer:
         return [(e.name, e.tensor) for e in self._entries(("base", "adapter")) if e.tensor.requires_grad]
 
     def save(self, directory: str | Path, extra_state: Mapping[str, Any] | None) -> None:
-        """Write this rank's part of a checkpoint into `directory` (every rank calls, in step)."""
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        ckpt.save_rng(path, self.rank)
-        self.export(path)
-        if self.ref_policy is not None:  # a LoRA run's reference differs from the base by its adapter only
-            self._write_tensors(path / ckpt.REFERENCE_FILE, ("adapter" if self.lora is not None else "base",),
-                                self.ref_policy)
-        named = self._named_trainable()
-        ckpt.save_optimizer_shard(path / ckpt.OPTIMIZER, self.rank, named, self.optimizer, self.strategy)
-        if self.sft_optimizer is not None:
-            ckpt.save_optimizer_shard(path / ckpt.SFT_OPTIMIZER, self.rank, named, self.sft_optimizer, self.strategy)
-        if self.rank != 0:
-            return
-        ckpt.save_extra(path, dict(extra_state or {}))
-        ckpt.save_trainer_state(path, {
-            "version": self.version,
-            "world_size": self.world_size,
-            "strategy": self.strategy.name,
-            "scheduler": self.scheduler.state_dict(),
-            "optimizer": ckpt.param_groups(self.optimizer, named),
-            "sft_optimizer": ckpt.param_groups(self.sft_optimizer, named) if self.sft_optimizer else None,
-        })
+        """Write this rank's part of a checkpoint into `directory` (every rank calls, in step; persist.py)."""
+        save_checkpoint(self, Path(directory), extra_state)
 
     def load(self, directory: str | Path) -> dict[str, Any]:
         """Restore weights, optimizer(s), scheduler, version and this rank's RNG from a checkpoint written with
-        any number of ranks and either strategy; returns `extra_state`."""
-        path = Path(directory)
-        ckpt.check_checkpoint_files(path)
-        state = ckpt.load_trainer_state(path, self.device)
-        lora = self.lora is not None
-        if lora:  # a PEFT adapter directory: the base is model.path, unchanged
-            load_weights(self.policy, self.strategy, {"adapter": TensorReader.of_files([path / ADAPTER_WEIGHTS])},
-                         lora, kinds=("adapter",))
-        else:
-            load_weights(self.policy, self.strategy, {"base": TensorReader.of_checkpoint(path)}, lora, kinds=("base",))
-        named = self._named_trainable()
-        ckpt.load_optimizer(path / ckpt.OPTIMIZER, state["optimizer"], named, self.optimizer, self.strategy)
-        self.scheduler.load_state_dict(state["scheduler"])
-        if state["sft_optimizer"] is not None:
-            self.sft_optimizer = self._sft_optimizer()
-            ckpt.load_optimizer(path / ckpt.SFT_OPTIMIZER, state["sft_optimizer"], named, self.sft_optimizer,
-                                self.strategy)
-        self.version = int(state["version"])
-        reference = path / ckpt.REFERENCE_FILE
-        if self.objective.uses_reference and not reference.is_file():
-            log.warning("%s holds no KL reference (written with kl_coef=0?): the reference becomes the weights "
-                        "at the next RL step, not the ones this run started RL from", path)
-        if reference.is_file():
-            self.ref_policy = self._frozen_copy()
-            kind = "adapter" if lora else "base"
-            load_weights(self.ref_policy, self.strategy, {kind: TensorReader.of_files([reference])}, lora,
-                         kinds=(kind,))
-        ckpt.load_rng(path, self.rank)  # a rank the checkpoint did not have keeps its seeded RNG
-        return ckpt.load_extra(path)
+        any number of ranks and either strategy; returns `extra_state` (persist.py)."""
+        return load_checkpoint(self, Path(directory))

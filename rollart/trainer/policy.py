@@ -46,6 +46,21 @@ _LM = "lm."
 _PEFT = "base_model.model."
 
 
+def decoder_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor | None,
+                   cu_seqlens: Tensor | None) -> Tensor:
+    """A decoder's final hidden states over a micro-batch's model input, padded or packed (trainer/packing.py):
+    the part the policy and the critic (critic.py) share."""
+    kwargs: dict[str, Any] = {}
+    if cu_seqlens is not None:  # one packed row: no mask at all, the boundaries go to the attention
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        kwargs = {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens,
+                  "max_length_q": longest, "max_length_k": longest}
+        attention_mask = None  # (trainer/attention.py: its mask builder keeps a packed row maskless)
+    out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                  **kwargs)
+    return out.last_hidden_state
+
+
 class PolicyModule(nn.Module):
     """Root module: decoder → hidden states at the selected positions → chunked log-probs (module docstring)."""
 
@@ -59,15 +74,7 @@ class PolicyModule(nn.Module):
     def forward(self, input_ids: Tensor, select: Tensor, select_targets: Tensor, attention_mask: Tensor | None = None,
                 position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None,
                 with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-        kwargs: dict[str, Any] = {}
-        if cu_seqlens is not None:  # one packed row: no mask at all, the boundaries go to the attention
-            longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-            kwargs = {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens,
-                      "max_length_q": longest, "max_length_k": longest}
-            attention_mask = None  # (trainer/attention.py: its mask builder keeps a packed row maskless)
-        out = self.lm.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                    use_cache=False, **kwargs)
-        hidden = out.last_hidden_state
+        hidden = decoder_hidden(self.lm.get_decoder(), input_ids, attention_mask, position_ids, cu_seqlens)
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, select)
         return token_logprobs(selected, self.head, select_targets, self.chunk_tokens, with_entropy)
 
@@ -178,7 +185,7 @@ def build_policy(cfg: RunConfig, model_path: str | Path, strategy: Any, *, train
         _release_after(norm, policy, strategy)
     policy.to_empty(device=strategy.param_device)
     _retie(lm)
-    _recompute_buffers(policy, strategy.param_device)
+    recompute_buffers(policy, strategy.param_device)
     return policy
 
 
@@ -220,7 +227,7 @@ def _retie(lm: nn.Module) -> None:
             raise RuntimeError(f"{type(base).__name__}: the LM head could not be tied to the embedding again")
 
 
-def _recompute_buffers(policy: nn.Module, device: torch.device) -> None:
+def recompute_buffers(policy: nn.Module, device: torch.device) -> None:
     """Non-persistent buffers (rotary frequencies) are computed at construction, not loaded: after a meta
     init they hold garbage. Build each owner module again on `device` and take its buffers."""
     for name, module in policy.named_modules():

@@ -6,7 +6,7 @@ weight store's `WeightPublisher`; optionally a checkpoint to resume from. Out: `
 (metrics of rank 0, after checking every rank agrees), `save_checkpoint`, `version`, `extra_state`,
 `restarts`.
 
-    ranks = TrainerRanks(cfg, rt.resources, PolicyObjective.from_config(cfg.train), store.publisher(),
+    ranks = TrainerRanks(cfg, rt.resources, PolicyObjective.of(cfg), store.publisher(),
                          checkpoint=latest_checkpoint(cfg.run_dir) if cfg.resume else None)
 
 Guarantees: at construction the weights of `ranks.version` (0, or the checkpoint's) are published; every

@@ -18,7 +18,7 @@ from raynodes import alive, kill_all, ours
 
 from rollart.base.codec import from_json
 from rollart.control.buffer import ReadyGroup
-from rollart.control.scheduler import trajectory_digest
+from rollart.control.ledger import trajectory_digest
 from rollart.observability.ledger import audit_ledger
 from rollart.trainer.checkpoint import latest_checkpoint, load_extra
 

@@ -37,7 +37,7 @@ def run_steps(rank: int, world: int, out: Path, model_path: str, tag: str, steps
     from rollart.trainer import Trainer
 
     cfg = config(model_path, workers=world, **train)
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train), rank=rank, world_size=world)
+    trainer = Trainer(cfg, PolicyObjective.of(cfg), rank=rank, world_size=world)
     if resume:
         trainer.load(resume)
     loaded = snapshot(trainer)
@@ -61,8 +61,14 @@ def run_steps(rank: int, world: int, out: Path, model_path: str, tag: str, steps
 
 
 def snapshot(trainer) -> dict[str, torch.Tensor]:
-    """The full weights and AdamW moments (`optimizer/<name>/<key>`), gathered on every rank."""
+    """The full weights and AdamW moments (`optimizer/<name>/<key>`), and a critic's weights (`critic/<name>`),
+    gathered on every rank."""
     out = {k: v.contiguous() for k, v in trainer.state_dict().items()}
+    if trainer.critic is not None:
+        from rollart.trainer.critic import critic_entries
+
+        for entry in critic_entries(trainer.critic.module):
+            out[f"critic/{entry.name}"] = trainer.strategy.full(entry.tensor.detach()).clone().contiguous()
     for name, param in trainer._named_trainable():
         for key, value in trainer.optimizer.state.get(param, {}).items():
             out[f"optimizer/{name}/{key}"] = trainer.strategy.full(value).detach().clone().contiguous()

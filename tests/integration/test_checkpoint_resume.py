@@ -20,7 +20,7 @@ CONVERSATION = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assista
 
 def make_group(cfg, checkpoint=None):
     store = WeightStore(WeightsConfig(), name=f"ws-{uuid.uuid4().hex[:8]}")
-    group = TrainerRanks(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher(),
+    group = TrainerRanks(cfg, connect(cfg), PolicyObjective.of(cfg), store.publisher(),
                          checkpoint=checkpoint)
     return group, store
 

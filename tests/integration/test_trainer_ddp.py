@@ -29,7 +29,7 @@ def run(tiny_model_path, tmp_path, workers, micro_batch_tokens):
     store = WeightStore(WeightsConfig(), name=f"ws-{uuid.uuid4().hex[:8]}")
     sub = store.subscriber()
     try:
-        with TrainerRanks(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher()) as group:
+        with TrainerRanks(cfg, connect(cfg), PolicyObjective.of(cfg), store.publisher()) as group:
             assert group.version == 0 and store.latest_version() == 0
             v0 = asyncio.run(sub.pull(0))
             before = group.weights()

@@ -44,7 +44,7 @@ def test_a_dead_rank_is_rebuilt_exactly_and_past_the_limit_the_group_fails_fast(
     cfg = trainer_config(tiny_model_path, tmp_path / "run", workers=2, restarts=1, timeout_s=600)
     cfg.cluster.health_interval_s = 0.5
     store = WeightStore(WeightsConfig(), name=f"ws-{uuid.uuid4().hex[:8]}")
-    group = TrainerRanks(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher())
+    group = TrainerRanks(cfg, connect(cfg), PolicyObjective.of(cfg), store.publisher())
     try:
         group.sft_step([CONVERSATION] * 4)                        # v0 → v1
         group.train_step(synthetic_batch(version=1, seed=1))      # → v2

@@ -13,6 +13,8 @@ ranks' collectives in step).
   next step (≤ 1e-5 in loss).
 - bf16 computes over float32 master weights, near fp32 (a bf16 forward is ~1e-2 off, not 0 and not 1).
 - LoRA trains the same adapters (and leaves the base untouched) under fsdp2 on 2 ranks as in one process.
+- PPO's critic (a second sharded model with its own optimizer, values exchanged between the ranks for GAE)
+  trains the same policy and the same critic under fsdp2 on 2 ranks as in one process.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trainer_helpers import rel_diff
 
 FP32 = {"micro_batch_tokens": 64}
 LORA = {"lora": {"rank": 4}, "lr": 1e-3, "micro_batch_tokens": 64}
+PPO = {"algorithm": "ppo", "mini_batches": 2, "micro_batch_tokens": 64}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,9 @@ def runs(tiny_model_path, tmp_path_factory):
     run_steps(0, 1, out, model, "one", strategy="ddp", micro_batch_tokens=4096)
     run_steps(0, 1, out, model, "one-fsdp2", strategy="fsdp2", save_after=2, **FP32)
     run_steps(0, 1, out, model, "lora-one", strategy="ddp", steps=2, **LORA)
+    run_steps(0, 1, out, model, "ppo-one", strategy="ddp", steps=2, **PPO)
     spawn(2, out, model, [
+        ("steps", "ppo-fsdp2", {"strategy": "fsdp2", "steps": 2, **PPO}),
         ("steps", "lora-fsdp2", {"strategy": "fsdp2", "steps": 2, **LORA}),
         ("steps", "ddp2", {"strategy": "ddp", **FP32}),
         ("steps", "fsdp2", {"strategy": "fsdp2", "save_after": 2, **FP32}),
@@ -74,6 +79,16 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks(runs, saver, resumer):
         assert torch.equal(loaded[name], tensor), name  # bit for bit: weights and AdamW moments
     assert abs(resumed["loss"][0] - saver_result["loss"][2]) <= 1e-5
     assert rel_diff(weights(final), weights(saver_final)) <= 1e-6
+
+
+def test_the_critic_trains_the_same_under_fsdp2_on_two_ranks_as_in_one_process(runs):
+    (one, start, one_w), (two, _, two_w) = result(runs, "ppo-one"), result(runs, "ppo-fsdp2")
+    critic = {k: v for k, v in weights(one_w).items() if k.startswith("critic/")}
+    assert critic and critic.keys() == {k for k in weights(two_w) if k.startswith("critic/")}
+    assert max(abs(a - b) for a, b in zip(one["loss"], two["loss"])) <= 1e-5
+    assert rel_diff(weights(one_w), weights(two_w)) <= 1e-6  # the policy and the critic
+    head = [k for k in critic if "value_head" in k]
+    assert head and all(float(critic[k].abs().sum()) > 0 for k in head)  # the critic moved off its zero head
 
 
 def test_bf16_computes_over_fp32_master_weights(runs):

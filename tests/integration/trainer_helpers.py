@@ -31,7 +31,8 @@ def connect(cfg: RunConfig):
 
 
 def synthetic_batch(version: int, n: int = 8, seed: int = 0, vocab: int = 1000) -> TrainBatch:
-    """Samples with a prompt, model tokens of mixed behaviour versions, varied lengths and advantages."""
+    """Samples with a prompt, model tokens of mixed behaviour versions, varied lengths and advantages, and a
+    reward of 0 or 1 (what a critic's GAE reads)."""
     rng = random.Random(seed)
     samples = []
     for i in range(n):
@@ -40,8 +41,9 @@ def synthetic_batch(version: int, n: int = 8, seed: int = 0, vocab: int = 1000) 
         mask = (0,) * prompt + (1,) * resp
         beh = (0.0,) * prompt + tuple(rng.uniform(-8.0, -5.0) for _ in range(resp))
         vers = (-1,) * prompt + tuple(max(0, version - rng.randint(0, 1)) for _ in range(resp))
-        samples.append(TrainSample(f"t{seed}-{i}", f"g{i // 4}", "d", ids, mask, beh, vers,
-                                   advantage=rng.uniform(-1.5, 1.5), reward=0.0))
+        advantage = rng.uniform(-1.5, 1.5)
+        samples.append(TrainSample(f"t{seed}-{i}", f"g{i // 4}", "d", ids, mask, beh, vers, advantage=advantage,
+                                   reward=float(i % 2)))  # (the critic's GAE reads the reward)
     return TrainBatch(version=version, samples=tuple(samples))
 
 

@@ -1,12 +1,14 @@
-"""Advantages equal the hand computation (GRPO, RLOO, REINFORCE; with and without std normalisation)."""
+"""Advantages equal the hand computation: GRPO, RLOO, REINFORCE++ (with and without std normalisation)."""
 
 import math
 
 import pytest
 import torch
 
-from rollart.algo import compute_advantages, grpo_advantages, reinforce_advantages, rloo_advantages
-from rollart.algo.advantages import EPS
+from rollart.algo import grpo_advantages, reinforce_pp_advantages, rloo_advantages
+from rollart.algo.registry import ALGORITHMS
+from rollart.algo.stats import EPS
+from rollart.config import TrainConfig
 
 
 def t(*xs):
@@ -41,18 +43,26 @@ def test_rloo_leave_one_out():
     assert adv_n.tolist() == pytest.approx([-1.5 / (std + EPS), 0.0, 1.5 / (std + EPS), 0.0])
 
 
-def test_reinforce_batch_baseline():
-    rewards = t(1.0, 2.0, 3.0, 6.0)
-    groups = torch.tensor([0, 0, 1, 1])
-    assert compute_advantages(rewards, groups, "reinforce", False).tolist() == pytest.approx([-2, -1, 0, 3])
-    std = math.sqrt(3.5)
-    assert reinforce_advantages(rewards, True).tolist() == pytest.approx(
-        [-2 / (std + EPS), -1 / (std + EPS), 0.0, 3 / (std + EPS)]
-    )
+def test_reinforce_pp_group_baseline_then_token_weighted_batch_normalisation():
+    """The paper's REINFORCE++-baseline: A' = r − μ_g, then (A' − mean_B) / (std_B + ε) over the batch's tokens."""
+    rewards = t(1.0, 0.0, 3.0, 1.0, 2.0)
+    groups = torch.tensor([0, 0, 1, 1, 2])
+    tokens = t(1.0, 3.0, 2.0, 2.0, 4.0)
+    centred = [0.5, -0.5, 1.0, -1.0, 0.0]
+    assert reinforce_pp_advantages(rewards, groups, tokens, False).tolist() == pytest.approx(centred)
+    weights = [1, 3, 2, 2, 4]
+    mean = sum(w * c for w, c in zip(weights, centred)) / sum(weights)
+    std = math.sqrt(sum(w * (c - mean) ** 2 for w, c in zip(weights, centred)) / sum(weights))
+    expected = [(c - mean) / (std + EPS) for c in centred]
+    assert reinforce_pp_advantages(rewards, groups, tokens, True).tolist() == pytest.approx(expected, rel=1e-12)
+    # a low-variance group keeps its small scale (GRPO's per-group σ would blow it up to ±1)
+    small = reinforce_pp_advantages(t(0.0, 0.01, 0.0, 1.0), torch.tensor([0, 0, 1, 1]), t(1, 1, 1, 1), True)
+    assert abs(small[0]) < 0.02 < abs(small[2])
 
 
-def test_bad_kind_and_shapes_name_the_problem():
-    with pytest.raises(ValueError, match="train.advantage"):
-        compute_advantages(t(1.0), torch.tensor([0]), "ppo")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="rewards"):
-        compute_advantages(t(1.0, 2.0), torch.tensor([0]))
+def test_every_registered_estimator_checks_shapes_by_name():
+    for name, algorithm in ALGORITHMS.items():
+        if algorithm.advantages is None:
+            continue
+        with pytest.raises(ValueError, match="rewards"):
+            algorithm.advantages(t(1.0, 2.0), torch.tensor([0]), t(1.0, 1.0), TrainConfig(algorithm=name))

@@ -3,7 +3,7 @@
 import pytest
 
 from rollart.algo import build_train_batch
-from rollart.algo.advantages import EPS
+from rollart.algo.stats import EPS
 from rollart.config import TrainConfig
 from rollart.types import Status, Task, Trajectory, Turn
 
@@ -36,7 +36,7 @@ def test_samples_carry_tokens_mask_logprobs_versions_and_group_advantages():
 
 def test_rloo_through_the_config():
     trajs = [traj("a", "g", 1.0), traj("b", "g", 2.0), traj("c", "g", 6.0)]
-    batch = build_train_batch(trajs, 0, TrainConfig(advantage="rloo", normalize_std=False))
+    batch = build_train_batch(trajs, 0, TrainConfig(algorithm="rloo", normalize_std=False))
     assert [s.advantage for s in batch.samples] == pytest.approx([1 - 4.0, 2 - 3.5, 6 - 1.5])
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rollart.algo import PolicyObjective, aggregation_weights, k3_kl, mini_batch_plan, policy_loss
-from rollart.config import TrainConfig
+from rollart.config import RunConfig, TrainConfig
 
 
 def close(actual, expected):
@@ -116,9 +116,9 @@ def test_padding_never_leaks_inf():
     assert math.isfinite(loss.item()) and stats["iw_max"].item() == 1.0
 
 
-def test_objective_from_config_binds_the_coefficients():
-    obj = PolicyObjective.from_config(TrainConfig(clip_low=0.1, clip_high=0.3, tis_cap=3.0, kl_coef=0.05,
-                                                  aggregation="seq_mean"))
+def test_objective_binds_the_coefficients():
+    obj = PolicyObjective.of(RunConfig(train=TrainConfig(clip_low=0.1, clip_high=0.3, tis_cap=3.0, kl_coef=0.05,
+                                                         aggregation="seq_mean")))
     assert (obj.clip_low, obj.clip_high, obj.tis_cap, obj.kl_coef, obj.aggregation) == (0.1, 0.3, 3.0, 0.05, "seq_mean")
     assert obj.uses_reference
     mask = torch.tensor([[1, 1]])
@@ -156,19 +156,19 @@ def test_proximal_equal_to_the_current_policy_is_the_one_step_objective():
         loss, stats = policy_loss(lp, beh, torch.tensor([-1.5]), mask, w, clip_low=0.2, clip_high=0.28, tis_cap=2.0,
                                   proximal_logprobs=lp.detach() if prox else None)
         loss.backward()
-        out.append((loss.item(), lp.grad.clone(), {k: v.item() for k, v in stats.items()}))
+        out.append((loss.item(), lp.grad.clone(), {k: v.tolist() for k, v in stats.items()}))
     assert out[0][0] == out[1][0] and torch.equal(out[0][1], out[1][1]) and out[0][2] == out[1][2]
     assert out[0][2]["clipped"] == 0 and out[0][2]["approx_kl_sum"] == 0.0 and out[0][2]["ratio_max"] == 1.0
 
 
-def test_importance_weights_off_weight_every_token_one():
+def test_correction_none_weighs_every_token_one():
     lp = torch.tensor([[-0.3, -1.2]], requires_grad=True)
     beh = torch.tensor([[-2.3, -0.2]])  # raw weights e² (truncated to 2) and e⁻¹
     mask = torch.ones(1, 2)
     w = aggregation_weights(mask, "token_mean")
     kw = dict(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
     _, on = policy_loss(lp, beh, torch.tensor([1.0]), mask, w, **kw)
-    loss, off = policy_loss(lp, beh, torch.tensor([1.0]), mask, w, importance_weights=False, **kw)
+    loss, off = policy_loss(lp, beh, torch.tensor([1.0]), mask, w, correction="none", **kw)
     loss.backward()
     assert on["iw_sum"].item() == pytest.approx(2.0 + math.exp(-1.0), rel=1e-6) and on["iw_truncated"].item() == 1
     assert off["iw_sum"].item() == 2.0 and off["iw_truncated"].item() == 0
@@ -188,5 +188,5 @@ def test_mini_batch_plan_covers_every_sample_once_per_epoch():
     assert mini_batch_plan(5, 1, 2, "x") == [(0, 1, 2, 3, 4)] * 2  # one mini-batch: the batch, in order
     with pytest.raises(ValueError, match="train.mini_batches=6"):
         mini_batch_plan(5, 6, 1, "x")
-    obj = PolicyObjective.from_config(TrainConfig(mini_batches=2, epochs=3))
+    obj = PolicyObjective.of(RunConfig(train=TrainConfig(mini_batches=2, epochs=3)))
     assert len(obj.update_plan(8, "s")) == 6

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("argv, says", [
     (["bench", "weights", "--nodes", "2"], "--nodes applies to 'rollart bench chaos' only, not 'weights'"),
-    (["bench", "rollout", "--piece", "next"], "--piece applies to 'rollart bench staleness' only"),
+    (["bench", "rollout", "--piece", "next"], "--piece applies to 'rollart bench staleness|algos' only"),
     (["bench", "reward", "--jobs", "0"], "argument --jobs: takes a count ≥ 1, not 0"),
     (["bench", "chaos", "--nodes", "two"], "argument --nodes: takes a count ≥ 1, not 'two'"),
     (["bench", "staleness", "--piece", "next"], "needs --json PATH"),

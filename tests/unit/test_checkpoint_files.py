@@ -33,7 +33,7 @@ class Payload:
 
 def trainer(tiny_model_path) -> Trainer:
     cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"schedule": "cosine", "warmup_steps": 1})
-    return Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    return Trainer(cfg, PolicyObjective.of(cfg))
 
 
 def test_state_files_round_trip_types_exactly(tmp_path):

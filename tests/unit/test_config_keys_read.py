@@ -34,10 +34,12 @@ READ_AT = {
     "domains.<name>.profile.prompt_tokens.mean": "observability/profile.py",
     "domains.<name>.profile.obs_tokens.mean": "observability/profile.py",
     "observability.tensorboard": "observability/logger.py",
-    # `samples` is also RunPaths.samples (samples.jsonl); `window` also RolloutScheduler.window()
+    # `samples` is also RunPaths.samples (samples.jsonl); `window` also Admission.window()
     "domains.<name>.inject.reset_latency.samples": "envs/injection.py",
     "domains.<name>.inject.step_latency.samples": "envs/injection.py",
     "rollout.circuit_breaker.window": "control/breaker.py",
+    # also the shaping function algo/shaping.overlong_penalty
+    "train.overlong_penalty": "algo/batch.py",
 }
 FOR_THE_TWIN_AND_PLANNER = "domains.<name>.profile."
 

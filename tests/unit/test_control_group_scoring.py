@@ -33,8 +33,8 @@ def harness(extra: int = 0, fail=None, steps: int = 4) -> Harness:
     h = Harness(rollout_cfg(redundancy=RedundancyConfig(extra_per_group=extra, selection="first")), steps=steps,
                 latency=lambda task: 0.002 + 0.004 * (int(task.trajectory_id.rsplit("/", 1)[1]) % 3), fail=fail)
     h.scorer = BatchingScorer()
-    h.sched.scorer = h.scorer
-    h.sched.scoring.scorer = h.scorer
+    h.sched.collection.scorer = h.scorer
+    h.sched.collection.scoring.scorer = h.scorer
     assert isinstance(h.scorer, GroupRewardScorer)
     return h
 

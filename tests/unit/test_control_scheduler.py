@@ -16,7 +16,7 @@ from rollart.config import DomainConfig, RedundancyConfig, RolloutConfig
 from rollart.control import (BatchTimeout, Fate, RolloutScheduler, SampleBuffer, SchedulerFailed, StalenessPolicy,
                              LocalTurnBarrier)
 from rollart.control.buffer import ReadyGroup
-from rollart.control.scheduler import trajectory_digest
+from rollart.control.ledger import trajectory_digest
 from rollart.types import Status, Task, Trajectory
 
 DOMAINS = {"fast": DomainConfig(env="fast", weight=1.0), "slow": DomainConfig(env="slow", weight=1.0)}
@@ -26,7 +26,8 @@ class Harness:
     """A miniature driver: get_batch(k) → weights k served → (training is instant here)."""
 
     def __init__(self, rollout: RolloutConfig, steps: int, *, seed=0, latency=None, fail=None,
-                 score_fail=0.0, turn_barrier=None, domains=DOMAINS, ledger_sink=None):
+                 score_fail=0.0, turn_barrier=None, domains=DOMAINS, ledger_sink=None, scorer=None, group_filter=None,
+                 max_filtered=0):
         self.version = 0
         self.rollout = rollout
         self.policy = StalenessPolicy(rollout.alpha, rollout.staleness)
@@ -35,11 +36,12 @@ class Harness:
             self.runner.latency = latency
         if fail:
             self.runner.fail = fail
-        self.scorer = FakeScorer(fail_prob=score_fail, seed=seed)
+        self.scorer = scorer or FakeScorer(fail_prob=score_fail, seed=seed)
         self.buffer = SampleBuffer(self.policy, rollout.redundancy.selection,
                                    {d: c.weight for d, c in domains.items()})
         self.sched = RolloutScheduler(rollout, domains, self.runner, self.scorer, self.buffer, self.policy,
-                                      total_batches=steps, seed=seed, turn_barrier=turn_barrier, ledger_sink=ledger_sink)
+                                      total_batches=steps, seed=seed, turn_barrier=turn_barrier, ledger_sink=ledger_sink,
+                                      group_filter=group_filter, max_filtered_groups=max_filtered)
         self.steps = steps
         self.max_pending = self.max_running = 0
         g = rollout.group_size + rollout.redundancy.extra_per_group
@@ -54,7 +56,7 @@ class Harness:
             running = sum(1 for f in self.sched.fate.values() if f is Fate.RUNNING)
             # unsettled runs counted from the groups themselves (a scored member waiting for its group is still
             # RUNNING in the ledger but settled)
-            unsettled = sum(len(g.running()) for g in self.sched._groups.values())
+            unsettled = sum(len(g.running()) for g in self.sched.groups.by_id.values())
             self.max_running = max(self.max_running, unsettled)
             self.max_pending = max(self.max_pending, running + self.buffer.ready_trajectories())
             await asyncio.sleep(0.001)
@@ -104,7 +106,7 @@ def check_invariants(h: Harness, batches):
     assert h.max_pending <= h.bound, f"pending {h.max_pending} exceeded (α+1)·(B+R) = {h.bound}"
     # the peak counter: at least what the monitor saw running at once, within the bound, nothing left after stop
     assert h.max_running <= h.sched.metrics()["rollout/running_peak"] <= h.bound
-    assert h.sched.unsettled == 0
+    assert h.sched.groups.unsettled == 0
 
 
 def test_async_alpha1_batches_are_fresh_and_ledger_is_exact():
@@ -164,7 +166,8 @@ def test_a_group_dropped_stale_from_the_buffer_frees_its_admission_slot():
         # α = 0, two groups per batch and two admitted at a time; resumed at version 1 with a group of
         # version 0 ready in the buffer, so admission starts one group beside it, then must wait
         h = Harness(rollout_cfg(alpha=0, get_batch_timeout_s=5), steps=3, latency=lambda t: 0.002)
-        h.sched.next_train_version = h.sched.inference_version = 1
+        h.sched.admission.next_train_version = 1
+        h.sched.set_inference_version(1)
         task = Task("old/0", "fast", "fast", 0, "old")
         old = tuple(Trajectory(f"old/{i}", task, 0, status=Status.COMPLETED, reward=1.0) for i in range(4))
         h.buffer.put(ReadyGroup("old", -1, "fast", old))
@@ -396,16 +399,16 @@ class _DeafRunner(FakeRunner):
 def test_the_running_peak_counts_every_started_trajectory_and_runs_cancelled_locally_settle():
     async def scenario():
         h = Harness(rollout_cfg(alpha=1), steps=4)
-        h.runner = h.sched.runner = _DeafRunner(lambda: 0, latency=lambda t: 60.0)
+        h.runner = h.sched.runner = h.sched.collection.runner = _DeafRunner(lambda: 0, latency=lambda t: 60.0)
         h.sched.start()
         for _ in range(200):  # admission fills the window: (α + 1) batches of 2 groups of 4
             await asyncio.sleep(0.005)
-            if h.sched.unsettled == h.bound:
+            if h.sched.groups.unsettled == h.bound:
                 break
-        assert h.sched.unsettled == h.bound == h.sched.metrics()["rollout/running_peak"]
+        assert h.sched.groups.unsettled == h.bound == h.sched.metrics()["rollout/running_peak"]
         await h.sched.stop(timeout_s=0.05)  # the deaf episodes are cancelled in their tasks
         await asyncio.sleep(0.01)
-        assert h.sched.unsettled == 0 and h.sched.metrics()["rollout/running_peak"] == h.bound
+        assert h.sched.groups.unsettled == 0 and h.sched.metrics()["rollout/running_peak"] == h.bound
 
     asyncio.run(scenario())
 
@@ -424,5 +427,5 @@ def test_the_group_admission_waits_for_is_forecast_to_the_runner_once_before_it_
         assert group.size == 5 and group.task.domain == "only" and group.task.env == "only"
         assert group.task.trajectory_id == f"{group_id}/0"
         if f"{group_id}/0" in firsts:  # the forecast came true: that group was admitted with that seed
-            assert group.task.seed == h.sched.seed * 1_000_003 + int(group_id[1:])
+            assert group.task.seed == h.sched.admission.seed * 1_000_003 + int(group_id[1:])
     assert sum(f"{g}/0" in firsts for g in admitted) >= len(admitted) - 1  # all but the last one in flight at the end

@@ -113,7 +113,7 @@ def test_an_adapter_the_merge_does_not_support_is_refused(tiny_model_path):
 
 def test_a_lora_trainer_trains_and_publishes_only_adapters(tiny_model_path, tmp_path):
     cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"lora": {"rank": 4}, "lr": 1e-2})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     base = {n: p.detach().clone() for n, p in load_model(tiny_model_path).named_parameters()}
     first = LoraAdapter(trainer.published_weights().config,
                         {n: t.clone() for n, t in trainer.published_weights().tensors.items()})
@@ -137,7 +137,7 @@ def test_a_lora_trainer_trains_and_publishes_only_adapters(tiny_model_path, tmp_
 
     loaded = adapter_of(PeftModel.from_pretrained(load_model(tiny_model_path), str(tmp_path / "ckpt")))
     assert all(torch.equal(loaded.tensors[n], published.tensors[n]) for n in published.tensors)
-    resumed = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    resumed = Trainer(cfg, PolicyObjective.of(cfg))
     resumed.load(tmp_path / "ckpt")
     again = resumed.published_weights().tensors
     assert resumed.version == 2 and all(torch.equal(again[n], published.tensors[n]) for n in published.tensors)

@@ -59,7 +59,7 @@ def test_a_resumed_scheduler_keeps_the_scored_groups_replays_the_running_then_dr
         state = sched.state_dict()
         # what the first run would admit next, from the same random state (state_dict leaves it be)
         domains = sorted(DOMAINS)
-        following = [(sched.rng.choices(domains, [DOMAINS[d].weight for d in domains])[0], state["next_seq"] + i)
+        following = [(sched.admission.rng.choices(domains, [DOMAINS[d].weight for d in domains])[0], state["next_seq"] + i)
                      for i in range(2)]
         await sched.stop()
         return state, following

@@ -34,7 +34,7 @@ def test_the_twin_wires_the_production_classes(tmp_path: Path) -> None:
     system = run_virtual(main())
     assert type(system.scheduler) is RolloutScheduler and type(system.scheduler.buffer) is SampleBuffer
     assert type(system.proxy_impl) is LLMProxy and type(system.reward.client) is LocalRewardClient
-    assert type(system.turn_barrier) is LocalTurnBarrier and system.scheduler.turn_barrier is system.turn_barrier
+    assert type(system.turn_barrier) is LocalTurnBarrier and system.scheduler.collection.turn_barrier is system.turn_barrier
 
 
 def test_ratios_within_15_percent_of_the_real_bench() -> None:

@@ -56,7 +56,7 @@ def test_micro_batch_split_does_not_change_the_gradient(tiny_model_path, aggrega
     for budget in (4096, 24):
         cfg = RunConfig(model={"path": str(tiny_model_path)},
                         train={"micro_batch_tokens": budget, "aggregation": aggregation})
-        results.append(grads_after(Trainer(cfg, PolicyObjective.from_config(cfg.train))))
+        results.append(grads_after(Trainer(cfg, PolicyObjective.of(cfg))))
     (g1, m1), (g2, m2) = results
     assert_same_grads(g1, g2, 1e-5)
     assert m2["train/loss"] == pytest.approx(m1["train/loss"], rel=1e-6)
@@ -65,14 +65,14 @@ def test_micro_batch_split_does_not_change_the_gradient(tiny_model_path, aggrega
 
 def test_wrong_version_is_refused(tiny_model_path):
     cfg = RunConfig(model={"path": str(tiny_model_path)})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     with pytest.raises(ValueError, match="TrainBatch.version=3 but the trainer holds version 0"):
         trainer.train_step(batch(version=3))
 
 
 def test_sft_trains_assistant_tokens_and_lowers_their_loss(tiny_model_path):
     cfg = RunConfig(model={"path": str(tiny_model_path)})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     conv = [{"role": "user", "content": "Move"}, {"role": "assistant", "content": r"\boxed{Left}"}]
     s = conversation_sample(trainer.tokenizer, conv)
     trained = trainer.tokenizer.decode([t for t, m in zip(s.token_ids, s.loss_mask) if m])
@@ -89,7 +89,7 @@ def test_one_mini_batch_gives_the_importance_weighted_policy_gradient(tiny_model
     # padded, like the forward by hand below (packed ≡ padded is its own test below)
     cfg = RunConfig(model={"path": str(tiny_model_path)},
                     train={"grad_clip": 1e9, "aggregation": "seq_mean", "packing": False})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     grads, metrics = grads_after(trainer)
     assert metrics["train/updates"] == 1 and metrics["train/clip_frac"] == 0 and metrics["train/approx_kl"] == 0
 
@@ -113,7 +113,7 @@ def test_mini_batch_gradients_do_not_depend_on_micro_batching(tiny_model_path, e
     for budget in (4096, 24):
         cfg = RunConfig(model={"path": str(tiny_model_path)},
                         train={"micro_batch_tokens": budget, "mini_batches": 2, "epochs": epochs, "lr": 1e-2})
-        results.append(grads_after(Trainer(cfg, PolicyObjective.from_config(cfg.train)), big_batch()))
+        results.append(grads_after(Trainer(cfg, PolicyObjective.of(cfg)), big_batch()))
     (steps1, m1), (steps2, m2) = results
     assert len(steps1) == len(steps2) == 2 * epochs
     assert_same_grads(steps1[0], steps2[0], 1e-5)  # same weights: only the summation order differs
@@ -144,7 +144,7 @@ def test_the_kl_reference_is_the_weights_rl_started_from(tiny_model_path, tmp_pa
     """After a warm start (SFT steps) the reference is the warm-started weights, not the initial ones; a
     checkpoint keeps it, so a resumed run anchors to the same weights."""
     cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"kl_coef": 0.1, "lr": 1e-3})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     conv = [{"role": "user", "content": "Move"}, {"role": "assistant", "content": r"\boxed{Left}"}]
     for _ in range(3):
         trainer.sft_step([conv] * 4)
@@ -153,7 +153,7 @@ def test_the_kl_reference_is_the_weights_rl_started_from(tiny_model_path, tmp_pa
     assert first["train/ref_kl"] == 0.0 and first["train/kl_loss"] == 0.0  # anchored at the warm-started weights
     assert second["train/ref_kl"] > 0.0 and second["train/kl_loss"] > 0.0
     trainer.save(tmp_path / "ckpt", {})
-    resumed = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    resumed = Trainer(cfg, PolicyObjective.of(cfg))
     resumed.load(tmp_path / "ckpt")
     ref = dict(trainer.full_tensors(policy=trainer.ref_policy))
     back = dict(resumed.full_tensors(policy=resumed.ref_policy))
@@ -167,7 +167,7 @@ def test_packed_rows_give_the_padded_loss_and_gradients(tiny_model_path):
     for packing in (False, True):
         cfg = RunConfig(model={"path": str(tiny_model_path)},
                         train={"strategy": "ddp", "packing": packing, "micro_batch_tokens": 80})
-        results.append(grads_after(Trainer(cfg, PolicyObjective.from_config(cfg.train)), big_batch()))
+        results.append(grads_after(Trainer(cfg, PolicyObjective.of(cfg)), big_batch()))
     (padded, m1), (packed, m2) = results
     assert abs(m1["train/loss"] - m2["train/loss"]) <= 1e-5 and m1["train/loss"] != 0
     assert_same_grads(padded, packed, 1e-5)
@@ -179,7 +179,7 @@ def test_in_a_packed_row_no_sample_attends_to_another(tiny_model_path):
     from rollart.trainer.packing import collate
 
     cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"strategy": "ddp"})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    trainer = Trainer(cfg, PolicyObjective.of(cfg))
     a, b = batch().samples[0], batch().samples[2]
     other = dataclasses.replace(a, token_ids=tuple((t * 7 + 1) % 900 + 3 for t in a.token_ids))
     with torch.no_grad():
@@ -197,7 +197,7 @@ def test_memory_switches_do_not_change_the_gradient(tiny_model_path, switch):
     results, layer_calls = [], []
     for extra in ({}, switch):
         cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"strategy": "fsdp2", **extra})
-        trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+        trainer = Trainer(cfg, PolicyObjective.of(cfg))
         calls = []
         trainer.model.model.layers[0].self_attn.register_forward_pre_hook(lambda *a: calls.append(1))  # inside the checkpoint
         results.append(grads_after(trainer, big_batch()))
@@ -223,7 +223,7 @@ def test_fsdp2_frees_the_roots_gathered_weights_once_the_backward_passed_the_nor
             monkeypatch.setattr(policy_module, "_release_point", lambda lm, layers: None)
         cfg = RunConfig(model={"path": str(tiny_model_path)},
                         train={"strategy": "fsdp2", "activation_checkpointing": checkpointing})
-        trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train))
+        trainer = Trainer(cfg, PolicyObjective.of(cfg))
         assert trainer.policy.releases is release
         embed = trainer.model.get_input_embeddings()
         first = trainer.model.model.layers[0]

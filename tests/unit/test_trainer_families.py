@@ -74,7 +74,7 @@ def batch(version: int = 0) -> TrainBatch:
 
 def trainer(path: Path, packing: bool) -> Trainer:
     cfg = RunConfig(model={"path": str(path)}, train={"strategy": "ddp", "packing": packing, "micro_batch_tokens": 80})
-    return Trainer(cfg, PolicyObjective.from_config(cfg.train))
+    return Trainer(cfg, PolicyObjective.of(cfg))
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
