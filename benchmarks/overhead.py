@@ -88,6 +88,8 @@ def run(quick: bool) -> BenchResult:
         "TRL generates with transformers.generate in its trainer's process (see benchmarks/overhead_trl.py)",
         f"rollart reward p95 {ours['reward_p95_ms']:.1f} ms; CPU outside generation and training "
         f"{overhead_s:.1f} s in all",
+        "ray_other_actors: " + ", ".join(f"{t} {s:.2f} s" for t, s in
+                                         sorted(ours["other_actors"].items(), key=lambda kv: -kv[1])[:6]),
     ]
     return BenchResult("overhead", ratios, rows, notes)
 
@@ -119,6 +121,7 @@ def rollart_arm(cfg: Any) -> dict[str, Any]:
     return {
         "rl_wall_s": end - start,
         "cpu_by_role": sampler.by_role(start, end),
+        "other_actors": sampler.by_title(start, end, "ray_other_actors"),
         "trajectories": len(steps) * cfg.rollout.batch_size,
         "eval_first": round(summary["eval_first_by_domain"][DOMAIN], 3),
         "eval_last": round(summary["eval_last_by_domain"][DOMAIN], 3),
@@ -131,10 +134,15 @@ def rollart_arm(cfg: Any) -> dict[str, Any]:
 
 
 def reward_spans_ms(timeline: Path) -> list[float]:
-    """The reward span of every trajectory on the run's timeline (ms)."""
+    """Each trajectory's time in reward spans on the run's timeline (ms; summed per trajectory: a score passed
+    on by the control plane adds a span of its own), ascending."""
     trace = json.loads(Path(timeline).read_text())
-    return sorted(e["dur"] / 1000 for e in trace["traceEvents"]
-                  if e.get("ph") == "X" and e.get("cat") == "trajectory" and e.get("name") == "reward")
+    per: dict[str, float] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "trajectory" and e.get("name") == "reward":
+            tid = e["args"]["trajectory_id"]
+            per[tid] = per.get(tid, 0.0) + e["dur"] / 1000
+    return sorted(per.values())
 
 
 def _percentile(values: list[float], q: float) -> float:

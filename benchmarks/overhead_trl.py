@@ -13,7 +13,8 @@ ids — the chat template's rendering of the env's observation, checked token fo
 the same stop ids); the reward (`rollart.reward.math_reward.verify_answer`, math-verify, on the response);
 GRPO with group-normalised advantages (std), per-sequence token-mean aggregation (TRL's `grpo` loss = rollart's
 `seq_mean`), clip 0.2/0.28, no KL, AdamW at `train.lr` with no weight decay, a constant schedule, gradient
-clipping at `train.grad_clip`, float32 on CPU.
+clipping at `train.grad_clip`, float32 on CPU, activation checkpointing as `train.activation_checkpointing` (off:
+TRL's own default is on).
 Not matched (the benchmark's notes say so): TRL is synchronous and on-policy (generate, then train, one
 process); rollart trains batch n while rollout of n + 1 goes on (α = 1), so its samples may be one version
 stale, corrected by truncated importance weights against the behaviour log-probs its engine recorded. TRL
@@ -90,8 +91,10 @@ def run_trl(cfg: RunConfig, out_dir: Path, domain: str = "math") -> dict[str, An
         scale_rewards="group" if train.normalize_std else "none", shuffle_dataset=False, use_vllm=False,
         use_cpu=True, bf16=False, fp16=False, seed=cfg.seed, logging_steps=max(1, train.steps // 10),
         save_strategy="no", report_to=[], disable_tqdm=True, log_completions=False,
+        gradient_checkpointing=train.activation_checkpointing,  # (TRL's default is on; rollart's is off)
         generation_kwargs={"eos_token_id": list(chat.stop_token_ids)},
     )
+    torch.set_num_threads(os.cpu_count() or 1)  # torch's default (the warm start before set this process's to 1)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer)

@@ -57,6 +57,7 @@ def role_of(cmdline: list[str]) -> str | None:
 class _Seen:
     role: str
     cpu_s: list[tuple[float, float]] = field(default_factory=list)  # (time, user + system seconds)
+    title: str = ""  # the process title last seen (which actor an `ray_other_actors` process is)
 
 
 class CpuSampler:
@@ -95,7 +96,8 @@ class CpuSampler:
         for proc in procs:
             try:
                 with proc.oneshot():
-                    roles[proc.pid] = DRIVER if proc.pid == self.root.pid else role_of(proc.cmdline())
+                    cmdline = proc.cmdline()
+                    roles[proc.pid] = DRIVER if proc.pid == self.root.pid else role_of(cmdline)
                     parents[proc.pid] = proc.ppid()
                     cpu = proc.cpu_times()
                     key = (proc.pid, proc.create_time())
@@ -103,6 +105,7 @@ class CpuSampler:
                 continue
             seen = self.seen.setdefault(key, _Seen(""))
             seen.cpu_s.append((now, cpu.user + cpu.system))
+            seen.title = " ".join(cmdline)[:80]
             seen.role = seen.role if roles[proc.pid] is None and seen.role else (roles[proc.pid] or "")
         for (pid, _), seen in self.seen.items():  # untitled processes: the nearest titled ancestor's role
             if pid in roles and roles[pid] is None:
@@ -111,6 +114,15 @@ class CpuSampler:
                     ancestor = parents[ancestor]
                 seen.role = roles.get(ancestor) or seen.role or "other"
         self.own_cpu_s.append((now, time.thread_time()))
+
+    def by_title(self, start: float, end: float, role: str) -> dict[str, float]:
+        """CPU seconds of the processes of one role between `start` and `end`, by process title."""
+        out: dict[str, float] = {}
+        for seen in self.seen.values():
+            used = _at(seen.cpu_s, end) - _at(seen.cpu_s, start)
+            if seen.role == role and used > 0:
+                out[seen.title] = out.get(seen.title, 0.0) + used
+        return out
 
     def by_role(self, start: float, end: float) -> dict[str, float]:
         """CPU seconds each role used between `start` and `end` (unix times), the sampler's own off the driver."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from rollart.config.base import TRUST_IMPORT, is_loopback_host, reaches_beyond
 from rollart.config.domains import (
+    CHEAP_REWARDS,
     REWARD_ROLES,
     CountConfig,
     DatasetConfig,
@@ -57,6 +58,7 @@ from rollart.config.sandbox import SandboxConfig, SandboxLimits, WorkspaceConfig
 from rollart.config.train import LoraConfig, TrainConfig, WarmStartConfig, WeightsConfig
 
 __all__ = [
+    "CHEAP_REWARDS",
     "REWARD_ROLES",
     "TRUST_IMPORT",
     "CircuitBreakerConfig",
