@@ -1,8 +1,8 @@
 """`rollart bench overhead`: what one trajectory costs — rollart beside TRL's GRPOTrainer on single-turn math.
 
 The job: the default config's math domain alone (`domains.frozenlake=null`), batches of 36 in groups of 4,
-150 GRPO steps, from one warm start (the default job's 100 supervised steps, built once here by
-`rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other in this process:
+150 GRPO steps, from one warm start (the default job's 100 supervised steps on both its domains'
+demonstrations, built once here by `rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other in this process:
 - `trl`: the same job through TRL's `GRPOTrainer` on CPU (`overhead_trl.py` says what is matched and what
   is not);
 - `rollart`: `rollart.job.driver.train` from the same base (no warm start of its own, no evaluation inside
@@ -53,7 +53,9 @@ def run(quick: bool) -> BenchResult:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rollart-bench-overhead-") as tmp:
         work = Path(tmp)
-        base_cfg = load_config(None, [f"run_dir={work / 'base-run'}", *job_overrides(quick)])
+        # the default job's warm start (both domains' demonstrations, as `rollart train` does), then RL on math
+        base_cfg = load_config(None, [f"run_dir={work / 'base-run'}",
+                                      *(o for o in job_overrides(quick) if o != "domains.frozenlake=null")])
         began = time.perf_counter()
         base = warm_start_checkpoint(base_cfg, work / "base")
         warm_s = time.perf_counter() - began
@@ -86,6 +88,9 @@ def run(quick: bool) -> BenchResult:
         f"{trl['torch_threads']} torch threads; train reward {trl['train_reward_first']} → {trl['train_reward_last']}",
         "not matched: TRL is synchronous and on-policy, rollart trains at α = 1 with truncated importance weights; "
         "TRL generates with transformers.generate in its trainer's process (see benchmarks/overhead_trl.py)",
+        f"rollart: train reward {ours['train_reward'][0]} (first 10 steps) → {ours['train_reward'][1]} (last 10), "
+        f"{ours['response_tokens']} response tokens per trajectory; TRL: completions of "
+        f"{trl['completion_tokens']} tokens on average",
         f"rollart reward p95 {ours['reward_p95_ms']:.1f} ms; CPU outside generation and training "
         f"{overhead_s:.1f} s in all",
         "ray_other_actors: " + ", ".join(f"{t} {s:.2f} s" for t, s in
@@ -129,6 +134,9 @@ def rollart_arm(cfg: Any) -> dict[str, Any]:
         "train_s_median": round(statistics.median(r["time/train"] for r in records if "time/train" in r), 3),
         "get_batch_wait_s_median": round(statistics.median(r.get("time/get_batch_wait", 0.0) for r in steps), 3),
         "reward_p50_ms": _percentile(rewards, 50),
+        "train_reward": (_mean(r["reward/mean"] for r in steps[:10]), _mean(r["reward/mean"] for r in steps[-10:])),
+        "response_tokens": _mean(r["rollout/response_tokens"] / cfg.rollout.batch_size for r in steps
+                                 if "rollout/response_tokens" in r),
         "reward_p95_ms": _percentile(rewards, 95),
     }
 
@@ -143,6 +151,11 @@ def reward_spans_ms(timeline: Path) -> list[float]:
             tid = e["args"]["trajectory_id"]
             per[tid] = per.get(tid, 0.0) + e["dur"] / 1000
     return sorted(per.values())
+
+
+def _mean(values: Any) -> float:
+    values = list(values)
+    return round(sum(values) / len(values), 3) if values else float("nan")
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -107,6 +107,8 @@ def run_trl(cfg: RunConfig, out_dir: Path, domain: str = "math") -> dict[str, An
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     return {"rl_wall_s": wall, "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
             "torch_threads": torch.get_num_threads(), "prompts_checked": len(rows), "model": out,
-            "train_reward_first": rewards[0] if rewards else None, "train_reward_last": rewards[-1] if rewards else None}
+            "train_reward_first": rewards[0] if rewards else None, "train_reward_last": rewards[-1] if rewards else None,
+            "completion_tokens": round(sum(lengths) / len(lengths), 2) if lengths else None}
