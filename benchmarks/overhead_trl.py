@@ -64,7 +64,12 @@ def run_trl(cfg: RunConfig, out_dir: Path, domain: str = "math") -> dict[str, An
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+
+    try:
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError as exc:
+        raise RuntimeError(f"rollart bench overhead runs TRL's GRPOTrainer beside rollart: install it with "
+                           f"`pip install trl==1.16.0` (the dev extra has it) — {exc}") from exc
 
     from rollart.envs.chat import ChatTokens
     from rollart.models import load_tokenizer
