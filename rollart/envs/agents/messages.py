@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from rollart.base.untrusted import loads_json
 from rollart.envs.agents.errors import bad_request, unsupported
 
 TemplateMessage = dict[str, Any]
@@ -44,15 +45,15 @@ def _text(content: Any, where: str, allow_null: bool) -> str:
     raise bad_request(f"{where}: expected a string or a list of text parts, got {type(content).__name__}", where)
 
 
-def _arguments(raw: Any, where: str) -> dict[str, Any]:
+def arguments_object(raw: Any, where: str) -> dict[str, Any]:
     if isinstance(raw, Mapping):
         return dict(raw)
     if not isinstance(raw, str):
         raise bad_request(f"{where}: expected a JSON object as a string", where)
     try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise bad_request(f"{where}: not valid JSON ({exc})", where) from None
+        value = loads_json(raw)
+    except ValueError as exc:  # not JSON, or nested past loads_json's depth
+        raise bad_request(f"{where}: not valid JSON ({str(exc)[:120]})", where) from None
     if not isinstance(value, dict):
         raise bad_request(f"{where}: must encode a JSON object", where)
     return value
@@ -72,7 +73,7 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
         calls.append({
             "id": str(call.get("id") or ""),
             "type": "function",
-            "function": {"name": fn["name"], "arguments": _arguments(fn.get("arguments", "{}"), f"{at}.function.arguments")},
+            "function": {"name": fn["name"], "arguments": arguments_object(fn.get("arguments", "{}"), f"{at}.function.arguments")},
         })
     return calls
 
