@@ -133,6 +133,9 @@ def choose_tokens(
     if rows:
         draws = torch.stack([torch.rand((), generator=generators[i], device=logprobs.device) for i in rows])
         cdf = torch.cumsum(logprobs[rows].exp(), dim=-1)
+        if not bool((cdf[:, -1] > 0).all()):
+            raise ValueError("sampling: a row with no token left to draw (every probability 0 after masks and "
+                             "filters)")
         picks = torch.searchsorted(cdf, (draws * cdf[:, -1]).unsqueeze(-1).to(cdf.dtype), right=True)
         chosen[rows] = picks.squeeze(-1).clamp(max=logprobs.shape[-1] - 1)
     picked = logprobs.gather(1, chosen[:, None])[:, 0]
