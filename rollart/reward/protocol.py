@@ -41,7 +41,8 @@ Batched (rollart's own service; the clients batch trajectories that end within `
 — each item is what its own request would be: the header's key, the header's send time, the body's bytes (its
 digest is of the same bytes either way, so a retry may go alone or batched).
 Errors: {"error": message, "code": one of unauthorized | payload_too_large | bad_request | conflict |
-     reward_failed | reward_unavailable | busy | internal | not_found, "field": what was wrong (when known)},
+     reward_failed | reward_unavailable | busy | internal | not_found, "field": what was wrong (when known),
+     "fault": {"error", "traceback"} (when the reward function itself raised)},
      with HTTP 401 / 413 / 400 or 422 / 409 / 500 / 501 / 503 / 500 / 404. Every malformed request is a 4xx.
 """
 
