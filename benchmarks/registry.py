@@ -110,6 +110,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "the trainer's strategies (ddp, fsdp2), bf16, activation checkpointing, packing, chunked log-probs",
               (Option("--rows", "measure only these parts, comma-separated (setting rows, packing, equality, "
                       "logprobs, confirmation); the ratios they give are reported", metavar="A,B,…"),)),
+    Benchmark("overhead", "benchmarks.overhead",
+              "the cost of a trajectory: single-turn math through rollart beside TRL's GRPOTrainer, CPU by role"),
     Benchmark("data", "benchmarks.data",
               "a dataset domain of a 100,000-row Parquet file vs a built-in one: start-up, peak RSS, the preview"),
     Benchmark("algos", "benchmarks.algos",

@@ -500,6 +500,24 @@ class GroupRewardScorer(RewardScorer, Protocol):
 
 
 @runtime_checkable
+class EndScorer(Protocol):
+    """The reward scored where a trajectory ends: for the domains in `domains` (a cheap, stateless reward),
+    the env plane's worker scores each trajectory the moment it ends, in its own process, before handing it
+    on — instead of the control plane sending it to a reward backend. The reward plane implements it; the
+    composition root (`rollart.job`) gives one to each env worker, picklable until `start()`, which the
+    worker calls once in its own process (pools, imports). `score` never raises: a reward that kept failing
+    is a `RewardResult` with `ok=False`; it is bounded by the reward's own timeout."""
+
+    domains: frozenset[str]
+
+    def start(self) -> None: ...
+
+    async def score(self, trajectory: Trajectory) -> RewardResult: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
 class TrajectoryRunner(Protocol):
     """What the control plane calls to run episodes; the env plane's worker pool implements it.
 

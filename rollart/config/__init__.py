@@ -37,6 +37,7 @@ from __future__ import annotations
 from rollart.config.algorithm import ALGORITHM_PRESETS, CriticConfig
 from rollart.config.base import TRUST_IMPORT, is_loopback_host, reaches_beyond
 from rollart.config.domains import (
+    CHEAP_REWARDS,
     REWARD_ROLES,
     CountConfig,
     DatasetConfig,
@@ -61,6 +62,7 @@ from rollart.config.train import LoraConfig, TrainConfig, WarmStartConfig, Weigh
 __all__ = [
     "ALGORITHM_PRESETS",
     "CriticConfig",
+    "CHEAP_REWARDS",
     "REWARD_ROLES",
     "TRUST_IMPORT",
     "CircuitBreakerConfig",

@@ -2,7 +2,8 @@
 
 In: `Section` and the trust markers (`base`), the bounds (`bounds`). Out: `DomainConfig` and what it holds
 (`DomainRewardConfig`, `DatasetConfig`, `FaultInjectionConfig`, `DomainProfileConfig` with its `CountConfig`
-and `LatencyConfig`), and `REWARD_ROLES`, the row roles each built-in reward reads.
+and `LatencyConfig`), `REWARD_ROLES`, the row roles each built-in reward reads, and `CHEAP_REWARDS`, the
+built-ins scored where a trajectory ends.
 
 Guarantees: a domain has exactly one of `env` and `agent`; a dataset domain has its rows, one prompt (or
 messages) column and every role its reward reads mapped; an empirical distribution has samples within its
@@ -115,7 +116,15 @@ class DomainRewardConfig(Section):
         json_schema_extra=TRUST_IMPORT,
     )
     backend: Literal["local", "serverless", "http"] | None = Field(
-        None, description="None = reward.backend"
+        None, description="where a reward that is not scored at its env worker runs (see `cheap`): local (the "
+        "driver's process), serverless (the elastic reward service) or http; set, the domain's reward goes there "
+        "even when it is cheap. None = reward.backend"
+    )
+    cheap: bool | None = Field(
+        None, description="a cheap, stateless reward is scored in the env worker the moment its trajectory ends "
+        "(in that worker's process; math-verify in a process pool there), not sent to a backend — unless "
+        "`backend` is set. None: the rule built-ins (env, format, exact, regex, math) are cheap; code and judge "
+        "are not, nor is a user function unless marked true"
     )
     pattern: str = Field(
         "", description="regex reward: a regular expression the response must contain a match of; `{answer}` in "
@@ -139,6 +148,8 @@ class DomainRewardConfig(Section):
         return self
 
 
+# the built-in rewards cheap enough to score where a trajectory ends (stateless rules: no sandbox, no model)
+CHEAP_REWARDS = ("env", "format", "exact", "regex", "math")
 # which roles a reward fn needs mapped
 REWARD_ROLES = {"math": ("answer",), "exact": ("answer",), "regex": ("answer",), "code": ("tests",)}
 # verl's Parquet layout (its data preprocessing scripts): the chat in `prompt`, the ground truth inside

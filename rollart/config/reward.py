@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, model_validator
 
 from rollart.config.base import TRUST_GUARD, TRUST_NETWORK, Section, is_loopback_host
-from rollart.config.bounds import DAY_S, HOUR_S, MAX_MB, MAX_RETRIES, MAX_THREADS, MAX_WORKERS, WEEK_S
+from rollart.config.bounds import DAY_S, HOUR_S, MAX_BATCH, MAX_MB, MAX_RETRIES, MAX_THREADS, MAX_WORKERS, WEEK_S
 from rollart.config.sandbox import SandboxConfig
 
 
@@ -69,14 +69,20 @@ class HttpRewardConfig(Section):
         "ROLLART_REWARD_TOKEN", description="env var holding the bearer token",
         json_schema_extra=TRUST_NETWORK,
     )
+    batch: bool = Field(
+        False, description="the endpoint is a rollart reward service (`rollart serve-reward`), which takes several "
+        "trajectories in one request: send them batched (reward.batch_ms); off for an endpoint that speaks only "
+        "one-trajectory requests"
+    )
 
 
 class RewardConfig(Section):
     """How trajectories are scored: where, with which retries and limits (the domains pick the functions)."""
 
     backend: Literal["local", "serverless", "http"] = Field(
-        "local", description="where a domain's reward runs unless it names its own: local (in the driver), "
-        "serverless (the Ray Serve reward service), http (reward.http.url)"
+        "local", description="where a domain's reward runs unless it names its own or is cheap (a cheap reward is "
+        "scored in the env worker: domains.<d>.reward.cheap): local (in the driver), serverless (the Ray Serve "
+        "reward service), http (reward.http.url)"
     )
     timeout_s: float = Field(30.0, gt=0, le=DAY_S, description="per request (client) and per scoring (service)")
     retries: int = Field(3, ge=0, le=MAX_RETRIES, description="tries after the first; then the trajectory ends FAILED")
@@ -88,6 +94,12 @@ class RewardConfig(Section):
     backoff_s: float = Field(0.2, ge=0, le=HOUR_S, description="first retry delay; doubles each try, full jitter")
     backoff_max_s: float = Field(5.0, ge=0, le=HOUR_S, description="cap on the retry delay")
     max_in_flight: int = Field(64, ge=1, le=1_000_000, description="requests in flight per backend")
+    batch_ms: float = Field(
+        5.0, ge=0, le=HOUR_S * 1000, description="how long a trajectory bound for the reward service (serverless, or "
+        "http with reward.http.batch) waits for others to go with it in one request — a group's members end "
+        "within milliseconds of each other; 0 = one request per trajectory"
+    )
+    max_batch: int = Field(64, ge=1, le=MAX_BATCH, description="trajectories in one batched reward request at most")
     max_payload_mb: float = Field(4.0, gt=0, le=1024, description="largest request the service accepts")
     dedupe_max_mb: float = Field(
         64.0, gt=0, le=MAX_MB, description="memory the service's claim book may hold (keys, payload digests "

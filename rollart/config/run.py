@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 
 from rollart.config.base import Section
 from rollart.config.bounds import MAX_ENTRIES, MAX_SEED
-from rollart.config.domains import DomainConfig, DomainRewardConfig
+from rollart.config.domains import CHEAP_REWARDS, DomainConfig, DomainRewardConfig
 from rollart.config.envs import EnvsConfig
 from rollart.config.evaluation import EvalConfig
 from rollart.config.inference import InferenceConfig
@@ -49,13 +49,13 @@ def default_domains() -> dict[str, DomainConfig]:
     return {
         # multi-turn, prefill-heavy (the map every turn) → the compute-rich pool
         "frozenlake": DomainConfig(env="frozenlake", pool="gen_prefill", max_turns=6, max_new_tokens=12),
-        # single-turn, decode-heavy → the bandwidth-rich pool; scored by the serverless reward service.
+        # single-turn, decode-heavy → the bandwidth-rich pool; math-verify scores it in the env worker (cheap).
         # Small operands: a 0.5 M-parameter model learns them by RL within the CPU demo's minutes.
         "math": DomainConfig(
             env="math",
             weight=2.0,
             pool="gen_decode",
-            reward=DomainRewardConfig(fn="math", backend="serverless"),
+            reward=DomainRewardConfig(fn="math"),
             max_turns=1,
             max_new_tokens=12,
             options={"kinds": ["arithmetic"], "ops": "+", "max_operand": 3},
@@ -196,5 +196,14 @@ class RunConfig(Section):
         return 0 if self.model.path else TINY_WARM_START_STEPS
 
     def domain_reward_backend(self, domain: str) -> str:
-        """The reward backend a domain uses (its own, else `reward.backend`)."""
+        """The reward backend a domain uses when its trajectories come to it unscored (its own, else
+        `reward.backend`); see `reward_at_env` for where they are scored first."""
         return self.domains[domain].reward.backend or self.reward.backend
+
+    def reward_at_env(self, domain: str) -> bool:
+        """Whether a domain's reward is scored in the env worker where its trajectories end: a cheap reward
+        (`domains.<d>.reward.cheap`, by default the rule built-ins of `CHEAP_REWARDS`) whose domain names no
+        backend of its own, of a domain with an env (an agent's trajectory ends in the same worker too)."""
+        reward = self.domains[domain].reward
+        cheap = reward.cheap if reward.cheap is not None else reward.fn in CHEAP_REWARDS
+        return cheap and reward.backend is None

@@ -37,7 +37,7 @@ from rollart.config import RunConfig
 from rollart.envs.reset_stats import ResetStats
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import death_cause, gather_alive, is_worker_death
-from rollart.types import SamplingParams, Status, Task, Trajectory, TurnBarrier, UpcomingGroup
+from rollart.types import EndScorer, SamplingParams, Status, Task, Trajectory, TurnBarrier, UpcomingGroup
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,13 @@ class EnvRouter:
         llm: Any,
         turn_barrier: TurnBarrier | None = None,
         model_path: str | Path | None = None,
+        end_scorer: EndScorer | None = None,
     ) -> EnvRouter:
         """Place `cfg.envs.workers` EnvWorkers with `resources` (a `rollart.resources` Resources; pool from
         `@affinity("env")` unless `roles.env` says otherwise) and return the router over them. `llm` is
         what the workers generate with: an `LLMClient`, or a Ray actor handle (the LLMProxy's) they wrap
-        in an `ActorLLMClient`."""
+        in an `ActorLLMClient`. `end_scorer`: each worker gets a copy, and scores its domains' trajectories
+        as they end (`EnvWorker`)."""
         from rollart.envs.serving.fleet import EnvServerFleet, ServerDirectory
         from rollart.envs.worker import EnvWorker
 
@@ -86,7 +88,7 @@ class EnvRouter:
                 EnvWorker,
                 replicas=cfg.envs.workers,
                 kwargs={"cfg": cfg, "llm": llm, "turn_barrier": turn_barrier, "model_path": str(model_path) if model_path else None,
-                        "env_servers": {d: directory for d in fleets}},
+                        "env_servers": {d: directory for d in fleets}, "end_scorer": end_scorer},
                 worker_kwargs=lambda p: {"name": p.worker},
             )
         except BaseException:

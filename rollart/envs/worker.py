@@ -2,8 +2,9 @@
 
 In: the `RunConfig`, an `LLMClient` (or a Ray actor handle with async `generate`/`abort` — the inference
 plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnBarrier`, the worker's name and the model
-checkpoint whose tokenizer/chat template prompts are built with. Out: `run(task, start_version)` →
-the finished `Trajectory`; `cancel`, `progress`, `stats`.
+checkpoint whose tokenizer/chat template prompts are built with, and an optional `EndScorer` (the reward plane's,
+wired by the composition root: the cheap rewards, scored here). Out: `run(task, start_version)` →
+the finished `Trajectory` — scored already when its domain is the end scorer's; `cancel`, `progress`, `stats`.
 
 Each `run` is one `EnvManager` driven as an asyncio task on the actor's event loop (Ray runs async actor
 methods concurrently), so one worker holds many environment lifecycles; sync env calls go to a thread
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,12 +48,14 @@ from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
 from rollart.sandbox.workspace import reap_leftovers
 from rollart.types import (
+    EndScorer,
     GenerationRequest,
     GenerationResult,
     LLMClient,
     SamplingParams,
     Status,
     Task,
+    Span,
     Trajectory,
     TurnBarrier,
     UpcomingGroup,
@@ -96,8 +100,12 @@ class EnvWorker:
         name: str = "env/env/0",
         model_path: str | Path | None = None,
         env_servers: dict[str, Any] | None = None,
+        end_scorer: EndScorer | None = None,
     ) -> None:
         self.cfg, self.name, self.turn_barrier = cfg, name, turn_barrier
+        self.end_scorer = end_scorer if end_scorer is not None and end_scorer.domains else None
+        if self.end_scorer is not None:
+            self.end_scorer.start()  # in this process: its pools start now, not on the first trajectory
         self.llm = as_llm_client(llm)
         path = model_path or resolve_model_path(cfg.model, cfg.seed)
         tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
@@ -192,10 +200,24 @@ class EnvWorker:
         try:
             if early is not None:
                 await manager.cancel(*early)
-            return await manager.run()
+            trajectory = await manager.run()
         finally:
             self._managers.pop(trajectory_id, None)
             self._counts["finished"] += 1
+        return await self._score_at_end(trajectory)
+
+    async def _score_at_end(self, trajectory: Trajectory) -> Trajectory:
+        """The trajectory scored here when its domain's reward is the end scorer's and it ended trainable (a
+        reward that kept failing ends it FAILED, as the control plane would); else as it is."""
+        scorer, status = self.end_scorer, trajectory.status
+        if scorer is None or trajectory.domain not in scorer.domains or status is None or not status.trainable:
+            return trajectory
+        began = time.time()
+        result = await scorer.score(trajectory)
+        if not result.ok:
+            return trajectory.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}")
+        span = Span("reward", began, time.time(), worker=self.name)
+        return trajectory.scored(result.reward, spans=(span,), details=result.details)
 
     async def cancel(self, trajectory_id: str, status: Status, reason: str, expected: bool = False) -> None:
         """Cancel a running trajectory (no-op if unknown or finished). `expected=True` means the caller
@@ -240,3 +262,5 @@ class EnvWorker:
         if self.gateway is not None:
             await asyncio.to_thread(self.gateway.stop)
         await asyncio.get_running_loop().run_in_executor(None, functools.partial(self.executor.shutdown, wait=False))
+        if self.end_scorer is not None:
+            self.end_scorer.close()

@@ -15,7 +15,8 @@ The logprob contract (what the trainer receives as the behaviour logprob of each
   with no filter — the policy's own probability of the greedy token (a distribution concentrated on the
   argmax would always give 0.0, which says nothing).
 
-Guarantees: rows are independent — each row draws from its own `torch.Generator` exactly once per token,
+Guarantees: rows are independent — each row draws from its own `torch.Generator` exactly once per token
+(one uniform, turned into a token by inverse CDF),
 so a seeded request gives the same tokens whatever its batch-mates are (up to the float noise of
 batched matmuls). The functions here are pure apart from advancing the generators they are given.
 """
@@ -120,11 +121,22 @@ def top_alternatives(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float],
 def choose_tokens(
     logprobs: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator | None]
 ) -> tuple[list[int], list[float]]:
-    """One token per row (argmax when greedy, else a draw from the row's own generator) and its logprob."""
-    greedy = logprobs.argmax(dim=-1)
-    chosen = greedy.clone()
-    for i, (p, gen) in enumerate(zip(params, generators)):
-        if p.temperature > 0:
-            chosen[i] = torch.multinomial(logprobs[i].exp(), 1, generator=gen)[0]
+    """One token per row (argmax when greedy, else a draw from the row's own generator) and its logprob.
+
+    A draw is by inverse CDF, the sampled rows together: each row's generator gives one uniform u, and the
+    token is the first whose cumulative probability exceeds u × the row's total — one small draw per row and
+    a few batched ops, where a `multinomial` per row cost ~90 µs each over a 1 K vocabulary (a quarter of a
+    decode step at batch 36 on the tiny model). A token filtered out (probability 0) has no width in the CDF
+    and is never drawn."""
+    chosen = logprobs.argmax(dim=-1)
+    rows = [i for i, p in enumerate(params) if p.temperature > 0]
+    if rows:
+        draws = torch.stack([torch.rand((), generator=generators[i], device=logprobs.device) for i in rows])
+        cdf = torch.cumsum(logprobs[rows].exp(), dim=-1)
+        if not bool((cdf[:, -1] > 0).all()):
+            raise ValueError("sampling: a row with no token left to draw (every probability 0 after masks and "
+                             "filters)")
+        picks = torch.searchsorted(cdf, (draws * cdf[:, -1]).unsqueeze(-1).to(cdf.dtype), right=True)
+        chosen[rows] = picks.squeeze(-1).clamp(max=logprobs.shape[-1] - 1)
     picked = logprobs.gather(1, chosen[:, None])[:, 0]
     return chosen.tolist(), picked.tolist()

@@ -52,6 +52,7 @@ from rollart.resources import WorkerSet, Resources, Runtime
 from rollart.resources.affinity import resolve_request
 from rollart.resources.errors import PlacementError
 from rollart.resources.worker_set import MemberEvent
+from rollart.reward.at_end import EnvSideScorer
 from rollart.reward.router import RewardRouter, new_run_id
 from rollart.base.run_dir import RunPaths
 from rollart.trainer import TrainerRanks, TrainerWorker, latest_checkpoint
@@ -344,6 +345,7 @@ def _start_rollout_side(cfg: RunConfig, res: Resources, subscriber: Any, model_p
         timeout = cfg.rollout.get_batch_timeout_s
         turn_barrier = ActorTurnBarrier(res.spawn(LocalTurnBarrier, timeout, name="turn_barrier"),
                                         barrier_timeout_s=timeout)
-    env_router = EnvRouter.place(res, cfg, proxy, turn_barrier=turn_barrier, model_path=model_path)
+    env_router = EnvRouter.place(res, cfg, proxy, turn_barrier=turn_barrier, model_path=model_path,
+                                 end_scorer=EnvSideScorer(cfg))
     stack.callback(env_router.shutdown)
     return inference, proxy, env_router, turn_barrier

@@ -1,10 +1,13 @@
 """A run's ledger file (RUN_DIR/ledger.jsonl): written as the run goes, and read back — did every trajectory
 end exactly once?
 
-Writing: `LedgerFile(paths, keep_bytes)` (paths: the run's `RunPaths`) is the `LedgerSink` the rollout scheduler writes each move to (one
-JSON line, flushed at once); `size()` makes the file durable and says how far a checkpoint taken now covers
+Writing: `LedgerFile(paths, keep_bytes)` (paths: the run's `RunPaths`) is the `LedgerSink` the rollout scheduler
+writes each move to (one JSON line; handed to the OS at most `FLUSH_S` after it was written — a write per move
+was the driver's largest per-trajectory I/O); `size()` makes the file durable and says how far a checkpoint taken
+now covers
 it, and a resumed run first cuts the file back to what its checkpoint covered (`keep_bytes`), so the file
-always tells the history of the weights the run holds: what happened after the checkpoint never did.
+always tells the history of the weights the run holds: what happened after the checkpoint never did — which
+is also why a driver killed with moves still in its buffer loses nothing a resume would keep.
 
 Reading: the ledger file a run wrote (one JSON object per move: {"time", "id", "group", "domain", "fate",
 "reason", "digest", "batch"}; see `rollart.base.run_dir`). Out: `audit_ledger(path)` → a `LedgerAudit`: how many
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +33,7 @@ from typing import Any, Mapping
 
 from rollart.base.run_dir import RunPaths
 
+FLUSH_S = 1.0  # a move reaches the OS (and a reader of the file) at most this long after it was written
 _ALLOWED = {
     None: {"running"},
     "running": {"running", "ready", "aborted", "failed", "stale", "filtered"},
@@ -43,10 +48,14 @@ class LedgerFile:
         self._file = paths.open(paths.ledger, "a+b")  # never through a link (rollart.base.run_dir)
         # what a crash left past the checkpoint never happened (the weights it led to were lost)
         self._file.truncate(min(keep_bytes, self._file.seek(0, os.SEEK_END)))
+        self._flushed = time.monotonic()
 
     def write(self, entry: Mapping[str, Any]) -> None:
         self._file.write(json.dumps(entry).encode() + b"\n")
-        self._file.flush()
+        now = time.monotonic()
+        if now - self._flushed >= FLUSH_S:
+            self._file.flush()
+            self._flushed = now
 
     def size(self) -> int:
         """Make the file durable; its size (what a checkpoint taken now covers)."""

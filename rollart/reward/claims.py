@@ -9,6 +9,8 @@ the SHA-256 of the request body; and the scorer's outcome. Out, for `claim(key, 
 - `("busy", None)` — another request with this payload is scoring it now: `await wait(key, timeout)`;
 - `("conflict", None)` — the key was used with a different payload (scored, or being scored under a live
   lease): never a replay (HTTP 409).
+A batched request's items are claimed, completed and released in one call each (`claim_many`,
+`complete_many`, `release_many`: the same rules, item by item, in order).
 
 Guarantees (single event loop; the Ray actor in `service.py` hosts one for all replicas):
 - At most one owner per key at a time. A claim whose owner vanished (a replica died mid-scoring) expires
@@ -164,6 +166,18 @@ class LocalClaimBook:
         done = self._done.get(key)
         return done.answer if done is not None else None
 
+    def claim_many(self, items: list[tuple[str, str]]) -> list[tuple[ClaimState, Any]]:
+        """`claim` of each (key, digest), in order (a batch's items: one call, one look at the clock's expiries)."""
+        return [self.claim(key, digest) for key, digest in items]
+
+    def complete_many(self, items: list[tuple[str, int, dict[str, Any]]]) -> list[bool]:
+        """`complete` of each (key, token, answer), in order."""
+        return [self.complete(key, token, answer) for key, token, answer in items]
+
+    def release_many(self, items: list[tuple[str, int]]) -> None:
+        for key, token in items:
+            self.release(key, token)
+
     def scorings(self, key: str) -> int:
         done = self._done.get(key)
         return done.scorings if done is not None else 0
@@ -218,6 +232,16 @@ class SharedClaimBook:
 
     async def release(self, key: str, token: int) -> None:
         self.claims.release(key, token)
+
+    async def claim_many(self, items: list[tuple[str, str]]) -> list[tuple[ClaimState, Any]]:
+        self._sweep_here()
+        return self.claims.claim_many(items)
+
+    async def complete_many(self, items: list[tuple[str, int, dict[str, Any]]]) -> list[bool]:
+        return self.claims.complete_many(items)
+
+    async def release_many(self, items: list[tuple[str, int]]) -> None:
+        self.claims.release_many(items)
 
     async def wait(self, key: str, timeout_s: float) -> dict[str, Any] | None:
         return await self.claims.wait(key, timeout_s)

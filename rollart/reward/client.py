@@ -5,7 +5,8 @@ that still fails after `reward.retries` further tries (an outage's tries apart, 
 `ok=False` with the last error, so the control plane ends that trajectory FAILED with the reason and the
 batch goes on.
 
-- `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py with
+- `HttpRewardClient` (backends `serverless` and `http`): POSTs the payload of protocol.py — alone, or, to
+  rollart's own service, batched with the trajectories that end within `reward.batch_ms` (batching.py) — with
   `Idempotency-Key: <run id>/<attempt>/<trajectory id>` (`run_key` = run id and attempt, see router.py; the
   service scores a key once, answers retries from its claim book, and refuses the key with another payload),
   `Authorization: Bearer <token>` and `X-Rollart-Sent-At` (when the first try left: cold-start detection). Retried: connection
@@ -46,6 +47,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import httpx
 
 from rollart.config import RewardConfig
+from rollart.reward.batching import RequestBatcher
 from rollart.reward.metrics import BusyClock, LatencyWindow
 from rollart.reward.protocol import RewardFn, RewardInputError, RewardOutput, call_reward, normalise, to_payload
 from rollart.reward.shapes import Unscorable
@@ -172,11 +174,13 @@ class HttpRewardClient:
         run_key: str | None = None,
         on_outage: Callable[[], Awaitable[None]] | None = None,
         outage_status: frozenset[int] = frozenset(),
+        batched: bool = False,
     ) -> None:
         """`run_key`: `<run id>/<attempt>` prefixed to every idempotency key (default: a fresh random run).
         `on_outage`: awaited before each try past `reward.retries` while the service is out (see above);
         `outage_status`: more HTTP statuses that mean the service is out (for rollart's own service, 404:
-        its route is gone with its app)."""
+        its route is gone with its app). `batched`: the service is rollart's own, which takes batches —
+        trajectories that end within `reward.batch_ms` go in one request (batching.py; 0 ms: never)."""
         self.url = url
         self.run_key = run_key or f"{secrets.token_hex(16)}/0"
         self.outage_status = OUTAGE_STATUS | outage_status
@@ -187,6 +191,8 @@ class HttpRewardClient:
         self.transport = transport
         self.stats = BackendStats()
         self._tries = _Tries(cfg, self.stats, seed, on_outage=on_outage or _wait_it_out)
+        self._batcher = (RequestBatcher(self._post_batch, cfg.batch_ms, cfg.max_batch, int(cfg.max_payload_mb * 2**20))
+                         if batched and cfg.batch_ms > 0 else None)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
     def _client(self) -> httpx.AsyncClient:
@@ -205,33 +211,44 @@ class HttpRewardClient:
 
     async def score(self, trajectory: Trajectory, fn: str, run_key: str | None = None) -> RewardResult:
         """Score on the service; `run_key` overrides the client's (an evaluation's own run)."""
-        body = json.dumps(to_payload(trajectory, fn)).encode()
-        headers = {"content-type": "application/json", "idempotency-key": self.idempotency_key(trajectory, run_key)}
-        if self.token:
-            headers["authorization"] = f"Bearer {self.token}"
-        # when the first try left: a replica created after it means this scoring waited for a cold start
-        headers["x-rollart-sent-at"] = repr(time.time())
+        text = json.dumps(to_payload(trajectory, fn))
+        key = self.idempotency_key(trajectory, run_key)
+        sent_at = time.time()  # when the first try left: a replica created after it means a cold start
+
+        async def exchange() -> tuple[int, Any]:
+            if self._batcher is not None:
+                return await self._batcher.send(key, sent_at, text)
+            headers = {**self._auth(), "content-type": "application/json", "idempotency-key": key,
+                       "x-rollart-sent-at": repr(sent_at)}
+            resp = await self._client().post(self.url, content=text.encode(), headers=headers)
+            try:
+                return resp.status_code, resp.json()
+            except ValueError:
+                return resp.status_code, {"error": resp.text[:200]}
 
         async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool, Fault | None]:
             try:
-                resp = await self._client().post(self.url, content=body, headers=headers)
+                status, answer = await exchange()
             except httpx.TimeoutException as exc:
                 return None, True, f"timeout after {self.cfg.timeout_s}s ({type(exc).__name__})", True, None
             except httpx.TransportError as exc:
                 return None, True, f"{type(exc).__name__}: {exc}", True, None
-            try:
-                answer = resp.json()
-            except ValueError:
-                answer = {"error": resp.text[:200]}
-            if resp.status_code == 200 and isinstance(answer.get("reward"), (int, float)):
+            if status == 200 and isinstance(answer, dict) and isinstance(answer.get("reward"), (int, float)):
                 self.stats.cold_starts += bool(answer.get("cold_start"))
                 self.stats.replays += bool(answer.get("replayed"))
                 return {"reward": float(answer["reward"]), "details": _details(answer)}, False, "", False, None
-            message = f"HTTP {resp.status_code}: {answer.get('error', answer) if isinstance(answer, dict) else answer}"
-            return (None, resp.status_code in self.retry_status or resp.status_code == 200, message,
-                    resp.status_code in self.outage_status, _fault_of(answer))
+            message = f"HTTP {status}: {answer.get('error', answer) if isinstance(answer, dict) else answer}"
+            return (None, status in self.retry_status or status == 200, message, status in self.outage_status,
+                    _fault_of(answer))
 
         return await self._tries.run(trajectory, self.backend, attempt)
+
+    def _auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+
+    async def _post_batch(self, body: bytes) -> httpx.Response:
+        return await self._client().post(self.url, content=body,
+                                         headers={**self._auth(), "content-type": "application/json"})
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()

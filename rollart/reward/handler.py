@@ -23,6 +23,12 @@ Per request, in order (every refusal is a JSON 4xx whose `field` names what was 
 5. cold start — a request first sent (`X-Rollart-Sent-At`, client wall clock, the same on every retry)
    before this replica existed was waiting for a replica to start: `cold_start: true` in the answer; a
    replay keeps the flag of the scoring it replays (its first try may have timed out waiting for it).
+A batched request — `{"v": 1, "batch": [{"idempotency_key", "sent_at", "payload"}, …]}` (protocol.py; the
+clients send one when trajectories end together) — passes 1 and 2 once, then each item goes through 3–5 as a
+request of its own would (its key from the item, the digest of its payload text, its cold start from
+`sent_at`), its claims taken, completed and released with the other items' in one claim-book call each, its
+scorings run concurrently; the answer is 200 `{"results": [{"status", "body"}, …]}`, each item's status and
+body those its own request would have got.
 Faults (`ServiceFaults`) can be injected after a score is recorded — a 500 or a delay past the client's
 timeout — which is exactly where a non-idempotent service would score twice.
 """
@@ -33,6 +39,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import random
 import re
 import time
@@ -42,7 +49,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 from rollart.config import RunConfig
 from rollart.reward.metrics import BusyClock
 from rollart.reward import tokens
-from rollart.reward.protocol import PayloadError, RewardInputError, call_reward, parse_payload
+from rollart.reward.protocol import PAYLOAD_VERSION, PayloadError, RewardInputError, call_reward, parse_payload
 from rollart.reward.registry import BUILTINS, RewardFns
 from rollart.reward.shapes import Unscorable
 from rollart.sandbox import SandboxUnavailable
@@ -71,6 +78,12 @@ class ClaimBook(Protocol):
     async def release(self, key: str, token: int) -> None: ...
 
     async def wait(self, key: str, timeout_s: float) -> dict[str, Any] | None: ...
+
+    async def claim_many(self, items: list[tuple[str, str]]) -> list[tuple[str, Any]]: ...
+
+    async def complete_many(self, items: list[tuple[str, int, dict[str, Any]]]) -> list[bool]: ...
+
+    async def release_many(self, items: list[tuple[str, int]]) -> None: ...
 
     def report(self, replica: str, busy_s: float, alive_s: float) -> None: ...
 
@@ -171,6 +184,8 @@ class RewardHandler:
             payload = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, an int over 4300 digits, deep nesting
             return error(400, "bad_request", f"body is not JSON: {str(exc)[:200]}", "body")
+        if isinstance(payload, dict) and "batch" in payload:
+            return await self._handle_batch(principal, payload)
         try:
             trajectory, fn = parse_payload(payload)
             spec = self._fn_spec(trajectory.domain, fn)
@@ -201,13 +216,31 @@ class RewardHandler:
             return False
 
     async def _score(self, key: str | None, token: int, trajectory: Any, spec: str, cold: bool) -> tuple[int, dict[str, Any]]:
+        status, answer = await self._run(trajectory, spec, cold)
+        self.claims.report(self.replica, self.busy.busy_s, self.busy.alive_s)
+        if status != 200:
+            if key is not None:
+                await self.claims.release(key, token)
+            return status, answer
+        if key is not None:
+            await self.claims.complete(key, token, answer)
+        return await self._after_recording(200, {**answer, "replayed": False})
+
+    async def _after_recording(self, status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The faults injected after the scores are recorded (`ServiceFaults`), per request."""
+        if self.faults.error_prob and self._rng.random() < self.faults.error_prob:
+            return error(500, "injected", "injected fault after scoring")
+        if self.faults.delay_prob and self._rng.random() < self.faults.delay_prob:
+            await asyncio.sleep(self.faults.delay_s)
+        return status, body
+
+    async def _run(self, trajectory: Any, spec: str, cold: bool) -> tuple[int, dict[str, Any]]:
+        """Score one trajectory (bounded by `reward.timeout_s`): (200, its answer) or an error's (status, body)."""
         t0 = time.monotonic()
         self.busy.enter()
         try:
             out = await asyncio.wait_for(call_reward(self.fns.get(spec), trajectory, spec), self.cfg.reward.timeout_s)
         except Exception as exc:  # noqa: BLE001 — any reward failure becomes a JSON error
-            if key is not None:
-                await self.claims.release(key, token)
             detail = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
             message = f"reward fn {spec!r} failed on {trajectory.trajectory_id}: {detail}"
             if isinstance(exc, SandboxUnavailable):  # this service cannot run it at all
@@ -219,8 +252,7 @@ class RewardHandler:
             return error(500, "reward_failed", message, fault=fault)
         finally:
             self.busy.exit()
-            self.claims.report(self.replica, self.busy.busy_s, self.busy.alive_s)
-        answer = {
+        return 200, {
             "trajectory_id": trajectory.trajectory_id,
             "reward": out.reward,
             "per_turn": list(out.per_turn) if out.per_turn is not None else None,
@@ -229,16 +261,94 @@ class RewardHandler:
             "score_s": time.monotonic() - t0,
             "cold_start": cold,  # kept: a retry replayed by a warm replica still waited for this cold start
         }
-        if key is not None:
-            await self.claims.complete(key, token, answer)
-        if self.faults.error_prob and self._rng.random() < self.faults.error_prob:
-            return error(500, "injected", "injected fault after scoring")
-        if self.faults.delay_prob and self._rng.random() < self.faults.delay_prob:
-            await asyncio.sleep(self.faults.delay_s)
-        return 200, {**answer, "replayed": False}
+
+    async def _handle_batch(self, principal: str, envelope: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A batched request (protocol.py): each item answered as its own one-trajectory request would be,
+        its claims taken, completed and released with the others' in one claim-book call each."""
+        try:
+            items = batch_items(envelope, self.cfg.reward.max_batch)
+        except PayloadError as exc:
+            return error(422, "bad_request", str(exc), exc.field)
+        results: list[tuple[int, dict[str, Any]] | None] = [None] * len(items)
+        work: dict[int, tuple[Any, str, bool, str | None, str]] = {}  # item → trajectory, spec, cold, key, digest
+        for i, (key, sent_at, text) in enumerate(items):
+            try:
+                trajectory, fn = parse_payload(json.loads(text))
+                spec = self._fn_spec(trajectory.domain, fn)
+            except (ValueError, RecursionError) as exc:
+                where = f"batch[{i}].payload" + (f".{exc.field}" if isinstance(exc, PayloadError) and exc.field else "")
+                results[i] = error(422 if isinstance(exc, PayloadError) else 400, "bad_request",
+                                   f"{where}: {str(exc)[:300]}", where)
+                continue
+            work[i] = (trajectory, spec, sent_at is not None and sent_at < self.created_at,
+                       claim_key(principal, key) if key is not None else None, hashlib.sha256(text.encode()).hexdigest())
+        keyed = [i for i in work if work[i][3] is not None]
+        states = await self.claims.claim_many([(work[i][3], work[i][4]) for i in keyed]) if keyed else []
+        owners, waiting = {}, []
+        for i, (state, value) in zip(keyed, states):
+            given = items[i][0]
+            if state == "conflict":
+                results[i] = error(409, "conflict", f"Idempotency-Key {given!r} was already used with a different "
+                                   "payload (a key names one scoring: run id, attempt and trajectory id)",
+                                   f"batch[{i}].idempotency_key")
+            elif state == "busy":
+                waiting.append(i)
+            elif state == "done":
+                results[i] = (200, {**value, "replayed": True, "cold_start": work[i][2] or bool(value.get("cold_start"))})
+            else:
+                owners[i] = value
+        scoring = [i for i in work if results[i] is None and i not in waiting]
+
+        async def wait(i: int) -> tuple[int, dict[str, Any]]:
+            value = await self.claims.wait(work[i][3], self.cfg.reward.timeout_s)  # type: ignore[arg-type]
+            if value is None:
+                return error(503, "busy", f"Idempotency-Key {items[i][0]!r} is being scored by another request; retry")
+            return 200, {**value, "replayed": True, "cold_start": work[i][2] or bool(value.get("cold_start"))}
+
+        answers = await asyncio.gather(*(self._run(*work[i][:3]) for i in scoring), *(wait(i) for i in waiting))
+        if scoring:
+            self.claims.report(self.replica, self.busy.busy_s, self.busy.alive_s)
+        done = [(work[i][3], owners[i], answer) for i, (status, answer) in zip(scoring, answers) if i in owners
+                and status == 200]
+        failed = [(work[i][3], owners[i]) for i, (status, _) in zip(scoring, answers) if i in owners and status != 200]
+        if done:
+            await self.claims.complete_many(done)  # type: ignore[arg-type]
+        if failed:
+            await self.claims.release_many(failed)  # type: ignore[arg-type]
+        for i, (status, answer) in zip([*scoring, *waiting], answers):
+            results[i] = (status, {**answer, "replayed": False} if status == 200 and i in scoring else answer)
+        body = {"results": [{"status": status, "body": answer} for status, answer in results]}  # type: ignore[misc]
+        return await self._after_recording(200, body)
 
     def close(self) -> None:
         self.fns.close()
+
+
+def batch_items(envelope: dict[str, Any], max_batch: int) -> list[tuple[str | None, float | None, str]]:
+    """(idempotency key, sent at, payload text) of each item of a batched request, checked strictly (exact JSON
+    types, no unknown keys); a `PayloadError` names the first field that is wrong."""
+    if set(envelope) - {"v", "batch"}:
+        raise PayloadError(f"body: unknown keys {sorted(set(envelope) - {'v', 'batch'})[:5]}", "body")
+    if type(envelope.get("v")) is not int or envelope["v"] != PAYLOAD_VERSION:
+        raise PayloadError(f"v: payload version {PAYLOAD_VERSION} expected", "v")
+    batch = envelope["batch"]
+    if not isinstance(batch, list) or not 1 <= len(batch) <= max_batch:
+        raise PayloadError(f"batch: a list of 1 to reward.max_batch={max_batch} items expected", "batch")
+    out = []
+    for i, item in enumerate(batch):
+        where = f"batch[{i}]"
+        if not isinstance(item, dict) or set(item) - {"idempotency_key", "sent_at", "payload"}:
+            raise PayloadError(f"{where}: an object of idempotency_key, sent_at and payload expected", where)
+        key, sent_at, text = item.get("idempotency_key"), item.get("sent_at"), item.get("payload")
+        if key is not None and not (isinstance(key, str) and _KEY.match(key)):
+            raise PayloadError(f"{where}.idempotency_key: 1–256 printable ASCII characters without spaces, or null",
+                               f"{where}.idempotency_key")
+        if sent_at is not None and (type(sent_at) not in (int, float) or not math.isfinite(sent_at)):
+            raise PayloadError(f"{where}.sent_at: a unix time or null", f"{where}.sent_at")
+        if not isinstance(text, str):
+            raise PayloadError(f"{where}.payload: the payload as JSON text (a string) expected", f"{where}.payload")
+        out.append((key, sent_at, text))
+    return out
 
 
 def _jsonable(details: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import re
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,6 +27,17 @@ from rollart.reward.protocol import RewardInputError, RewardOutput, final_action
 from rollart.types import Trajectory
 
 _GRACE_S = 2.0
+_INT = re.compile(r"[ \t\r\n]*(-?[0-9]{1,18})[ \t\r\n]*")  # ASCII digits and blanks only: nothing to interpret
+_BOXED_INT = re.compile(r"[ \t\r\n]*\\boxed\{[ \t]*(-?[0-9]{1,18})[ \t]*\}[ \t\r\n]*")
+
+
+def plain_verdict(gold: str, answer: str) -> dict[str, Any] | None:
+    """`verify_answer`'s result without math-verify when it is plain: a bare integer gold answer and an answer
+    that is exactly one `\\boxed{integer}` (whitespace around); None for anything else."""
+    gold_int, boxed = _INT.fullmatch(gold), _BOXED_INT.fullmatch(answer)
+    if gold_int is None or boxed is None:
+        return None
+    return {"correct": int(gold_int.group(1)) == int(boxed.group(1)), "parsed": True}
 
 
 def verify_answer(gold: str, answer: str, timeout_s: int) -> dict[str, Any]:
@@ -79,6 +91,9 @@ class MathReward:
         answer = final_action(trajectory)
         if not answer.strip():
             return RewardOutput(0.0, details={"parsed": False, "timeout": False})
+        plain = plain_verdict(str(gold), answer)
+        if plain is not None:
+            return RewardOutput(1.0 if plain["correct"] else 0.0, details={"parsed": True, "timeout": False})
         loop = asyncio.get_running_loop()
         bound = max(1, int(round(self.timeout_s)))
         try:

@@ -35,6 +35,11 @@ characters, no unknown keys, text that is valid Unicode (no lone surrogates); an
      "turns": [{"observation", "action", "reward", "format_ok", "finish_reason"}, ...]}
 Answer (200): {"trajectory_id", "reward": float, "per_turn": [float] | null, "details": {...},
      "replayed": bool, "cold_start": bool, "replica": str, "score_s": float}
+Batched (rollart's own service; the clients batch trajectories that end within `reward.batch_ms`):
+    {"v": 1, "batch": [{"idempotency_key": str | null, "sent_at": float | null, "payload": "<one payload above,
+     as JSON text>"}, ...]}  →  200 {"results": [{"status": int, "body": <that item's answer or error>}, ...]}
+— each item is what its own request would be: the header's key, the header's send time, the body's bytes (its
+digest is of the same bytes either way, so a retry may go alone or batched).
 Errors: {"error": message, "code": one of unauthorized | payload_too_large | bad_request | conflict |
      reward_failed | reward_unavailable | busy | internal | not_found, "field": what was wrong (when known),
      "fault": {"error", "traceback"} (when the reward function itself raised)},

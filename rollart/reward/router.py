@@ -7,7 +7,10 @@ exception: `ok=False` with `error` when the reward kept failing, so the control 
 `score_group(trajectories)` scores a finished group with one call where the domain's function takes a batch
 (TRL's shape) on the local backend (`scores_groups(domain)`); the scheduler uses it for such domains.
 
-Dispatch: by `trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_reward_backend(d)`:
+Dispatch: a trajectory of a domain scored where it ends (`cfg.reward_at_env`: a cheap reward, `at_end.py`; a
+batched one is called per trajectory there) comes scored from its env worker, and its score is passed on as it is (backend `env`); one
+that comes unscored (an env worker without the end scorer) is scored `local`ly. Any other goes by
+`trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_reward_backend(d)`:
 - `local`: `LocalRewardClient` in this process;
 - `serverless`: `HttpRewardClient` to the shared reward service of this Ray cluster if one runs (`rollart
   serve-reward`: the router attaches with a job token of its own), else to a Ray Serve `RewardService` this
@@ -67,8 +70,9 @@ class RewardRouter:
         self.run_id, self.attempt = run_id or new_run_id(), attempt
         self.run_key = f"{self.run_id}/{attempt}"
         self.backends: dict[str, str] = {}
+        self.at_env = frozenset(d for d in cfg.domains if cfg.reward_at_env(d))
         for name, dom in cfg.domains.items():
-            self.backends[name] = cfg.domain_reward_backend(name)
+            self.backends[name] = "local" if name in self.at_env else cfg.domain_reward_backend(name)
             check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=self.backends[name] != "http")
             if self.backends[name] == "local" and ":" in dom.reward.fn:
                 import_reward(dom.reward.fn)  # a class's constructor fails now, not on the first trajectory
@@ -95,7 +99,7 @@ class RewardRouter:
                 log.warning("env var %s is not set: requests to %s carry no bearer token",
                             cfg.reward.http.token_env, cfg.reward.http.url)
             self.http = HttpRewardClient(cfg.reward.http.url, cfg.reward, token=token, backend="http", seed=seed,
-                                         run_key=self.run_key)
+                                         run_key=self.run_key, batched=cfg.reward.http.batch)
         self._seed = seed
         self.service = service
         self._own_service = False
@@ -111,7 +115,8 @@ class RewardRouter:
         self.serverless = HttpRewardClient(self.service.url, self.cfg.reward, token=self.service.token,
                                            backend="serverless", seed=self._seed, run_key=self.run_key,
                                            on_outage=self._revive,
-                                           outage_status=frozenset({404}))  # its app is gone: revive it
+                                           outage_status=frozenset({404}),  # its app is gone: revive it
+                                           batched=True)
 
     async def _revive(self) -> None:
         """The serverless service is out: bring it back if it died (one look at a time, at most every 2 s;
@@ -132,7 +137,9 @@ class RewardRouter:
     def start(self) -> RewardRouter:
         """Warm the local reward fns (process pools, models: the first trajectory must not pay for them) and
         start the serverless service if a domain uses it."""
-        local = sorted({self.cfg.domains[d].reward.fn for d, b in self.backends.items() if b == "local"})
+        # (a domain scored where it ends is scored here only as a fallback: its fns are made when first needed)
+        local = sorted({self.cfg.domains[d].reward.fn for d, b in self.backends.items()
+                        if b == "local" and d not in self.at_env})
         self._fns.warm(local)
         if self.serverless is None and "serverless" in self.backends.values():
             from rollart.reward.service import SHARED_APP, RewardService, join_shared_service
@@ -141,7 +148,7 @@ class RewardRouter:
             if joined is not None:  # `rollart serve-reward` runs in this Ray cluster: one service, many jobs
                 url, token = joined
                 self.serverless = HttpRewardClient(url, self.cfg.reward, token=token, backend="serverless",
-                                                   seed=self._seed, run_key=self.run_key)
+                                                   seed=self._seed, run_key=self.run_key, batched=True)
                 log.info("reward: the shared reward service at %s", url)
                 return self
             suffix = self.run_id[:8]  # names of its own: other jobs' services in this cluster stay untouched
@@ -175,6 +182,9 @@ class RewardRouter:
         if backend is None:
             return RewardResult(trajectory.trajectory_id, 0.0, ok=False, attempts=0,
                                 error=f"no reward for domain {domain!r} (configured: {sorted(self.backends)})")
+        if trajectory.reward is not None and domain in self.at_env:  # scored where it ended (at_end.py)
+            return RewardResult(trajectory.trajectory_id, trajectory.reward, attempts=0, backend="env",
+                                details=trajectory.reward_details)
         spec = self.cfg.domains[domain].reward.fn
         if backend == "local":
             return await self.local.score(trajectory, spec)
@@ -186,9 +196,10 @@ class RewardRouter:
 
     def scores_groups(self, domain: str) -> bool:
         """Whether `domain`'s reward is scored a group at a time: a batched (TRL-shaped) function on the local
-        backend (a service's payload is one trajectory: there it is called per trajectory)."""
+        backend (a service's payload is one trajectory: there it is called per trajectory; one marked cheap is
+        called per trajectory where each ends, `at_end.py`)."""
         spec = self.cfg.domains[domain].reward.fn if domain in self.cfg.domains else ""
-        return (self.backends.get(domain) == "local" and spec not in BUILTINS
+        return (self.backends.get(domain) == "local" and domain not in self.at_env and spec not in BUILTINS
                 and bool(getattr(self._fns.get(spec), "batched", False)))
 
     async def score_group(self, trajectories: Sequence[Trajectory]) -> list[RewardResult]:

@@ -82,6 +82,15 @@ class ActorClaimBook:
     async def release(self, key: str, token: int) -> None:
         await self.h.release.remote(key, token)
 
+    async def claim_many(self, items: list[tuple[str, str]]) -> list[tuple[str, Any]]:
+        return await self.h.claim_many.remote(items)
+
+    async def complete_many(self, items: list[tuple[str, int, dict[str, Any]]]) -> list[bool]:
+        return await self.h.complete_many.remote(items)
+
+    async def release_many(self, items: list[tuple[str, int]]) -> None:
+        await self.h.release_many.remote(items)
+
     async def wait(self, key: str, timeout_s: float) -> dict[str, Any] | None:
         return await self.h.wait.remote(key, timeout_s)
 

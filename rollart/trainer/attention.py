@@ -11,8 +11,11 @@ Registered with transformers as `ATTENTION` for the trainer's model, with a mask
 comes with no mask at all (`attention_mask=None`), and the builder keeps it so — every model's `create_causal_mask`
 and `create_sliding_window_causal_mask` return None for it, whatever the architecture does with masks (Llama,
 Mistral, Gemma and Phi build one; Qwen takes a dict of them) — while a padded micro-batch gets SDPA's mask.
-A packed row runs SDPA once per sample, causal within it — the cost of each sample's own attention, never a
-T × T mask over the row (on CPU a masked SDPA would compute every cross-sample score it then throws away); a
+A packed row runs SDPA once per sample *length*, causal within each sample — the samples of one length gathered
+into a batch of their own and their outputs scattered back into the row, so a micro-batch of many short samples
+of few lengths (single-turn tasks: 36 samples of 4 lengths) costs a few SDPA calls per layer, not one per
+sample; the cost is each sample's own attention, never a T × T mask over the row (on CPU a masked SDPA would
+compute every cross-sample score it then throws away); a
 sample longer than its layer's sliding window gets that window as a band within the sample (exactly the mask
 transformers builds: a query sees the last `sliding_window` positions, itself included). Soft-capped attention
 (which SDPA cannot do) runs as plain matrix products with the same masks, padded or packed.
@@ -118,17 +121,31 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                           **kwargs)
         return _eager(module, query, key, value, attention_mask, scaling, softcap, dropout), None
     # a packed row (or rows with no padding and no mask): each sample causal within itself
-    bounds = cu_seq_lens_q.tolist() if cu_seq_lens_q is not None else [0, query.shape[2]]
-    parts = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        q, k, v = query[:, :, a:b], key[:, :, a:b], value[:, :, a:b]
-        windowed = sliding_window is not None and b - a > sliding_window
+
+    def causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention of [n, h, L, d] samples of one length L, each causal within itself: [n, L, h, d]."""
+        width = q.shape[2]
         if softcap is not None:
-            parts.append(_eager(module, q, k, v, _band(b - a, sliding_window, q.device), scaling, softcap, dropout))
-        elif windowed:
-            parts.append(sdpa_attention_forward(module, q, k, v, _band(b - a, sliding_window, q.device),
-                                                dropout=dropout, scaling=scaling, **kwargs)[0])
-        else:
-            parts.append(sdpa_attention_forward(module, q, k, v, None, is_causal=True, dropout=dropout,
-                                                scaling=scaling, **kwargs)[0])
-    return torch.cat(parts, dim=1), None
+            return _eager(module, q, k, v, _band(width, sliding_window, q.device), scaling, softcap, dropout)
+        if sliding_window is not None and width > sliding_window:
+            return sdpa_attention_forward(module, q, k, v, _band(width, sliding_window, q.device), dropout=dropout,
+                                          scaling=scaling, **kwargs)[0]
+        return sdpa_attention_forward(module, q, k, v, None, is_causal=True, dropout=dropout, scaling=scaling,
+                                      **kwargs)[0]
+
+    bounds = cu_seq_lens_q.tolist() if cu_seq_lens_q is not None else [0, query.shape[2]]
+    by_length: dict[int, list[int]] = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        by_length.setdefault(b - a, []).append(a)
+    if query.shape[0] != 1 or len(by_length) == len(bounds) - 1:  # nothing to gather: sample by sample
+        return torch.cat([causal(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b])
+                          for a, b in zip(bounds[:-1], bounds[1:])], dim=1), None
+    out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])  # [1, T, heads, d]
+    for length, starts in by_length.items():
+        # the n samples of this length: their positions in the row, and [1, h, T, d] → [n, h, length, d]
+        where = (torch.tensor(starts, device=query.device)[:, None]
+                 + torch.arange(length, device=query.device)).view(-1)
+        q, k, v = (t[0].index_select(1, where).unflatten(1, (len(starts), length)).transpose(0, 1)
+                   for t in (query, key, value))
+        out = out.index_copy(1, where, causal(q, k, v).reshape(1, -1, query.shape[1], query.shape[3]))
+    return out, None

@@ -18,6 +18,13 @@ root's stay gathered from its forward to the end of its backward.
   save); the micro-batch plan gives every rank the same number of micro-batches (packing.plan).
 - Gloo has no PREMUL_SUM: FSDP2's default averaging is used; the trainer's loss scaling is the same as
   under DDP.
+- One rank in float32 without offload has nothing to shard, gather or reduce: the module stays plain (no
+  `fully_shard`, no DTensors) and the step costs what plain PyTorch's does — FSDP2's hooks, DTensor dispatch in
+  every optimizer op and a one-rank all-reduce per norm made it 1.8× a plain step on the default job's model
+  (`rollart bench overhead`). The arithmetic is the same, and checkpoints are the same files (a plain
+  tensor is rank 0's whole rows), so a run resumes across world sizes as before. bf16 keeps FSDP2 on one
+  rank too: its mixed precision (bfloat16 copies of the parameters) is not autocast's, and a one-rank run
+  computes as its N-rank run would.
 - Gloo (CPU ranks): FSDP2's all-gathers and reduce-scatters run in place, as all-reduces over the buffers
   FSDP2 allocates for them (`InPlaceAllGather`, `InPlaceReduceScatter`). Gloo's own collectives copy: measured
   here, a reduce-scatter of an 84 MB float32 input (the 32 K × 640 embedding's gradient) took 124 MB more
@@ -97,8 +104,11 @@ class Fsdp2Strategy:
                    if train.precision == "bf16" else MixedPrecisionPolicy())
         self.offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if train.offload else OffloadPolicy()
         self.param_device = torch.device("cpu") if train.offload else device
+        self.plain = world_size == 1 and train.precision == "fp32" and not train.offload  # (module docstring)
 
     def shard(self, module: nn.Module, layers: Sequence[nn.Module]) -> None:
+        if self.plain:
+            return
         for unit in [*layers, module]:
             fully_shard(unit, mesh=self.mesh, mp_policy=self.mp, offload_policy=self.offload)
             if self.world_size > 1 and dist.get_backend() == "gloo":
@@ -117,6 +127,8 @@ class Fsdp2Strategy:
     def squared_norm(self, tensors: Iterable[torch.Tensor]) -> float:
         """Σ‖t‖² of the full tensors: each rank's rows in float64, summed over the ranks (a tensor every rank
         holds whole counts once)."""
+        if self.plain:
+            return float(sum(squared_sum(t) for t in tensors))
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for t in tensors:
             if isinstance(t, DTensor) or self.rank == 0:
@@ -144,8 +156,10 @@ class Fsdp2Strategy:
 
     def release(self, module: nn.Module) -> None:
         """Free `module`'s gathered parameters now (FSDP2's `reshard`, not recursive). In a backward its gradients
-        stay where FSDP2 collects them at its post-backward, which then reduce-scatters them as usual."""
-        module.reshard()  # type: ignore[operator]
+        stay where FSDP2 collects them at its post-backward, which then reduce-scatters them as usual. A plain
+        module gathered nothing."""
+        if not self.plain:
+            module.reshard()  # type: ignore[operator]
 
     def like(self, param: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         if not isinstance(param, DTensor):

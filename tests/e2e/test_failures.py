@@ -28,7 +28,7 @@ def faulty_run(ray_local, tiny_model_path, tmp_path_factory):
         "train.checkpoint_every=2", "eval.episodes_per_domain=4", "eval.every=100", "rollout.batch_size=8",
         "domains.frozenlake.max_turns=2", "cluster.health_interval_s=0.5", "observability.progress=quiet",
         "observability.tensorboard=false", f"reward.serverless.port={free_port()}",
-        "reward.serverless.min_replicas=1",
+        "reward.serverless.min_replicas=1", "domains.math.reward.backend=serverless",  # a replica to kill
     ])
     faults = [Fault("inference", 0, 0.3), Fault("env", 1, 0.3), Fault("reward", 2, 0.3), Fault("trainer", 3, 0.3)]
     injector = Injector(faults, run_dir, seed=0)

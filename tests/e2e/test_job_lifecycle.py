@@ -32,7 +32,8 @@ TWO_JOBS = textwrap.dedent("""
     from rollart.job.driver import evaluate
 
     base, port_a, port_b = sys.argv[1:4]
-    math_only = ["domains.frozenlake=null", "observability.tensorboard=false"]
+    math_only = ["domains.frozenlake=null", "observability.tensorboard=false",
+                 "domains.math.reward.backend=serverless"]  # (each job's own service: what this test is about)
     rc = main(["train", f"run_dir={base}/a", f"reward.serverless.port={port_a}", "train.warm_start.steps=0",
                "eval.episodes_per_domain=512", "observability.progress=plain", *math_only])
     print(f"JOB a rc={rc}", flush=True)

@@ -151,7 +151,9 @@ def test_injected_env_faults_and_redundancy_lose_and_duplicate_nothing(tmp_path)
         "domains.frozenlake.max_turns=3", "rollout.redundancy.extra_per_group=1",
         "domains.frozenlake.inject.reset_fail_prob=0.2", "domains.frozenlake.inject.step_fail_prob=0.15",
         "domains.math.inject.step_fail_prob=0.2", "envs.reset_retries=1", "envs.retry_backoff_s=0.01",
-        "observability.tensorboard=true", sockets=sockets,  # its event files too are in the run-directory listing
+        "observability.tensorboard=true",  # its event files too are in the run-directory listing
+        "domains.math.reward.backend=serverless",  # (its replicas' gRPC servers are among the sockets checked)
+        sockets=sockets,
     )
     # loopback means loopback: every socket the run listened on (Ray, its workers, Serve's proxy and the
     # reward replicas' gRPC servers included) was bound to 127.0.0.1 / ::1

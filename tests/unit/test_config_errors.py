@@ -345,7 +345,7 @@ def test_every_problem_the_config_names_is_reported_at_once(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("overrides, key", [
-    (["reward.serverless.host=0.0.0.0"], "reward.serverless.host"),
+    (["domains.math.reward.backend=serverless", "reward.serverless.host=0.0.0.0"], "reward.serverless.host"),
     (["domains.math.reward.backend=http", "reward.http.url=http://10.1.2.3:8123/reward"], "reward.http.url"),
 ])
 def test_bearer_tokens_never_cross_the_network_in_clear_unless_allowed(overrides, key):

@@ -80,3 +80,19 @@ def test_rows_use_their_own_settings_and_generators():
     batched = choose_tokens(lp, params, [None, torch.Generator().manual_seed(7), torch.Generator().manual_seed(9)])
     assert solo[0][0] == batched[0][1] and solo[1][0] == pytest.approx(batched[1][1])
     assert batched[0][0] == int(logits[0].argmax())
+
+
+def test_draws_follow_the_distribution_and_never_pick_a_filtered_token():
+    """Inverse-CDF draws, many rows at once: frequencies within 4 standard errors of the probabilities, and a
+    token top-k removed never drawn (20,000 rows of one distribution, each with its own generator)."""
+    logits = torch.log(torch.tensor([[0.05, 0.4, 0.0001, 0.25, 0.2999, 0.0]]))
+    params = [SamplingParams(temperature=1.0, top_k=4)] * 20_000
+    lp = sampling_logprobs(logits.expand(len(params), -1), params)
+    gens = [torch.Generator().manual_seed(i) for i in range(len(params))]
+    tokens, picked = choose_tokens(lp, params, gens)
+    probs = lp[0].exp()
+    counts = torch.bincount(torch.tensor(tokens), minlength=6).double() / len(tokens)
+    stderr = (probs.double() * (1 - probs.double()) / len(tokens)).sqrt()
+    assert probs[2] == 0 and probs[5] == 0 and counts[2] == 0 and counts[5] == 0
+    assert ((counts - probs.double()).abs() <= 4 * stderr + 1e-12).all(), (counts, probs)
+    assert picked[0] == pytest.approx(float(lp[0, tokens[0]]))

@@ -45,6 +45,32 @@ def test_math_right_wrong_malformed(math_reward, answer, gold, expected, parsed)
     assert out.reward == expected and out.details["parsed"] is parsed and out.details["timeout"] is False
 
 
+def test_math_shortcut_decides_as_math_verify_does():
+    """The shortcut for a bare integer gold and an answer of exactly one \\boxed{integer} agrees with math-verify
+    (the oracle) on every case it takes, and leaves every other form to math-verify."""
+    import random
+
+    from rollart.reward.math_reward import plain_verdict, verify_answer
+
+    rng = random.Random(0)
+    taken = 0
+    forms = ["\\boxed{%s}", " \\boxed{ %s } \n", "\\boxed{0%s}", "\\boxed{-%s}", "x \\boxed{%s}", "\\boxed{%s.0}",
+             "\\boxed{%s}\\boxed{1}", "%s", "\\boxed{\\frac{%s}{1}}", "\\boxed{\u0663%s}"]
+    for _ in range(300):
+        gold = str(rng.choice([rng.randint(-20, 20), rng.randint(0, 10**6)]))
+        form = rng.choice(forms)
+        answer = form % rng.choice([gold.lstrip("-"), str(rng.randint(0, 30))])
+        golds = [gold, f" {gold}\n", "1/2"] if rng.random() < 0.2 else [gold]
+        for g in golds:
+            fast = plain_verdict(g, answer)
+            if fast is not None:
+                taken += 1
+                assert fast == verify_answer(g, answer, 5), (g, answer)
+    assert taken > 100  # (vacuous otherwise)
+    assert plain_verdict("3", "x \\boxed{3}") is None and plain_verdict("3", "\\boxed{3.0}") is None
+    assert plain_verdict("1/2", "\\boxed{1}") is None and plain_verdict("3", "\\boxed{\u0663}") is None
+
+
 def test_math_missing_reference_is_an_error(math_reward):
     with pytest.raises(ValueError, match="reference\\['answer'\\]"):
         asyncio.run(math_reward(make_traj(["\\boxed{1}"], {})))

@@ -221,8 +221,10 @@ def test_fsdp2_frees_the_roots_gathered_weights_once_the_backward_passed_the_nor
     for release in (True, False):
         if not release:
             monkeypatch.setattr(policy_module, "_release_point", lambda lm, layers: None)
+        # (offload keeps FSDP2 on one rank — in float32 without it one rank trains the plain module, fsdp2.py —
+        # and on CPU it moves nothing)
         cfg = RunConfig(model={"path": str(tiny_model_path)},
-                        train={"strategy": "fsdp2", "activation_checkpointing": checkpointing})
+                        train={"strategy": "fsdp2", "activation_checkpointing": checkpointing, "offload": True})
         trainer = Trainer(cfg, PolicyObjective.of(cfg))
         assert trainer.policy.releases is release
         embed = trainer.model.get_input_embeddings()
@@ -236,3 +238,43 @@ def test_fsdp2_frees_the_roots_gathered_weights_once_the_backward_passed_the_nor
     (g1, m1), (g2, m2) = results
     assert g1.keys() == g2.keys() and all(torch.equal(g1[n], g2[n]) for n in g1)
     assert m1["train/loss"] == m2["train/loss"]
+
+
+def test_one_fp32_rank_under_fsdp2_trains_the_plain_module_with_the_same_gradients(tiny_model_path):
+    """One float32 rank has nothing to shard: fsdp2 leaves the module plain (no DTensor) — the gradients and loss
+    are those of ddp's plain module bit for bit, and of the FSDP2 path (kept here by offload) within float32
+    reduction order."""
+    from torch.distributed.tensor import DTensor
+
+    results = []
+    for train in ({"strategy": "fsdp2"}, {"strategy": "ddp"}, {"strategy": "fsdp2", "offload": True}):
+        cfg = RunConfig(model={"path": str(tiny_model_path)}, train=train)
+        trainer = Trainer(cfg, PolicyObjective.of(cfg))
+        sharded = any(isinstance(p, DTensor) for p in trainer.model.parameters())
+        assert sharded is bool(train.get("offload")), train
+        results.append(grads_after(trainer, big_batch()))
+    (plain, m_plain), (ddp, m_ddp), (fsdp, m_fsdp) = results
+    assert plain.keys() == ddp.keys() and all(torch.equal(plain[n], ddp[n]) for n in plain)
+    assert m_plain["train/loss"] == m_ddp["train/loss"]
+    assert_same_grads(plain, fsdp, 1e-6)
+
+
+def test_packed_attention_batches_samples_of_one_length_as_padded_rows_would(tiny_model_path):
+    """Many samples of few lengths (the packed row's attention runs once per length): the same gradients and
+    loss as the padded layout, which attends row by row with a padding mask."""
+    samples = [replace_tokens(s, 12 + (i % 3) * 5) for i, s in enumerate(big_batch(12).samples)]
+    results = []
+    for packing in (True, False):
+        cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"packing": packing})
+        results.append(grads_after(Trainer(cfg, PolicyObjective.of(cfg)), TrainBatch(0, tuple(samples))))
+    (g1, m1), (g2, m2) = results
+    assert_same_grads(g1, g2, 1e-5)
+    assert m2["train/loss"] == pytest.approx(m1["train/loss"], rel=1e-6)
+
+
+def replace_tokens(sample: TrainSample, length: int) -> TrainSample:
+    """`sample` cut or stretched to `length` tokens, its last 3 the model's."""
+    ids = tuple((sample.token_ids * 3)[:length])
+    mask = (0,) * (length - 3) + (1,) * 3
+    return dataclasses.replace(sample, token_ids=ids, loss_mask=mask, behaviour_logprobs=tuple(-6.9 * m for m in mask),
+                               token_versions=tuple(0 if m else -1 for m in mask))
