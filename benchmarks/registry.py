@@ -83,6 +83,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                       metavar="N"),)),
     Benchmark("sim", "benchmarks.sim",
               "the paper's scale experiments on the cluster twin, and the twin's own speed and accuracy"),
+    Benchmark("scale", "benchmarks.scale",
+              "the control plane at 10,000 GPUs: the real proxy's cost per turn, the twin at 1k and 10k, proxy shards"),
     Benchmark("gateway", "benchmarks.gateway",
               "what the OpenAI-compatible agent gateway adds to a turn, and whether it holds many open ones"),
     Benchmark("sandbox", "benchmarks.sandbox",

@@ -46,6 +46,7 @@ from typing import Any
 import ray
 import torch
 
+from benchmarks import weights_shards
 from benchmarks.common import BenchResult
 from rollart.config import LoraConfig, ModelConfig, RunConfig, WeightsConfig
 from rollart.models import load_model, resolve_model_path
@@ -229,6 +230,27 @@ class _InferenceSide:
     def digest(self) -> bytes:
         return digest(self.model)
 
+    def latest(self) -> int:
+        """The subscriber's newest version (its first call starts a collective subscriber's receiving)."""
+        return asyncio.run(self.sub.latest_version())
+
+    def weights_mb(self) -> float:
+        return sum({t.data_ptr(): t.nbytes for t in self.model.state_dict().values()}.values()) / 2**20
+
+    def row_hashes(self, names: list[str], rank: int, world: int) -> dict[str, str]:
+        """Per tensor, a hash of the rows sender `rank` of `world` holds (weights_shards.py checks them)."""
+        import hashlib
+
+        from rollart.base.shards import row_range
+
+        state, out = self.model.state_dict(), {}
+        for name in names:
+            t = state[name].detach()
+            start, stop = row_range(t.shape[0] if t.dim() else 1, rank, world)
+            rows = t[start:stop] if t.dim() else t.reshape(1)[start:stop]
+            out[name] = hashlib.sha256(rows.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+        return out
+
     def close(self) -> None:
         """Stop both threads and wait for them (a thread still in a forward pass when the actor is killed
         aborts the process)."""
@@ -306,10 +328,15 @@ def run(quick: bool) -> BenchResult:
         ("tiny", 5, False, 1.0, 0), ("tiny", 5, True, 1.0, 0), ("tiny", 5, False, 1.0, LORA_RANK),
         ("100m", 3, False, 64.0, 0), ("100m", 3, True, 64.0, 0), ("100m", 3, False, 64.0, LORA_RANK),
     ]
-    rows = []
+    sharded = [("tiny", 3, "store", 1.0), ("tiny", 3, "collective", 1.0)] if quick else [
+        ("tiny", 5, "store", 1.0), ("tiny", 5, "collective", 1.0), ("100m", 3, "store", 16.0),
+        ("100m", 3, "collective", 16.0)]
+    rows, shard_rows = [], []
     with Runtime(cfg, handle_signals=False):
         for spec, rounds, copy_swap, bucket_mb, lora_rank in plans:
             rows.append(_measure(spec, rounds, copy_swap, bucket_mb, lora_rank))
+        for spec, rounds, transport, bucket_mb in sharded:
+            shard_rows.append(weights_shards.measure(spec, rounds, transport, bucket_mb))
     ratios = {
         f"exposed_fraction_{r['model']}" + ("_copy_swap" if r["swap"] == "copy" else "")
         + (f"_lora{r['lora_rank']}" if r["lora_rank"] else ""): r["exposed_fraction"]
@@ -320,7 +347,17 @@ def run(quick: bool) -> BenchResult:
         if r["lora_rank"]:  # bytes per sync and naive stop time, LoRA vs full, same model, same run
             ratios[f"lora_sync_bytes_fraction_{r['model']}"] = round(r["sync_mb"] / full[r["model"]]["sync_mb"], 4)
             ratios[f"lora_naive_sync_time_fraction_{r['model']}"] = round(r["naive_s"] / full[r["model"]]["naive_s"], 4)
+    for r in shard_rows:
+        ratios[f"sender_peak_over_shard_{r['model']}_{r['transport']}"] = r["sender_peak_over_shard"]
+        if r["transport"] == "collective":
+            ratios[f"exposed_fraction_{r['model']}_collective"] = r["exposed_fraction"]
+    rows += shard_rows
     notes = [
+        f"sharded rows: {weights_shards.SHARDS} sender actors each holding only its rows (FSDP2's chunks); store = "
+        "today's path under FSDP2 (every rank all-gathers each tensor, rank 0 puts the buckets into the object store), "
+        "collective = weights.transport=collective (each rank broadcasts its rows over a gloo group); "
+        "sender_peak_over_shard = (shard + the largest peak-RSS rise of a sender during a publish) / shard; "
+        "weights checked bit-identical per sender's rows after every swap",
         "exposed and naive are timed from the moment generation stopped (a decode-step boundary) to the "
         "moment it may go on; inference weights verified bit-identical to the trainer's after every swap "
         "(LoRA rows: to PEFT's merge_and_unload of the trainer's model)",
