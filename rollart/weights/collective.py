@@ -78,20 +78,26 @@ class WeightGroupSpec:
     bucket_bytes: int
     timeout_s: float  # every wait: forming a group, one transfer, a store call
     interface: str = ""  # the network interface gloo binds ("lo" when every member is on one node)
+    backend: str = "gloo"  # "nccl": GPU tensors (benchmarks/gpu/weights_nccl_check.py; not run here)
 
     def store(self, is_master: bool = False) -> dist.TCPStore:
         return dist.TCPStore(self.host, self.port, None, is_master, datetime.timedelta(seconds=self.timeout_s),
                              wait_for_workers=False)
 
     def group(self, store: dist.Store, sender: int, rank: int) -> dist.ProcessGroup:
-        """Sender `sender`'s group (`rank` 0: the sender; 1..M: the receivers). Blocks until all M + 1 joined."""
+        """Sender `sender`'s group (`rank` 0: the sender; 1..M: the receivers). Blocks until all M + 1 joined
+        (gloo; NCCL connects at its first collective, on the current CUDA device)."""
+        prefixed = dist.PrefixStore(f"{self.prefix}/s{sender}", store)
+        if self.backend == "nccl":
+            nccl = dist.ProcessGroupNCCL.Options()
+            nccl._timeout = datetime.timedelta(seconds=self.timeout_s)
+            return dist.ProcessGroupNCCL(prefixed, rank, self.receivers + 1, nccl)
         options = dist.ProcessGroupGloo._Options()
         options._timeout = datetime.timedelta(seconds=self.timeout_s)
         device = (dist.ProcessGroupGloo.create_device(interface=self.interface) if self.interface
                   else dist.ProcessGroupGloo.create_default_device())
         options._devices = [device]
-        return dist.ProcessGroupGloo(dist.PrefixStore(f"{self.prefix}/s{sender}", store), rank,
-                                     self.receivers + 1, options)
+        return dist.ProcessGroupGloo(prefixed, rank, self.receivers + 1, options)
 
 
 class WeightGroupServer:
@@ -179,11 +185,12 @@ class CollectivePublisher:
                     index, chunk = next(numbered)
                     while index < piece.tensor:
                         index, chunk = next(numbered)
-                    pieces.append(_piece_bytes(chunk, tensor_specs[piece.tensor], piece))
+                    pieces.append(_piece_bytes(chunk, tensor_specs[piece.tensor], piece, spec.backend == "gloo"))
                 buffer = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
                 if len(pieces) > 1:
                     packed_peak = max(packed_peak, buffer.numel())
-                crc = zlib.crc32(buffer.numpy(), crc)
+                if buffer.device.type == "cpu":
+                    crc = zlib.crc32(buffer.numpy(), crc)
                 _send(self._group, buffer)
                 sent += buffer.numel()
                 del buffer, pieces
@@ -221,9 +228,10 @@ class CollectivePublisher:
         return kv
 
 
-def _piece_bytes(chunk: torch.Tensor, spec: TensorSpec, piece: Piece) -> torch.Tensor:
-    """The bytes of one piece: this rank's rows of the tensor, as they are held (no copy when contiguous)."""
-    if chunk.device.type != "cpu":
+def _piece_bytes(chunk: torch.Tensor, spec: TensorSpec, piece: Piece, to_cpu: bool) -> torch.Tensor:
+    """The bytes of one piece: this rank's rows of the tensor, as they are held (no copy when contiguous;
+    `to_cpu`: a gloo group takes host memory)."""
+    if to_cpu and chunk.device.type != "cpu":
         chunk = chunk.cpu()
     rows = piece.stop - piece.start
     if spec.shape and chunk.shape[0] != rows:
@@ -357,36 +365,12 @@ class CollectiveSubscriber:
 
     def _receive(self, kv: dist.TCPStore, groups: list[dist.ProcessGroup], specs: list[TensorSpec],
                  plans: list[list[list[Piece]]], headers: list[dict[str, Any]], publish: int) -> int:
-        versions = {h.get("version") for h in headers}
-        if len(versions) != 1 or not isinstance(next(iter(versions)), int):
-            raise ValueError(f"the senders announce different versions: {sorted(map(str, versions))}")
-        version = int(next(iter(versions)))
+        version = announced_version(headers, plans)
         with self._lock:
             if self._ready is not None and version <= self._ready[0]:
                 raise ValueError(f"v{version} announced after v{self._ready[0]}: versions only go forward")
-        for s, (header, plan) in enumerate(zip(headers, plans)):
-            if header.get("buckets") != bucket_sizes(plan):
-                raise ValueError(f"sender {s} announces buckets {header.get('buckets')} but the plan has "
-                                 f"{bucket_sizes(plan)}")
         start = time.perf_counter()
-        tensors = [torch.empty(sp.shape, dtype=getattr(torch, sp.dtype)) for sp in specs]
-        crcs = [0] * len(groups)
-        options = dist.BroadcastOptions()
-        options.rootRank, options.rootTensor = 0, 0
-        for k in range(max((len(p) for p in plans), default=0)):
-            posted = []
-            for s, plan in enumerate(plans):
-                if k < len(plan):
-                    bucket = plan[k]
-                    target = (_rows(tensors[bucket[0].tensor], bucket[0]) if len(bucket) == 1
-                              else torch.empty(sum(p.nbytes for p in bucket), dtype=torch.uint8))
-                    posted.append((s, bucket, target, groups[s].broadcast([target], options)))
-            for s, bucket, target, work in posted:
-                work.wait()
-                crcs[s] = zlib.crc32(target.numpy(), crcs[s])
-                if len(bucket) > 1:
-                    for piece in bucket:
-                        _rows(tensors[piece.tensor], piece).copy_(target[piece.offset:piece.offset + piece.nbytes])
+        tensors, crcs = receive_buckets(groups, specs, plans)
         for s in range(len(groups)):
             key = f"{self.spec.prefix}/n{publish}/s{s}/crc"
             kv.wait([key], datetime.timedelta(seconds=self.spec.timeout_s))
@@ -399,6 +383,47 @@ class CollectiveSubscriber:
         return version
 
 
+def announced_version(headers: Sequence[dict[str, Any]], plans: Sequence[Sequence[Sequence[Piece]]]) -> int:
+    """The version every sender's header announces, checked against the plan (the same version from all,
+    and each sender's bucket sizes those of its plan)."""
+    versions = {h.get("version") for h in headers}
+    if len(versions) != 1 or not isinstance(next(iter(versions)), int):
+        raise ValueError(f"the senders announce different versions: {sorted(map(str, versions))}")
+    for s, (header, plan) in enumerate(zip(headers, plans)):
+        if header.get("buckets") != bucket_sizes(plan):
+            raise ValueError(f"sender {s} announces buckets {header.get('buckets')} but the plan has "
+                             f"{bucket_sizes(plan)}")
+    return int(next(iter(versions)))
+
+
+def receive_buckets(groups: Sequence[dist.ProcessGroup], specs: Sequence[TensorSpec],
+                    plans: Sequence[Sequence[Sequence[Piece]]], device: str | torch.device = "cpu",
+                    checksum: bool = True) -> tuple[list[torch.Tensor], list[int]]:
+    """Every sender's buckets, in order, into new full tensors on `device` (a bucket of one piece straight into
+    its rows; the k-th buckets of all senders at once); with each sender's CRC-32 of what it sent (0 when
+    `checksum` is off: a GPU receiver would copy every byte back to the host for it)."""
+    tensors = [torch.empty(sp.shape, dtype=getattr(torch, sp.dtype), device=device) for sp in specs]
+    crcs = [0] * len(groups)
+    options = dist.BroadcastOptions()
+    options.rootRank, options.rootTensor = 0, 0
+    for k in range(max((len(p) for p in plans), default=0)):
+        posted = []
+        for s, plan in enumerate(plans):
+            if k < len(plan):
+                bucket = plan[k]
+                target = (_rows(tensors[bucket[0].tensor], bucket[0]) if len(bucket) == 1
+                          else torch.empty(sum(p.nbytes for p in bucket), dtype=torch.uint8, device=device))
+                posted.append((s, bucket, target, groups[s].broadcast([target], options)))
+        for s, bucket, target, work in posted:
+            work.wait()
+            if checksum:
+                crcs[s] = zlib.crc32(target.numpy(), crcs[s])
+            if len(bucket) > 1:
+                for piece in bucket:
+                    _rows(tensors[piece.tensor], piece).copy_(target[piece.offset:piece.offset + piece.nbytes])
+    return tensors, crcs
+
+
 def _rows(tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
     """The bytes of rows [piece.start, piece.stop) of a contiguous tensor, in place (0-d: the whole)."""
     flat = tensor.reshape(1) if tensor.dim() == 0 else tensor[piece.start:piece.stop]
@@ -408,6 +433,3 @@ def _rows(tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
 def _distinct(tensors: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     return list({t.data_ptr(): t for t in tensors.values()}.values())
 
-
-__all__ = ["DTYPE_BYTES", "CollectiveFailed", "CollectivePublisher", "CollectiveSubscriber", "WeightGroupServer",
-           "WeightGroupSpec"]
