@@ -5,7 +5,7 @@ object store) and over the weight group (`weights.transport=collective`: each ra
 Setup (one embedded Ray): `SHARDS` *sender* actors, each building the model from the same seed and keeping only
 its rows of every tensor (`rollart.base.shards.row_range`, FSDP2's chunks), joined in a gloo process group of
 their own (the all-gathers of the store path, as FSDP2's `full_tensor`); the *inference* actor of
-`benchmarks/weights.py` (generating without pause, pulling in the background) with a store or a collective
+`benchmarks/weights_sides.py` (generating without pause, pulling in the background) with a store or a collective
 subscriber. Per round, as for the full-model rows: naive (stop, publish, pull, swap) and overlapped
 (publish while generating, stop only to wait and swap); after every swap each tensor's rows are hashed on
 both sides, per sender — the inference weights must be the trainer's, bit for bit.
@@ -32,6 +32,7 @@ import ray
 import torch
 import torch.distributed as dist
 
+from benchmarks.weights_sides import InferenceSide, build_model
 from rollart.base.shards import row_range
 from rollart.config import WeightsConfig
 from rollart.resources.nodes import loopback_interface
@@ -59,8 +60,6 @@ class ShardSender:
     """One trainer rank holding only its rows of the model (see the module docstring)."""
 
     def __init__(self, spec: str, rank: int, world: int, init: str, publisher: Any) -> None:
-        from benchmarks.weights import build_model
-
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
         model = build_model(spec)
@@ -124,8 +123,6 @@ def inference_row_hashes(infer: Any, names: list[str], rank: int, world: int) ->
 
 def measure(spec: str, rounds: int, transport: str, bucket_mb: float) -> dict[str, Any]:
     """One row: `transport` ('store' or 'collective') from `SHARDS` sharded senders to one inference actor."""
-    from benchmarks.weights import _InferenceSide
-
     store = WeightStore(WeightsConfig(bucket_mb=bucket_mb, keep_versions=2, timeout_s=TIMEOUT_S, transport=transport),
                         name=f"bench-ws-{uuid.uuid4().hex[:8]}")
     if transport == "collective":
@@ -133,7 +130,7 @@ def measure(spec: str, rounds: int, transport: str, bucket_mb: float) -> dict[st
     init = f"file://{tempfile.mkdtemp(prefix='rollart-bench-shards-')}/pg"
     senders = [ShardSender.options(runtime_env=MALLOC_ENV).remote(spec, r, SHARDS, init, store.publisher())
                for r in range(SHARDS)]
-    infer = _InferenceSide.remote(spec, store.subscriber(), False)
+    infer = InferenceSide.remote(spec, store.subscriber(), False)
     get = lambda ref: ray.get(ref, timeout=TIMEOUT_S)  # noqa: E731
     get(infer.latest.remote())  # a collective subscriber starts receiving (the senders' first publish waits for it)
     med = statistics.median

@@ -265,7 +265,8 @@ class CollectiveSubscriber:
         return self._version
 
     @property
-    def fallback(self) -> str:
+    def fell_back(self) -> str:
+        """Why this worker takes its weights from the store ('' while the weight group carries them)."""
         return self._fallback
 
     def close(self, timeout_s: float = 5.0) -> None:

@@ -114,12 +114,12 @@ def receiver(index: int, spec: Any, out: str, versions: list[int], timeout_s: fl
     async def main() -> None:
         deadline = time.monotonic() + timeout_s
         for version in versions:
-            while await subscriber.latest_version() < version and not subscriber.fallback:
+            while await subscriber.latest_version() < version and not subscriber.fell_back:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"receiver {index}: v{version} never came")
                 await asyncio.sleep(0.05)
-            if subscriber.fallback:
-                Path(out, f"r{index}-fallback.txt").write_text(subscriber.fallback)
+            if subscriber.fell_back:
+                Path(out, f"r{index}-fallback.txt").write_text(subscriber.fell_back)
                 return
             tensors = await subscriber.pull(version)
             shared = sorted(k for k in tensors for j in tensors if k < j and tensors[k].data_ptr() == tensors[j].data_ptr())
