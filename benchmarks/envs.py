@@ -25,6 +25,10 @@ Measured side by side in one run:
 - `cross_trajectory_reads` (target 0): pairs of open trajectories where one tries to read the other's
   files on purpose (its host path with cat and find, read_file of it, /proc/*/root); a read counts if the
   other's secret appears in what it got back.
+- `apply_patch_worst_cpu_s` (target ≤ 1): CPU seconds of the SWE `apply_patch` tool on the costliest patches
+  found within its caps — every hunk's header line wrong, so every hunk is searched for: `MAX_HUNKS` one-line
+  hunks over 13,000 unique lines, and `MAX_HUNKS` hunks of 235 lines over 32,000 near-matching lines (the
+  most of either shape; it runs in the env worker's thread, where no timeout can stop it).
 """
 
 from __future__ import annotations
@@ -291,6 +295,7 @@ def run(quick: bool = False) -> BenchResult:
     per_s, solve_rate, cancelled = asyncio.run(_trajectories(count, concurrency))
     processes, files = _leftovers()
     leaks, attempts = _cross_reads(3 if quick else 20)
+    patch_cpu = _patch_worst()
     ratios = {
         "warm_pool_reset_p99_reduction": round(_ms(cold, 99) / _ms(warm, 99), 2),
         "warm_pool_reset_p50_reduction": round(_ms(cold, 50) / _ms(warm, 50), 2),
@@ -306,12 +311,14 @@ def run(quick: bool = False) -> BenchResult:
         f"leftover_processes_after_{count}": float(processes),
         f"leftover_files_after_{count}": float(files),
         "cross_trajectory_reads": float(leaks),
+        "apply_patch_worst_cpu_s": round(max(patch_cpu.values()), 3),
     }
     rows = [
         {"what": "resets", "without_pool": len(cold), "with_unforecast_pool": len(seed_free), "with_pool": len(warm),
          "concurrency": concurrency, "episode_s": episode_s},
         {"what": "trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
         {"what": "cross-trajectory reads", "attempts": attempts, "leaked": leaks},
+        {"what": "apply_patch worst shapes (CPU s)", **{k: round(v, 3) for k, v in patch_cpu.items()}},
     ]
     notes = [
         "the SWE trajectories' model is the scripted expert (apply the fix, submit); their throughput is the env "
@@ -320,6 +327,26 @@ def run(quick: bool = False) -> BenchResult:
         "remote: the env server runs in this process on its own thread (one machine: loopback HTTP)",
     ]
     return BenchResult("envs", ratios, rows, notes)
+
+
+def _patch_worst() -> dict[str, float]:
+    """CPU seconds of `apply_patch` on the costliest shapes within its caps (see the module docstring)."""
+    from rollart.envs.domains.swe.patch import MAX_HUNKS, apply_patch
+
+    head = "--- a/f.py\n+++ b/f.py\n"
+    lines = [f"{i:x}" for i in range(13000)]
+    unique = "\n".join(lines) + "\n"
+    blank = "\n" * 32000 + "end\n"
+    shapes = {
+        "one_line_hunks": (unique, "".join(f"@@ -1 +1 @@\n-{lines[-1 - k]}\n+{lines[-1 - k]}\n" for k in range(MAX_HUNKS))),
+        "long_hunks": (blank, ("@@ -1,236 +1,236 @@\n" + " \n" * 235 + "-end\n+end\n") * MAX_HUNKS),
+    }
+    out = {}
+    for name, (text, hunks) in shapes.items():
+        start = time.process_time()
+        apply_patch(head + hunks, {"f.py": text}.get)
+        out[name] = time.process_time() - start
+    return out
 
 
 def _isolation() -> str:
