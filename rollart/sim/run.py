@@ -58,8 +58,11 @@ class SimRecorder:
             self._pending[key] = self._pending.get(key, 0.0) + float(value)
 
     def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
+        seconds = float(train_step.metrics.get("time/train_step", 0.0))
         if step < len(self.steps):
-            self.steps[step]["train_s"] = float(train_step.metrics.get("time/train_step", 0.0))
+            self.steps[step]["train_s"] = seconds
+        else:  # landed before its step's record (a batch barrier, or α = 0): it goes into that record
+            self._pending["train_s"] = seconds
 
     def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
         now = self.clock()
