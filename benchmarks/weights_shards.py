@@ -61,6 +61,7 @@ class ShardSender:
 
     def __init__(self, spec: str, rank: int, world: int, init: str, publisher: Any) -> None:
         torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface() or "lo")  # its sockets on loopback only
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
         model = build_model(spec)
         groups: dict[int, list[str]] = {}
