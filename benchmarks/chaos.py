@@ -11,7 +11,7 @@ bench, clean then faulty in `--quick` — so a load that drifts during the bench
 and times are means over an arm's runs. `RAY_worker_niceness=0`: workers are not outcompeted by the
 machine's other processes.
 
-With `--nodes 2` every run joins its own loopback two-node Ray (`benchmarks.nodes`): the head holds the
+With `--nodes 2` every run joins its own loopback two-node Ray (`rollart.resources.loopback`): the head holds the
 train, env, reward and gen_prefill pools (gen_prefill with a spare slot), the worker node holds gen_decode
 (the math domain's pool); losing it replaces its worker on gen_prefill through the pool's fallback.
 
@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks.common import BenchResult
 from benchmarks.faults import Injector, plan
-from benchmarks.nodes import FAST_NODE_DEATH, LoopbackCluster
+from rollart.resources.loopback import FAST_NODE_DEATH, LoopbackCluster
 from rollart.config.loader import load_config
 from rollart.job.driver import train
 from rollart.observability import read_metrics

@@ -9,7 +9,7 @@ phase began) and its pid.
 Victims are found in Ray's actor table by class (`InferenceWorker`, `EnvWorker`, `TrainerWorker`, the Ray
 Serve replica of the reward service), alive, one chosen by the plan's seed, and killed with SIGKILL: the
 process vanishes without a word, like an OOM kill or a hardware fault — nothing in rollart is told. A
-`node` fault kills every process of a loopback worker node (`benchmarks.nodes`). The injector runs in
+`node` fault kills every process of a loopback worker node (`rollart.resources.loopback`). The injector runs in
 the process that drives the job (it needs its Ray connection and this machine's processes).
 """
 

@@ -237,7 +237,7 @@ def ensure_base(work: Path) -> Path:
     if not (base / "model.safetensors").is_file():
         tmp = base.with_name(base.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        print(f"building the warm-started base ({cfg.train.warm_start.steps} steps) in {base} …", flush=True)
+        print(f"building the warm-started base ({cfg.warm_start_steps()} steps) in {base} …", flush=True)
         warm_start_checkpoint(cfg, tmp)
         tmp.rename(base)
     return base.resolve()

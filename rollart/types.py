@@ -176,11 +176,12 @@ MAX_TRACEBACK_CHARS = 8000
 @dataclass(frozen=True)
 class Fault:
     """Why a FAILED trajectory failed when its domain's own code raised — the env (`reset`, `step`, its
-    constructor) or the agent (it raised, returned nothing usable, called no model) — as opposed to the
-    infrastructure (a worker that died, generation or a reward service out, a timeout): what the rollout's
-    per-domain circuit breaker counts (`rollout.circuit_breaker`)."""
+    constructor), the agent (it raised, returned nothing usable, called no model) or its reward function (it
+    raised or returned something that is not a score) — as opposed to the infrastructure (a worker that died,
+    generation or a reward service out, a timeout): what the rollout's per-domain circuit breaker counts
+    (`rollout.circuit_breaker`)."""
 
-    where: str  # what raised: "env.step", "env.reset", "agent", …
+    where: str  # what raised: "env.step", "env.reset", "agent", "reward", …
     error: str  # "TypeError: create() got an unexpected keyword argument 'n'"
     traceback: str = ""  # the formatted traceback, its end kept when long
 
@@ -319,6 +320,7 @@ class RewardResult:
     backend: str = "local"
     latency_s: float = 0.0
     details: Mapping[str, Any] = field(default_factory=dict)
+    fault: Fault | None = None  # not ok because the reward function itself raised (the domain's fault)
 
 
 @dataclass(frozen=True)
@@ -380,7 +382,9 @@ class RunState:
     was started before the start that wrote this state — together they keep the run's reward idempotency
     keys apart from every other run's and from its own earlier starts (a resume keeps the id, one more
     attempt: `restart_identity`). `ledger_bytes`: how much of the run's ledger file the checkpoint covers (a
-    resumed run cuts it there: what happened after the checkpoint is undone). The trainer stores it opaquely
+    resumed run cuts it there: what happened after the checkpoint is undone). `wall_s`: the run's wall time
+    over all its attempts when the checkpoint was taken (a resumed run's summary counts on from it). The
+    trainer stores it opaquely
     in the checkpoint's `extra_state`, as the plain dict of `to_checkpoint`; `from_checkpoint` is the one
     place that dict is read.
     """
@@ -391,10 +395,12 @@ class RunState:
     run_id: str = ""
     attempt: int = 0
     ledger_bytes: int = 0
+    wall_s: float = 0.0
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {"step": self.step, "scheduler": self.scheduler, "eval_first": self.eval_first,
-                "run_id": self.run_id, "attempt": self.attempt, "ledger_bytes": self.ledger_bytes}
+                "run_id": self.run_id, "attempt": self.attempt, "ledger_bytes": self.ledger_bytes,
+                "wall_s": self.wall_s}
 
     @classmethod
     def from_checkpoint(cls, extra_state: Mapping[str, Any]) -> RunState:
@@ -418,8 +424,11 @@ class RunState:
                 isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
                 for k, v in eval_first.items())):
             raise ValueError(f"field 'eval_first' must map domains to scores, or be null; got {eval_first!r:.80}")
+        wall = extra_state.get("wall_s", 0.0)
+        if not isinstance(wall, (int, float)) or isinstance(wall, bool) or not 0 <= wall < float("inf"):
+            raise ValueError(f"field 'wall_s' must be a number of seconds ≥ 0, got {wall!r:.80}")
         return cls(step=count("step"), scheduler=scheduler, eval_first=eval_first, run_id=run_id,
-                   attempt=count("attempt"), ledger_bytes=count("ledger_bytes"))
+                   attempt=count("attempt"), ledger_bytes=count("ledger_bytes"), wall_s=float(wall))
 
     def restart_identity(self, fresh_run_id: str) -> tuple[str, int]:
         """(run id, attempt) of a start from this state: the same run one attempt later, or — when this state
@@ -472,6 +481,17 @@ class RewardScorer(Protocol):
     """Scores a finished trajectory; the reward plane's clients (local, serverless, http) implement it."""
 
     async def score(self, trajectory: Trajectory) -> RewardResult: ...
+
+
+@runtime_checkable
+class GroupRewardScorer(RewardScorer, Protocol):
+    """A scorer that can score a finished group with one call where the domain's reward function takes a batch
+    (TRL's shape): `scores_groups(domain)` says whether it does; `score_group` returns one result per
+    trajectory, in order."""
+
+    def scores_groups(self, domain: str) -> bool: ...
+
+    async def score_group(self, trajectories: Sequence[Trajectory]) -> list[RewardResult]: ...
 
 
 @runtime_checkable

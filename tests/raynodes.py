@@ -1,5 +1,5 @@
 """Real Ray processes for tests, each Ray in its own temp dir (RAY_TMPDIR) so the session's shared Ray and
-other people's Rays are never touched: the loopback multi-node cluster of `benchmarks.nodes` (re-exported
+other people's Rays are never touched: the loopback multi-node cluster of `rollart.resources.loopback` (re-exported
 here), a driver-script preamble and run file for it, and helpers to find, check and kill the processes of
 such a Ray. Our processes are found by their RAY_TMPDIR (set only for what we start) and by pid ancestry,
 and only they are ever signalled.
@@ -18,8 +18,8 @@ from typing import Any
 
 import psutil
 
-from benchmarks.nodes import BIN, FAST_NODE_DEATH, LOOPBACK_ENV, LoopbackCluster, kill_all
-from benchmarks.nodes import ray_processes as ours
+from rollart.resources.loopback import BIN, FAST_NODE_DEATH, LOOPBACK_ENV, LoopbackCluster, kill_all
+from rollart.resources.loopback import ray_processes as ours
 
 __all__ = ["BASE_ENV", "BIN", "FAST_NODE_DEATH", "JOINED_RUNTIME", "LoopbackCluster", "alive", "kill_all", "ours",
            "read_json_line", "two_pool_run_file"]

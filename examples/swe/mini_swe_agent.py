@@ -1,7 +1,8 @@
 """mini-swe-agent (from PyPI, unchanged) as a rollart agent on the SWE repair domain:
 
     domains:
-      swe_mini: {agent: mini_swe_agent:run, options: {difficulty: 0, max_calls: 6}}
+      swe_mini: {agent: mini_swe_agent:run, demonstrations: mini_swe_agent:demonstration,
+                 options: {difficulty: 0, max_calls: 6}}
 
 mini-swe-agent's own `DefaultAgent` with its own model class (`LitellmModel`: LiteLLM's chat completions with
 its `bash` tool) and its own prompts (its `default.yaml`) talks to the trajectory's gateway; what is ours is
@@ -57,20 +58,63 @@ class WorkspaceEnvironment:
         return {"info": {"environment_type": "rollart SweEnv workspace"}}
 
 
+def build(base_url: str, api_key: str, task, env: SweEnv) -> tuple[DefaultAgent, WorkspaceEnvironment]:
+    """mini-swe-agent's agent as its docs build it, from its own default config, on the trajectory's workspace."""
+    config = yaml.safe_load(get_config_path("default").read_text())
+    model = LitellmModel(model_name=f"openai/{task.model}", cost_tracking="ignore_errors",
+                         model_kwargs={"api_base": base_url, "api_key": api_key},  # length: the domain caps it
+                         **{k: v for k, v in config["model"].items() if k not in ("model_name", "model_kwargs")})
+    environment = WorkspaceEnvironment(env)
+    agent = DefaultAgent(model, environment, **{**config["agent"], "cost_limit": 0.0,
+                                                "step_limit": int(task.options.get("max_calls", 6))})
+    return agent, environment
+
+
+def make_env(options: dict) -> SweEnv:
+    return SweEnv(**{k: v for k, v in options.items() if k != "max_calls"})
+
+
 def run(base_url: str, api_key: str, task) -> dict:
-    options = dict(task.options)
-    env = SweEnv(**{k: v for k, v in options.items() if k != "max_calls"})
+    env = make_env(dict(task.options))
     try:
         issue, _ = env.reset(task.seed)
-        config = yaml.safe_load(get_config_path("default").read_text())
-        model = LitellmModel(model_name=f"openai/{task.model}", cost_tracking="ignore_errors",
-                             model_kwargs={"api_base": base_url, "api_key": api_key},  # length: the domain caps it
-                             **{k: v for k, v in config["model"].items() if k not in ("model_name", "model_kwargs")})
-        environment = WorkspaceEnvironment(env)
-        agent = DefaultAgent(model, environment, **{**config["agent"], "step_limit": int(options.get("max_calls", 6)),
-                                                    "cost_limit": 0.0})
+        agent, environment = build(base_url, api_key, task, env)
         info = agent.run(issue)
         return {"reward": environment.reward, "metrics": {"submitted": float(info.get("exit_status") == "Submitted"),
                                                           "steps": float(agent.n_calls)}}
+    finally:
+        env.close()
+
+
+def demonstration(task, expert: bool) -> dict:
+    """The conversation mini-swe-agent has with an expert (for rollart's warm start): its own system and task
+    prompts, then one bash call that writes the fixed file, its observation, and the submission; with
+    `expert=False`, a submission without a fix."""
+    import shlex
+
+    from jinja2 import StrictUndefined, Template
+    from minisweagent.models.utils.actions_toolcall import BASH_TOOL
+
+    env = make_env(dict(task.options))
+    try:
+        issue, _ = env.reset(task.seed)
+        agent, _ = build("http://unused", "unused", task, env)
+        agent.extra_template_vars |= {"task": issue}
+        messages = [{"role": "system", "content": agent._render_template(agent.config.system_template)},
+                    {"role": "user", "content": agent._render_template(agent.config.instance_template)}]
+        commands = []
+        if expert:
+            path = env.task.bug.path
+            commands.append(f"cat > {shlex.quote(path)} <<'ROLLART_EOF'\n{env.task.fix[path]}ROLLART_EOF")
+        commands.append(f"echo {SUBMIT}")
+        for i, command in enumerate(commands):
+            call_id = f"call_{i}_0"
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": {"command": command}}}]})
+            if i < len(commands) - 1:
+                observation = Template(agent.model.config.observation_template, undefined=StrictUndefined).render(
+                    output={"output": "", "returncode": 0, "exception_info": ""}, **agent.get_template_vars())
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": observation})
+        return {"messages": messages, "tools": [BASH_TOOL]}
     finally:
         env.close()

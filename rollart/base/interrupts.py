@@ -13,7 +13,10 @@ Ctrl-C pressed. Here:
   task is cancelled at the loop's next turn — raised there, the interrupt would end that task with an
   exception nobody reads, which asyncio prints with its traceback;
 - a second SIGINT, or a job still not ended `grace_s` after the first (a teardown that hangs), raises
-  `KeyboardInterrupt` at once, wherever the main thread is.
+  `KeyboardInterrupt` at once, wherever the main thread is;
+- once interrupted, `interrupted()` is true (for a part that would otherwise mend the job's own processes dying
+  of the same Ctrl-C, e.g. rebuild trainer ranks), and the job ends with `KeyboardInterrupt` whatever it raised
+  while stopping (`Interrupted`, or a failure the stop itself caused).
 Off the main thread (where no signal arrives) it is plain `asyncio.run`.
 """
 
@@ -28,6 +31,21 @@ from typing import Any, Coroutine, TypeVar
 
 T = TypeVar("T")
 GRACE_S = 8.0
+# Set by the first Ctrl-C of a job `run` runs, until it has stopped: the job's own processes (Ray's workers share
+# the terminal's process group, so they get the same SIGINT and die of it) are going away because the user said
+# so, not because something failed — `interrupted()` lets whoever would mend such a death (the trainer ranks) stand
+# down instead of saying "died … rebuilding" to a user who pressed Ctrl-C.
+_INTERRUPTED = threading.Event()
+
+
+def interrupted() -> bool:
+    """Whether the job this process runs was interrupted (Ctrl-C) and is stopping."""
+    return _INTERRUPTED.is_set()
+
+
+class Interrupted(Exception):
+    """A part of a job stopped because the job was interrupted (its processes got the same Ctrl-C): `run` ends
+    the job with `KeyboardInterrupt`, as for the Ctrl-C itself."""
 
 log = logging.getLogger("rollart")
 
@@ -51,8 +69,13 @@ def run(main: Coroutine[Any, Any, T], grace_s: float = GRACE_S) -> T:
         if interrupts.count:
             raise KeyboardInterrupt from None
         raise
+    except Exception:  # (Interrupted, or whatever failed of the job's own being stopped)
+        if interrupts.count:
+            raise KeyboardInterrupt from None
+        raise
     finally:
         interrupts.done.set()
+        _INTERRUPTED.clear()
         signal.signal(signal.SIGINT, previous)
 
 
@@ -70,6 +93,7 @@ class _Interrupts:
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
+        _INTERRUPTED.set()
         if self.count > 1 or self.loop is None or self.task is None or self.task.done():
             raise KeyboardInterrupt
         log.warning("interrupted: stopping what this job started (Ctrl-C again to stop at once)")

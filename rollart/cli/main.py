@@ -13,7 +13,7 @@ import importlib
 import sys
 
 # module names under rollart.cli.commands, in the order `--help` lists them
-COMMANDS = ["config", "pools", "bench", "report", "samples", "env", "data", "serve_reward", "train", "eval", "model",
+COMMANDS = ["config", "pools", "local_cluster", "bench", "report", "samples", "env", "data", "serve_reward", "train", "eval", "model",
             "sim", "plan"]
 
 

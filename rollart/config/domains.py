@@ -105,8 +105,9 @@ class DomainRewardConfig(Section):
 
     fn: str = Field(
         "env", description="env (the environment's own return), a built-in (math, code, format, judge, exact, "
-        "regex) or module.path:callable — a function of the trajectory, or (dataset domains) of "
-        "`response` and `row`",
+        "regex) or module.path:callable in a shape recognised from its signature: f(trajectory), f(response, row), "
+        "TRL's f(completions, **kwargs) -> list[float] (the row's columns by name; once per finished group) or "
+        "verl's compute_score(data_source, solution_str, ground_truth, extra_info)",
         json_schema_extra=TRUST_IMPORT,
     )
     backend: Literal["local", "serverless", "http"] | None = Field(
@@ -136,6 +137,9 @@ class DomainRewardConfig(Section):
 
 # which roles a reward fn needs mapped
 REWARD_ROLES = {"math": ("answer",), "exact": ("answer",), "regex": ("answer",), "code": ("tests",)}
+# verl's Parquet layout (its data preprocessing scripts): the chat in `prompt`, the ground truth inside
+# `reward_model`; `data_source`, `ability` and `extra_info` are columns a reward reads by name
+VERL_COLUMNS = {"messages": "prompt", "answer": "reward_model.ground_truth"}
 
 
 class DatasetConfig(Section):
@@ -153,17 +157,21 @@ class DatasetConfig(Section):
     validation: str = Field(
         "", description="the validation rows (same forms); empty = a fixed fraction of train is held out (holdout)"
     )
-    format: Literal["auto", "json", "parquet", "csv", "arrow", "disk", "hub"] = Field(
+    format: Literal["auto", "json", "parquet", "csv", "arrow", "disk", "hub", "verl"] = Field(
         "auto", description="how to read train and validation: auto = by the file's extension (.jsonl/.json, "
-        ".parquet, .csv, .arrow), a directory = save_to_disk, else a hub id"
+        ".parquet, .csv, .arrow), a directory = save_to_disk, else a hub id; verl = a file in verl's layout, read "
+        "by its extension, whose columns map themselves (messages: prompt, answer: reward_model.ground_truth; "
+        "data_source, extra_info and every other column reach the reward by name)"
     )
     subset: str = Field("", description="hub datasets: the configuration (subset) name, e.g. 'main' for GSM8K")
     train_split: str = Field("train", description="the split of train to read (hub ids, save_to_disk dicts)")
     validation_split: str = Field("test", description="the split of validation to read (hub ids, save_to_disk dicts)")
     columns: dict[str, str] = Field(
-        max_length=MAX_ENTRIES, description="role → column: prompt (or messages) is required; answer, tests, "
-        "entry_point, system, tools are read by rewards and episodes; any other role is metadata passed to the reward "
-        "with the row"
+        default_factory=dict, max_length=MAX_ENTRIES, description="role → column, or a dotted path into nested "
+        "columns (answer: reward_model.ground_truth): prompt (or messages) is required; answer, tests, entry_point, "
+        "system, tools are read by rewards and episodes; any other role is metadata passed to the reward with the "
+        "row (which also carries every column by its own name); format verl maps its own, these add to or "
+        "override them"
     )
     prompt_format: str = Field(
         "{prompt}", description="the user message made from a row: Python format fields name roles, e.g. "
@@ -184,6 +192,18 @@ class DatasetConfig(Section):
         "as Class(row, **options): an env with reset/step)",
         json_schema_extra=TRUST_IMPORT,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout_columns(cls, data: Any) -> Any:
+        """verl's layout maps its own columns; the user's map adds to them (a `prompt` role replaces `messages`)."""
+        if isinstance(data, dict) and data.get("format") == "verl":
+            given = dict(data.get("columns") or {})
+            layout = dict(VERL_COLUMNS)
+            if {"prompt", "messages"} & set(given):
+                del layout["messages"]
+            data = {**data, "columns": {**layout, **given}}
+        return data
 
     @model_validator(mode="after")
     def _check_columns(self) -> DatasetConfig:

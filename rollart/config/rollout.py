@@ -29,9 +29,10 @@ class RedundancyConfig(Section):
 
 
 class CircuitBreakerConfig(Section):
-    """When a domain counts as broken: its own code (env or agent) keeps failing. Rollout then stops within
-    seconds with the domain, the count and the first error with its traceback (rollart/control/breaker.py).
-    Failures of the infrastructure (a worker that died, a service out) and timeouts never count."""
+    """When a domain counts as broken: its own code (env, agent or reward function) keeps failing. Rollout (or an
+    evaluation) then stops within seconds with the domain, the count and the first error with its traceback
+    (rollart/control/breaker.py). Failures of the infrastructure (a worker that died, a service out) and
+    timeouts never count."""
 
     consecutive_failures: int = Field(
         32, ge=0, le=MAX_BATCH, description="trajectories of one domain in a row that failed in its own code; 0 = "

@@ -28,7 +28,7 @@ from rollart.config.observability import ObservabilityConfig
 from rollart.config.resources import ClusterConfig, PoolConfig, RoleConfig, device_lacks_bf16
 from rollart.config.reward import RewardConfig
 from rollart.config.rollout import RolloutConfig
-from rollart.config.train import TrainConfig, WeightsConfig
+from rollart.config.train import TINY_WARM_START_STEPS, TrainConfig, WeightsConfig
 
 
 def default_pools() -> dict[str, PoolConfig]:
@@ -195,6 +195,14 @@ class RunConfig(Section):
                     f"{train.workers}, or lower train.workers"
                 )
         return problems
+
+    def warm_start_steps(self) -> int:
+        """The warm start's steps: `train.warm_start.steps`, or when unset 100 for the built-in tiny model and 0 for
+        a `model.path` checkpoint (which already writes its format)."""
+        steps = self.train.warm_start.steps
+        if steps is not None:
+            return steps
+        return 0 if self.model.path else TINY_WARM_START_STEPS
 
     def domain_reward_backend(self, domain: str) -> str:
         """The reward backend a domain uses (its own, else `reward.backend`)."""

@@ -29,12 +29,17 @@ from rollart.config.bounds import (
 )
 
 
+TINY_WARM_START_STEPS = 100  # the warm start's default length for the built-in tiny model
+
+
 class WarmStartConfig(Section):
     """Optional supervised warm start on generated demonstrations, so RL begins from a policy that
     follows each domain's action format."""
 
-    steps: int = Field(
-        100, ge=0, le=MAX_STEPS, description="supervised steps before RL (0 = none; a resumed run skips them)"
+    steps: int | None = Field(
+        None, ge=0, le=MAX_STEPS, description="supervised steps before RL (0 = none; a resumed run skips them); "
+        f"None = {TINY_WARM_START_STEPS} for the built-in tiny model (it learns each domain's action format from "
+        "them), 0 for a model.path checkpoint of your own (it already writes its format)"
     )
     lr: float = Field(3e-3, gt=0, le=10, description="learning rate of the warm start")
     batch_size: int = Field(16, ge=1, le=MAX_BATCH, description="demonstrations per step, the trained domains in turn")

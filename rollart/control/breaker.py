@@ -9,7 +9,8 @@ traceback) — once, the moment either bound is crossed:
   have ended, so a short unlucky start never trips it).
 
 What counts: a trajectory that ended FAILED with a `Fault` (its env raised in reset or step, its agent
-raised, returned nothing usable or called no model) is a failure; a scored trajectory (COMPLETED or
+raised, returned nothing usable or called no model, its reward function raised or returned no score) is a
+failure; a scored trajectory (COMPLETED or
 TRUNCATED) a success. Everything else — ABORTED and STALE trajectories, and FAILED ones without a fault
 (a worker that died, generation or a reward service out, a timeout: the infrastructure's, or slow rather
 than broken) — does not count either way. `consecutive_failures=0` turns the breaker off.
@@ -43,9 +44,17 @@ class Trip:
         trace = f"\n{self.first.traceback}" if self.first.traceback else ""
         return (f"domain '{self.domain}' is broken: {rate} failed in its own code ({self.consecutive} in a row), "
                 f"so rollout stopped. The first failure, in {self.first.where}: {self.first_reason}{trace}\n"
-                f"Fix the {'agent' if self.first.where == 'agent' else 'environment'} of domains.{self.domain} "
-                f"(try one episode with `rollart env play`), then start the run again; nothing of this run needs "
-                f"resuming. (rollout.circuit_breaker sets when a domain counts as broken.)")
+                f"Fix {self._what()}, then start the run again; nothing of this run needs resuming. "
+                "(rollout.circuit_breaker sets when a domain counts as broken.)")
+
+    def _what(self) -> str:
+        if self.first.where == "reward":
+            return (f"the reward function domains.{self.domain}.reward.fn (rollart calls f(trajectory), f(response, "
+                    "row), TRL's f(completions, **kwargs) with the row's columns by name, or verl's "
+                    "compute_score(data_source, solution_str, ground_truth, extra_info); a function of a dataset "
+                    f"row sees the row as `rollart data preview {self.domain}` shows it)")
+        what = "agent" if self.first.where == "agent" else "environment"
+        return f"the {what} of domains.{self.domain} (try one episode with `rollart env play`)"
 
 
 class DomainBreaker:

@@ -72,6 +72,7 @@ from rollart.base.codec import from_json, to_json
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer, domain_quotas
+from rollart.control.group_scoring import GroupScoring
 from rollart.control.staleness import StalenessPolicy
 from rollart.types import (
     LedgerSink,
@@ -209,6 +210,7 @@ class RolloutScheduler:
         self.failure: SchedulerFailed | None = None
         self._failed = asyncio.Event()
         self.breaker = DomainBreaker(rollout.circuit_breaker)
+        self.scoring = GroupScoring(scorer, self._in_background)
         # ledger and counters
         self.fate: dict[str, Fate] = {}  # trajectory id → where it stands (every trajectory ever started)
         self.violations: list[str] = []
@@ -480,27 +482,37 @@ class RolloutScheduler:
             if traj.trajectory_id != trajectory_id:
                 self.violations.append(f"runner returned id {traj.trajectory_id} for task {trajectory_id}")
             if traj.status is not None and traj.status.trainable and not group.closed:
-                traj = await self._score(traj)
+                traj = await self._score(group, traj)
             self._on_finished(group, run, traj)
         finally:
             self._settle(run)  # (a run cancelled before its outcome was known)
             del group.runs[trajectory_id]
+            self.scoring.poke(group.group_id, *self._scoring_state(group))
             if group.closed and not group.runs:
                 self._release(group)
             if self.turn_barrier:
                 await self.turn_barrier.leave(trajectory_id)
             self._wake.set()
 
-    async def _score(self, traj: Trajectory) -> Trajectory:
+    async def _score(self, group: _Group, traj: Trajectory) -> Trajectory:
         start = self.clock()
         try:
-            result = await self.scorer.score(traj)
+            result = await self.scoring.score(traj, *self._scoring_state(group, traj.trajectory_id))
         except Exception as exc:
             return traj.finished(Status.FAILED, f"reward raised: {exc!r}")
+        if result is None:  # its group closed while it waited for the group's scoring
+            return traj
         if not result.ok:
-            return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}")
+            return traj.finished(Status.FAILED, f"reward failed after {result.attempts} tries: {result.error}",
+                                 fault=result.fault)
         span = Span("reward", start, self.clock(), worker=f"reward/reward/{result.backend}")
         return traj.scored(result.reward, spans=(span,), details=result.details)
+
+    def _scoring_state(self, group: _Group, finishing: str = "") -> tuple[int, int]:
+        """(scored members the group still needs, its other members still running) for `self.scoring`."""
+        waiting = self.scoring.waiting(group.group_id) | {finishing}
+        running = sum(1 for tid, run in group.runs.items() if not run.settled and tid not in waiting)
+        return self.cfg.group_size - len(group.scored), running
 
     def _settle(self, run: _Run) -> None:
         if not run.settled:
@@ -570,6 +582,7 @@ class RolloutScheduler:
         """No member of `group` will be trained past this point (the ready ones are in the buffer); it
         keeps its slot in `_groups` until its last member has returned."""
         group.closed, group.close_status, group.close_reason = True, status, reason
+        self.scoring.drop(group.group_id)
         if not group.runs:
             self._release(group)
 

@@ -22,7 +22,7 @@ from rollart.base import interrupts
 from rollart.config import RunConfig
 from rollart.loop import DRIVER_LANE, RLLoop
 from rollart.job.preflight import check_config, check_run_dir
-from rollart.job.recorder import RunRecorder
+from rollart.job.recorder import RunRecorder, resumed_wall_s
 from rollart.resources import Runtime
 from rollart.job.system import build_system
 from rollart.types import Evaluation, Span, TimedMetrics
@@ -77,7 +77,8 @@ async def _run_training_job(cfg: RunConfig) -> dict[str, Any]:
         workers = [n for c in system.inference.values() for n in c.names] + system.trainer.names
         recorder = RunRecorder(cfg, resume_step=system.resumed.step or None, workers=workers,
                                started_at=started_at, incidents=system.incidents,
-                               eval_first=system.resumed.eval_first, model_path=system.model_path)
+                               eval_first=system.resumed.eval_first, model_path=system.model_path,
+                               wall_before=resumed_wall_s(cfg.run_dir, system.resumed.wall_s) if cfg.resume else 0.0)
         try:
             if system.resumed.step == 0:  # a fresh run: the supervised warm start, one span on the timeline
                 began = time.time()

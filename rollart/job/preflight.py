@@ -6,18 +6,21 @@ or one `ConfigError` (CLI exit 2) listing every problem, each naming its key and
   (envs.check_env_spec; nothing is constructed); for an agent domain instead, `domains.<d>.agent` (and
   `demonstrations`) — a `module.path:function` that imports and takes the right arguments (nothing runs);
 - `domains.<d>.reward.fn` — a built-in, or a `module.path:callable` that imports where it will run (not
-  for the `http` backend, whose service has its own);
-- `domains.<d>.data` — for a dataset domain, that its train and validation rows can be read: the files exist
-  in a known format (or the hub id is cached or reachable), the mapped columns are there with a type a row can
-  carry, no split is empty, and `data.episode` names an episode; then (everything else being right), under
-  the model's chat template, that the domain's `thinking` switch exists and rows are left after the filters;
+  for the `http` backend, whose service has its own) and has a shape rollart calls (rollart's two, TRL's,
+  verl's: `rollart.reward.shapes`), whose row needs the domain can meet;
+- `domains.<d>.data` — for a dataset domain (preflight_data.py), that every split's rows can be read (the
+  files, the mapped columns and paths, the episode), carry the columns the reward function asks for, and have
+  an expert under a warm start (a single_turn row needs `data.columns.answer`); then (everything else being
+  right), under the model's chat template, that the domain's `thinking` switch exists and rows are left after
+  the filters;
 - the env class of every domain the warm start demonstrates — complete: `reset` and `step`, and under a
   warm start (`train.warm_start.steps` > 0 on a run that has no checkpoint yet) `expert_action`, plus
   `random_action` when `expert_prob` < 1; a missing method is named with both ways out (add it, or
   `train.warm_start.steps=0`);
 - `model.path`, `model.adapter`, `reward.judge_model` — checkpoints that load (config, safetensors weights,
   tokenizer, no code of their own unless `model.trust_remote_code`; `models.loading.model_problem`), read
-  without loading weights; a hub id must be cached or downloadable (offline, an uncached id is named with the
+  without loading weights; under `train.packing`, an architecture that can train on packed rows
+  (`trainer.attention.packing_problem`); a hub id must be cached or downloadable (offline, an uncached id is named with the
   cache directory and HF_HUB_OFFLINE);
 - the optional integrations the config turns on are installed: wandb (`observability.wandb_project`),
   mlflow (`observability.mlflow_uri`), vllm (`inference.engine=vllm`);
@@ -49,7 +52,10 @@ from rollart.envs.agents.demonstrations import resolve_demonstrations
 from rollart.envs.agents.function import AgentSpecError, resolve_agent
 from rollart.envs.spec import ENV_METHODS, EnvSpecError, check_env_spec, missing_env_methods
 from rollart.models.loading import adapter_problem, model_problem
+from rollart.job.preflight_data import data_problems, filter_problems
 from rollart.reward.registry import check_spec
+from rollart.reward.shapes import Shape
+from rollart.trainer.attention import packing_problem
 from rollart.base.run_dir import RunPaths
 from rollart.trainer.checkpoint import (
     UnsafeCheckpointError,
@@ -80,49 +86,6 @@ def run_dir_problem(run_dir: str) -> str:
     return ""
 
 
-def data_problems(name: str, dom: DomainConfig) -> list[str]:
-    """What stops a dataset domain's rows from being read (see the module docstring)."""
-    from rollart.envs.dataset import DataError, load_table
-    from rollart.envs.dataset.env import episode_constructor
-
-    data = dom.data
-    assert data is not None
-    problems: list[str] = []
-    sources = [("train", data.train, data.train_split)] + (
-        [("validation", data.validation, data.validation_split)] if data.validation else [])
-    for key, location, split in sources:
-        try:
-            load_table(location, data.format, data.columns, split=split, subset=data.subset)
-        except DataError as exc:
-            problems.append(f"domains.{name}.data.{key}: {exc}")
-    try:
-        episode_constructor(data.episode)
-    except DataError as exc:
-        problems.append(f"domains.{name}.data.episode: {exc}")
-    return problems
-
-
-def filter_problems(cfg: RunConfig) -> list[str]:
-    """What the model's chat template says of each dataset domain (read without problems so far): its thinking
-    switch exists, and rows are left after the filters (a prompt over the budget, an empty column)."""
-    from rollart.envs.chat import ChatTokens
-    from rollart.envs.dataset import DataError, open_dataset_domain
-    from rollart.models import load_tokenizer, resolve_model_path
-
-    tokenizer = load_tokenizer(resolve_model_path(cfg.model, cfg.seed), cfg.model.trust_remote_code)
-    problems: list[str] = []
-    for name, dom in cfg.domains.items():
-        if dom.data is None:
-            continue
-        try:
-            open_dataset_domain(name, dom, ChatTokens(tokenizer, dom.system_prompt, dom.thinking), cfg.seed)
-        except DataError as exc:
-            problems.append(f"domains.{name}.data: {exc}")
-        except ValueError as exc:  # a thinking switch the template does not have
-            problems.append(f"domains.{name}.thinking: {exc}")
-    return problems
-
-
 def installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -142,7 +105,7 @@ def warm_start_runs(cfg: RunConfig) -> bool:
     """Whether this run starts with the warm start: steps set, and no checkpoint to resume from."""
     checkpoints = RunPaths.of(cfg.run_dir).checkpoints
     resuming = cfg.resume and checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir())
-    return cfg.train.warm_start.steps > 0 and not resuming
+    return cfg.warm_start_steps() > 0 and not resuming
 
 
 def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, demonstrated: bool) -> str:
@@ -161,7 +124,7 @@ def env_class_problem(name: str, dom: DomainConfig, cfg: RunConfig, demonstrated
         what = {"expert_action": "the best action for the current state",
                 "random_action": f"any valid action (train.warm_start.expert_prob={ws.expert_prob} mixes them in)"}
         return (f"domains.{name}.env: {dom.env} has no {methods} method, which the warm start "
-                f"(train.warm_start.steps={ws.steps}) needs to demonstrate this domain's action format. Either add{wrap} "
+                f"(train.warm_start.steps={cfg.warm_start_steps()}) needs to demonstrate this domain's action format. Either add{wrap} "
                 f"{' and '.join(f'{m}() -> str, returning {what[m]}' for m in missing)}, written as the model "
                 "should write it (e.g. \\boxed{Right}); or set train.warm_start.steps=0 to start RL from the model "
                 "as it is")
@@ -172,8 +135,16 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
     problems: list[str] = []
     demonstrated = warm_start_runs(cfg)
     for name, dom in cfg.domains.items():
+        shape = None
+        try:
+            shape = check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
+        except ValueError as exc:
+            problems.append(str(exc))
+        if shape is not None and dom.data is None and (problem := rowless_reward_problem(name, dom, shape)):
+            problems.append(problem)
         if dom.data is not None and local:
-            problems += data_problems(name, dom)
+            problems += data_problems(name, dom, shape, demonstrated, cfg.train.warm_start.expert_prob,
+                                      cfg.warm_start_steps())
         try:
             if dom.agent:
                 resolve_agent(dom.agent)
@@ -188,12 +159,10 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
                 resolve_demonstrations(dom.demonstrations)
             except AgentSpecError as exc:
                 problems.append(f"domains.{name}.demonstrations: {exc}")
-        try:
-            check_spec(dom.reward.fn, f"domains.{name}.reward.fn", here=cfg.domain_reward_backend(name) != "http")
-        except ValueError as exc:
-            problems.append(str(exc))
-    if local and cfg.model.path and (problem := model_problem(cfg.model)):
-        problems.append(problem)
+    if local and cfg.model.path:
+        problem = model_problem(cfg.model)
+        if problem or (cfg.train.packing and (problem := model_packing_problem(cfg))):
+            problems.append(problem)
     if cfg.model.adapter and (problem := adapter_problem(cfg.model.adapter)):
         problems.append(problem)
     judge = cfg.model.model_copy(update={"path": cfg.reward.judge_model, "revision": "", "adapter": ""})
@@ -211,6 +180,29 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
         problems.append(problem)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def model_packing_problem(cfg: RunConfig) -> str:
+    """Why `model.path`'s architecture cannot train on packed rows ('' when it can; trainer/attention.py)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from rollart.models import resolve_model_path
+
+    path = resolve_model_path(cfg.model, cfg.seed)
+    config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=cfg.model.trust_remote_code)
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)  # (None: the checkpoint's own code)
+    problem = packing_problem(config, model_class)
+    return f"train.packing: {problem}" if problem else ""
+
+
+def rowless_reward_problem(name: str, dom: DomainConfig, shape: Shape) -> str:
+    """A reward function that needs a dataset row, on a domain whose episodes have none ('' otherwise)."""
+    if shape.kind == "row" or shape.required_columns:
+        needs = "a dataset row (row=)" if shape.kind == "row" else f"the dataset columns {list(shape.required_columns)}"
+        return (f"domains.{name}.reward.fn: {dom.reward.fn} takes {needs}, but domain {name} is not a dataset domain "
+                f"(env: {dom.env or dom.agent}): its episodes carry no row")
+    return ""
 
 
 def check_run_dir(cfg: RunConfig) -> None:

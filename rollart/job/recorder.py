@@ -8,16 +8,19 @@ timeline.json (Chrome trace), summary.json, report/index.html; and live progress
 plain or quiet).
 
 It is the real run's `rollart.loop.LoopRecorder` (`rl_starts`, `phase`, `train_step_done`, `step`,
-`evaluation`); the driver adds the warm start's progress, the final counters and the summary. The ledger
+`evaluation`, `wall_s`); the driver adds the warm start's progress, the final counters and the summary. The ledger
 file (every trajectory's moves) is not the recorder's: the rollout scheduler writes it as it goes
 (`rollart.observability.ledger.LedgerFile`, owned by the system).
 
 Guarantees: the timeline and the summary are rewritten at every evaluation, so a run that dies keeps what
-it did; `close()` is idempotent and flushes every sink.
+it did; `close()` is idempotent and flushes every sink. A resumed run's wall time (summary.json `wall_s`,
+metrics.jsonl's `wall_s`) counts on from its earlier attempts' (`resumed_wall_s`: the checkpoint's, or the
+last summary's when that attempt went on past its checkpoint); `wall_s_this_attempt` is this start's alone.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -43,18 +46,35 @@ from rollart.types import Evaluation, TimedMetrics, Trajectory
 log = logging.getLogger("rollart")
 
 
+def resumed_wall_s(run_dir: str | Path, checkpointed: float) -> float:
+    """The wall time of a run's earlier attempts: what its checkpoint kept, or — an attempt that went on past its
+    last checkpoint (killed, or stopped after it) — what its last summary said, whichever is later. The summary
+    is the run directory's data: anything but a number ≥ 0 there is ignored."""
+    paths = RunPaths.of(run_dir)
+    try:
+        previous = json.loads(paths.read_text(paths.summary)).get("wall_s")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if isinstance(previous, (int, float)) and not isinstance(previous, bool) and 0 <= previous < float("inf"):
+        return max(checkpointed, float(previous))
+    return checkpointed
+
+
 class RunRecorder:
     def __init__(self, cfg: RunConfig, resume_step: int | None, workers: Sequence[str] = (),
                  started_at: float | None = None, incidents: Sequence[Mark] = (),
-                 eval_first: Mapping[str, float] | None = None, model_path: str | Path | None = None) -> None:
+                 eval_first: Mapping[str, float] | None = None, model_path: str | Path | None = None,
+                 wall_before: float = 0.0) -> None:
         """`eval_first`: the first evaluation's scores of the run a resume continues (the summary's
         baseline); a fresh run's is its own first evaluation. `model_path`: the checkpoint whose tokenizer
-        decodes the samples (`observability.samples_per_domain`); None writes none."""
+        decodes the samples (`observability.samples_per_domain`); None writes none. `wall_before`: the wall time
+        of the run's earlier attempts (`resumed_wall_s`), which this one's wall_s counts on from."""
         self.cfg = cfg
         self.t0 = started_at or time.time()  # wall_s counts from the start of the run (start-up included)
+        self.wall_before = wall_before
         self.paths = RunPaths.of(cfg.run_dir)
         write_resolved(cfg, cfg.run_dir)
-        self.logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=self.t0,
+        self.logger = MetricsLogger(cfg.run_dir, cfg.observability, start_time=self.t0 - wall_before,
                                     hparams=cfg.model_dump(mode="json"), resume_step=resume_step)
         self.timeline = Timeline(start_time=self.t0, max_trajectories=cfg.observability.timeline_max_trajectories)
         self.progress = Progress(cfg.observability.progress)
@@ -164,8 +184,12 @@ class RunRecorder:
             "eval_first": mean(first), "eval_last": mean(last),
             "eval_first_by_domain": first, "eval_last_by_domain": last,
             "eval_gain": (mean(last) - mean(first)) if first and last else None,
-            "steps": self.steps_done, "wall_s": time.time() - self.t0,
+            "steps": self.steps_done, "wall_s": self.wall_s(), "wall_s_this_attempt": time.time() - self.t0,
         }
+
+    def wall_s(self) -> float:
+        """The run's wall time so far: its earlier attempts' and this one's (start-up included)."""
+        return self.wall_before + time.time() - self.t0
 
     def _mark_incidents(self) -> None:
         """Put the incidents not on the timeline yet on it (lines across the Gantt charts)."""

@@ -41,7 +41,7 @@ from rollart.control.rollout import start_rollout
 from rollart.envs.serving.fleet import EnvServerActor
 from rollart.envs.router import EnvRouter
 from rollart.envs.worker import EnvWorker
-from rollart.job.evaluation import evaluate
+from rollart.job.evaluation import announce_episodes, evaluate, validation_rows
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
@@ -87,6 +87,7 @@ class System:
     # where this start goes on from (a fresh run: step 0), under this start's run id and attempt
     resumed: RunState = field(default_factory=RunState)
     ledger_file: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
+    validation_rows: dict[str, int] = field(default_factory=dict)  # per dataset domain (evaluation's cap)
     scheduler: RolloutScheduler | None = None
     inference_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
@@ -242,7 +243,7 @@ class System:
         """Scores per domain on its validation split, at the served weights (`rollart.job.evaluation`); an
         evaluation is a run of its own for the reward's idempotency keys."""
         return await evaluate(self.cfg, self.env_router, self.reward.for_run(new_run_id()), self.inference_version,
-                              tag)
+                              tag, self.validation_rows)
 
     async def close(self) -> None:
         if self.scheduler:
@@ -304,8 +305,10 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         bound = 3 * (cfg.cluster.placement_timeout_s + cfg.cluster.start_timeout_s)
         assert rollout_side is not None
         inference, proxy, env_router, turn_barrier = rollout_side.join(into=stack, timeout_s=bound)
+        rows = validation_rows(cfg, model_path)
+        announce_episodes(cfg, rows)
         system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, turn_barrier, resumed,
-                        ledger_file, _stack=stack)
+                        ledger_file, rows, _stack=stack)
         system.watch_membership()
         return system
     except BaseException:

@@ -6,6 +6,9 @@ with the gateway's own session code, env domains with the domain's `ChatTokens`)
 the same in every process; `run_warm_start(cfg, trainer, model_path, on_step)` — runs them, telling
 `on_step(step, steps, metrics)` after each.
 
+How many steps: `RunConfig.warm_start_steps()` — `train.warm_start.steps`, or by default 100 for the built-in tiny
+model and none for a `model.path` checkpoint; `warm_start_line` says which at start-up.
+
 Used by `rollart train` before its first RL step (a resumed run skips it) and by
 `rollart.job.driver.warm_start_checkpoint` (a warm-started base for LoRA runs and benchmarks).
 """
@@ -38,7 +41,8 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
     read here)."""
     ws = cfg.train.warm_start
     domains = demonstrated(cfg)
-    if not domains or not ws.steps:
+    steps = cfg.warm_start_steps()
+    if not domains or not steps:
         return
     tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
     chats = {d: ChatTokens(tokenizer) if cfg.domains[d].agent else
@@ -55,7 +59,7 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
                                      cfg.envs.gateway.model_name)
         return demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob, factories[domain]).sample(chats[domain])
 
-    for _ in range(ws.steps):
+    for _ in range(steps):
         yield [sample(d) for d in picks]
 
 
@@ -70,18 +74,33 @@ def undemonstrated(cfg: RunConfig) -> list[str]:
     return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and c.agent and not c.demonstrations)
 
 
+def warm_start_line(cfg: RunConfig) -> str:
+    """What the run's start-up says of the warm start: how many steps, and whether that was a default and why."""
+    steps = cfg.warm_start_steps()
+    if cfg.train.warm_start.steps is not None:
+        return f"warm start: {steps} supervised steps (train.warm_start.steps={steps})" if steps else \
+            "warm start: off (train.warm_start.steps=0)"
+    if steps:
+        return (f"warm start: {steps} supervised steps on the domains' expert demonstrations — on by default for the "
+                "built-in tiny model, which learns each domain's action format from them (train.warm_start.steps=0 "
+                "turns it off)")
+    return ("warm start: off — model.path is a checkpoint of your own, which already writes its format "
+            "(train.warm_start.steps=N turns it on)")
+
+
 def run_warm_start(cfg: RunConfig, trainer: SupervisedTrainer, model_path: str | Path,
                on_step: Callable[[int, int, Mapping[str, float]], None] | None = None) -> None:
     """`train.warm_start.steps` supervised steps of `trainer` on the demonstrations; an agent domain that
     names none is said to be left out (one line each), and a warm start with nothing to demonstrate too."""
-    if cfg.train.warm_start.steps:
+    log.info("%s", warm_start_line(cfg))
+    if cfg.warm_start_steps():
         for domain in undemonstrated(cfg):
             log.info("warm start: agent domain %s names no demonstrations (domains.%s.demonstrations): it starts RL "
                      "from the model as it is", domain, domain)
         if not demonstrated(cfg):
             log.info("warm start skipped: no trained domain has demonstrations (train.warm_start.steps=%d)",
-                     cfg.train.warm_start.steps)
+                     cfg.warm_start_steps())
     for step, samples in enumerate(demonstration_batches(cfg, model_path)):
         metrics = trainer.sft_step(samples)
         if on_step is not None:
-            on_step(step, cfg.train.warm_start.steps, metrics)
+            on_step(step, cfg.warm_start_steps(), metrics)

@@ -161,5 +161,5 @@ class RLLoop:
 
     async def save_checkpoint(self, step: int) -> None:
         """A checkpoint of the run as it stands before `step` (rollout goes on while it is written)."""
-        self.state = replace(self.state, step=step)
+        self.state = replace(self.state, step=step, wall_s=self.recorder.wall_s())
         await self.system.save_checkpoint(self.state)

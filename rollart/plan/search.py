@@ -139,20 +139,27 @@ def twin_score(cfg: RunConfig, hardware: SimHardware, cand: Candidate, tp: int, 
 
 
 def plan(cfg: RunConfig, hardware: SimHardware, kinds: Sequence[str], budget: float, *, node: int = 8,
-         tp: int = 1, steps: int = 4, top_k: int = 4, exhaustive: bool = False, progress: Any = None) -> Plan:
+         tp: int = 1, steps: int = 4, top_k: int = 4, exhaustive: bool = False, progress: Any = None,
+         check: Callable[[RunConfig, Candidate], Any] | None = None) -> Plan:
     """Choose pool sizes and the domain → pool mapping (see the module docstring); a domain with no profile
-    and no default for its kind is refused (`MissingProfiles`, a ValueError)."""
+    and no default for its kind is refused (`MissingProfiles`, a ValueError). `check(run, candidate)`: raises
+    ValueError if the run the plan would write is not valid — called once, before any twin runs."""
     for k in kinds:
         hardware.load_catalogue().gpu(k, "plan --gpus")
     if node % tp:
         raise ValueError(f"--tp {tp} does not divide --node {node}: an inference engine's GPUs must share a node")
-    cfg, notes = for_the_cluster(cfg)
+    cfg, notes = for_the_cluster(cfg, hardware)
     domains = sorted(cfg.domains)
     cands = candidates(domains, kinds, hardware, budget, node, tp)
     if not cands:
         cheapest = min(hardware.load_catalogue().gpu(k).price_per_hour * node for k in kinds)
         raise ValueError(f"budget ${budget:g}/h buys no node of {node} GPUs of {list(kinds)} "
                          f"(the cheapest node costs ${cheapest:g}/h)")
+    if check is not None:
+        try:  # what the plan writes must be a valid run: known before anything is simulated
+            check(cfg, cands[0])
+        except ValueError as exc:
+            raise ValueError(f"the planned run would not be a valid run config: {exc}") from None
     scored = sorted((Scored(c, estimate(cfg, hardware, c, tp)) for c in cands), key=lambda s: -s.estimate)
     chosen = scored if exhaustive else scored[:top_k]
     for kind in kinds:  # the best homogeneous cluster of each kind, for the gain the plan reports

@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterator, Literal, Protocol, Sequence
 
 import ray
 
+from rollart.base.interrupts import interrupted
+
 from rollart.resources.errors import WorkerDied
 from rollart.resources.health import ActorState, death_cause, is_worker_death
 from rollart.resources.accounts import Placement
@@ -203,12 +205,13 @@ class WorkerSet:
                 return False
             member.alive = False
             listeners = list(self._listeners)
-        log.warning("worker %s died: %s%s", member.worker, cause,
-                    "; placing a replacement" if self.replace_dead else "")
+        stopping = interrupted()  # the job's Ctrl-C reached its workers too: an end, not a failure to mend
+        (log.debug if stopping else log.warning)("worker %s died: %s%s", member.worker, cause,
+                                                 "; placing a replacement" if self.replace_dead and not stopping else "")
         self._placer.record_death(member)
         _notify(listeners, MemberEvent("died", self.role, member.slot, member.worker, member.placement.pool,
                                        actor=member.actor, cause=cause))
-        if self.replace_dead:
+        if self.replace_dead and not stopping:
             self._schedule_replacement(member.slot)
         return True
 

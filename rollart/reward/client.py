@@ -16,6 +16,10 @@ batch goes on.
   worker thread; `math` and `code` use their own process pool / sandbox processes), bounded by
   `reward.timeout_s` per try; an exception or timeout is retried the same way, except a
   `RewardInputError` (the trajectory cannot be scored) or `SandboxUnavailable` (the sandbox refuses).
+  `score_group` scores a group with one call of a batched (TRL-shaped) function.
+A failure of the reward function itself — it raised (not a timeout, not the sandbox refusing, not TRL's None
+for "cannot score") or returned no score — comes back with a `Fault` (a service sends it in its error body):
+the domain's own code failed, which the rollout's circuit breaker counts, as it counts an env that raises.
 Both: at most `reward.max_in_flight` tries at once per client (waiting in backoff does not hold a slot);
 backoff before try k (k ≥ 1) is uniform in [0, min(backoff_max_s, backoff_s · 2^(k-1))] ("full jitter").
 An outage of a service (HTTP clients: connection refused or reset, timeouts, 502/503/504 — down or hung;
@@ -36,16 +40,17 @@ import random
 import secrets
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import httpx
 
 from rollart.config import RewardConfig
 from rollart.reward.metrics import BusyClock, LatencyWindow
-from rollart.reward.protocol import RewardFn, RewardInputError, call_reward, to_payload
+from rollart.reward.protocol import RewardFn, RewardInputError, RewardOutput, call_reward, normalise, to_payload
+from rollart.reward.shapes import Unscorable
 from rollart.sandbox import SandboxUnavailable
-from rollart.types import RewardResult, Trajectory
+from rollart.types import MAX_TRACEBACK_CHARS, Fault, RewardResult, Trajectory
 
 # 501: the service cannot run this reward at all (e.g. its code sandbox refuses) — retrying cannot help
 RETRYABLE_STATUS = frozenset({408, 429}) | (frozenset(range(500, 600)) - {501})
@@ -92,11 +97,13 @@ class _Tries:
     async def run(
         self, trajectory: Trajectory, backend: str, attempt_fn: Callable[[], Any]
     ) -> RewardResult:
-        """`attempt_fn()` → (result | None, retryable, error, outage: the service is down or hung). Returns
-        the first success or the failure."""
+        """`attempt_fn()` → (result | None, retryable, error, outage: the service is down or hung, fault: the
+        reward function's own failure or None). Returns the first success or the failure (with the last try's
+        fault: a function that raised on every try is the domain's fault, counted by its circuit breaker)."""
         t0 = time.monotonic()
         self.stats.requests += 1
         error = ""
+        fault: Fault | None = None
         tries, answered_failures, outage = 0, 0, False
         while True:
             if tries > self.cfg.retries:
@@ -117,7 +124,7 @@ class _Tries:
             async with self.slots():
                 self.stats.busy.enter()
                 try:
-                    result, retryable, error, outage = await attempt_fn()
+                    result, retryable, error, outage, fault = await attempt_fn()
                 finally:
                     self.stats.busy.exit()
             if result is not None:
@@ -134,7 +141,7 @@ class _Tries:
         return RewardResult(
             trajectory.trajectory_id, 0.0, ok=False, attempts=tries, backend=backend,
             latency_s=time.monotonic() - t0,
-            error=f"{backend} reward failed after {tries} tr{'y' if tries == 1 else 'ies'}: {error}",
+            error=f"{backend} reward failed after {tries} tr{'y' if tries == 1 else 'ies'}: {error}", fault=fault,
         )
 
 
@@ -205,13 +212,13 @@ class HttpRewardClient:
         # when the first try left: a replica created after it means this scoring waited for a cold start
         headers["x-rollart-sent-at"] = repr(time.time())
 
-        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool]:
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool, Fault | None]:
             try:
                 resp = await self._client().post(self.url, content=body, headers=headers)
             except httpx.TimeoutException as exc:
-                return None, True, f"timeout after {self.cfg.timeout_s}s ({type(exc).__name__})", True
+                return None, True, f"timeout after {self.cfg.timeout_s}s ({type(exc).__name__})", True, None
             except httpx.TransportError as exc:
-                return None, True, f"{type(exc).__name__}: {exc}", True
+                return None, True, f"{type(exc).__name__}: {exc}", True, None
             try:
                 answer = resp.json()
             except ValueError:
@@ -219,10 +226,10 @@ class HttpRewardClient:
             if resp.status_code == 200 and isinstance(answer.get("reward"), (int, float)):
                 self.stats.cold_starts += bool(answer.get("cold_start"))
                 self.stats.replays += bool(answer.get("replayed"))
-                return {"reward": float(answer["reward"]), "details": _details(answer)}, False, "", False
+                return {"reward": float(answer["reward"]), "details": _details(answer)}, False, "", False, None
             message = f"HTTP {resp.status_code}: {answer.get('error', answer) if isinstance(answer, dict) else answer}"
             return (None, resp.status_code in self.retry_status or resp.status_code == 200, message,
-                    resp.status_code in self.outage_status)
+                    resp.status_code in self.outage_status, _fault_of(answer))
 
         return await self._tries.run(trajectory, self.backend, attempt)
 
@@ -243,21 +250,86 @@ class LocalRewardClient:
         self._tries = _Tries(cfg, self.stats, seed)
 
     async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
-        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool]:
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool, Fault | None]:
             try:
                 async with asyncio.timeout(self.cfg.timeout_s):  # (in this task: no second one per score)
                     out = await call_reward(self.get_fn(fn), trajectory, fn)
             except TimeoutError:
-                return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False
+                return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False, None
             except Exception as exc:  # noqa: BLE001 — a failing reward becomes a failed result, never a raise
-                retryable = not isinstance(exc, (RewardInputError, SandboxUnavailable))
-                return None, retryable, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}", False
-            details = dict(out.details)
-            if out.per_turn is not None:
-                details["per_turn"] = out.per_turn
-            return {"reward": out.reward, "details": details}, False, "", False
+                return failed(fn, exc)
+            return succeeded(out)
 
         return await self._tries.run(trajectory, self.backend, attempt)
+
+    async def score_group(self, trajectories: Sequence[Trajectory], fn: str) -> list[RewardResult]:
+        """Score a whole group with one call of a batched function (TRL's shape: `ShapedReward.score_batch`);
+        the call's tries are those of one `score`, each trajectory's result its own value (or its None:
+        unscorable, not a fault). A function that is not batched is called per trajectory, concurrently."""
+        reward = self.get_fn(fn)
+        if not getattr(reward, "batched", False):
+            return list(await asyncio.gather(*(self.score(t, fn) for t in trajectories)))
+        first = trajectories[0]
+
+        async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool, Fault | None]:
+            try:
+                async with asyncio.timeout(self.cfg.timeout_s):
+                    outs = await reward.score_batch(trajectories)  # type: ignore[attr-defined]
+            except TimeoutError:
+                return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False, None
+            except Exception as exc:  # noqa: BLE001
+                return failed(fn, exc)
+            return {"reward": 0.0, "details": {"outs": outs}}, False, "", False, None
+
+        extra = len(trajectories) - 1  # the tries count one request (and one failure) for the group's call
+        self.stats.requests += extra
+        group = await self._tries.run(first, self.backend, attempt)
+        if not group.ok:
+            self.stats.failures += extra
+            return [replace(group, trajectory_id=t.trajectory_id) for t in trajectories]
+        results = []
+        for t, out in zip(trajectories, group.details["outs"]):
+            if isinstance(out, Exception):  # its None: unscorable
+                self.stats.failures += 1
+                results.append(replace(group, trajectory_id=t.trajectory_id, ok=False, reward=0.0, details={},
+                                       error=f"reward fn {fn!r}: {out}"))
+                continue
+            try:
+                checked = normalise(out, t, fn)
+            except (TypeError, ValueError) as exc:
+                results.append(replace(group, trajectory_id=t.trajectory_id, ok=False, reward=0.0, details={},
+                                       error=f"reward fn {fn!r}: {exc}", fault=Fault.of("reward", exc)))
+                continue
+            details = dict(checked.details)
+            if checked.per_turn is not None:
+                details["per_turn"] = checked.per_turn
+            results.append(replace(group, trajectory_id=t.trajectory_id, reward=checked.reward, details=details))
+        return results
+
+
+def failed(fn: str, exc: Exception) -> tuple[None, bool, str, bool, Fault | None]:
+    """A try whose reward function raised: retried unless retrying cannot help (the trajectory cannot be scored,
+    the sandbox refuses); the function's own exception — not an unscorable answer, not the sandbox — is the
+    domain's fault."""
+    retryable = not isinstance(exc, (RewardInputError, SandboxUnavailable))
+    fault = None if isinstance(exc, (Unscorable, SandboxUnavailable)) else Fault.of("reward", exc)
+    return None, retryable, f"reward fn {fn!r} raised {type(exc).__name__}: {exc}", False, fault
+
+
+def succeeded(out: RewardOutput) -> tuple[dict[str, Any], bool, str, bool, None]:
+    details = dict(out.details)
+    if out.per_turn is not None:
+        details["per_turn"] = out.per_turn
+    return {"reward": out.reward, "details": details}, False, "", False, None
+
+
+def _fault_of(answer: Any) -> Fault | None:
+    """The reward function's own failure a service reported (`fault` in its error body), if any."""
+    fault = answer.get("fault") if isinstance(answer, dict) else None
+    if not isinstance(fault, dict) or not isinstance(fault.get("error"), str):
+        return None
+    trace = fault.get("traceback")
+    return Fault("reward", fault["error"][:2000], trace[-MAX_TRACEBACK_CHARS:] if isinstance(trace, str) else "")
 
 
 def backend_metrics(clients: Mapping[str, Any], alive_s: float) -> dict[str, float]:

@@ -17,7 +17,9 @@ Per request, in order (every refusal is a JSON 4xx whose `field` names what was 
    Owner → score (bounded by `reward.timeout_s`), record, answer; a scoring error releases the key and
    answers with the error text: 422 `bad_request` when the trajectory cannot be scored (`RewardInputError`),
    501 `reward_unavailable` when this service cannot run the reward (the code sandbox refuses), else 500
-   `reward_failed` (retryable).
+   `reward_failed` (retryable). When the reward function itself raised (not a timeout, not TRL's None for
+   "cannot score"), the error body's `fault` holds its error and traceback: the domain's fault, which the
+   client's circuit breaker counts.
 5. cold start — a request first sent (`X-Rollart-Sent-At`, client wall clock, the same on every retry)
    before this replica existed was waiting for a replica to start: `cold_start: true` in the answer; a
    replay keeps the flag of the scoring it replays (its first try may have timed out waiting for it).
@@ -42,7 +44,9 @@ from rollart.reward.metrics import BusyClock
 from rollart.reward import tokens
 from rollart.reward.protocol import PayloadError, RewardInputError, call_reward, parse_payload
 from rollart.reward.registry import BUILTINS, RewardFns
+from rollart.reward.shapes import Unscorable
 from rollart.sandbox import SandboxUnavailable
+from rollart.types import Fault
 
 log = logging.getLogger("rollart.reward")
 
@@ -71,10 +75,13 @@ class ClaimBook(Protocol):
     def report(self, replica: str, busy_s: float, alive_s: float) -> None: ...
 
 
-def error(status: int, code: str, message: str, field: str = "") -> tuple[int, dict[str, Any]]:
-    body = {"error": message, "code": code}
+def error(status: int, code: str, message: str, field: str = "", fault: Fault | None = None
+          ) -> tuple[int, dict[str, Any]]:
+    body: dict[str, Any] = {"error": message, "code": code}
     if field:
         body["field"] = field
+    if fault is not None:  # the reward function's own failure, for the client's circuit breaker
+        body["fault"] = {"error": fault.error, "traceback": fault.traceback}
     return status, body
 
 
@@ -203,11 +210,13 @@ class RewardHandler:
                 await self.claims.release(key, token)
             detail = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
             message = f"reward fn {spec!r} failed on {trajectory.trajectory_id}: {detail}"
-            if isinstance(exc, RewardInputError):  # the request's fault: retrying cannot help
-                return error(422, "bad_request", message)
             if isinstance(exc, SandboxUnavailable):  # this service cannot run it at all
                 return error(501, "reward_unavailable", message)
-            return error(500, "reward_failed", message)
+            own = not isinstance(exc, (asyncio.TimeoutError, Unscorable))  # the function's own failure
+            fault = Fault.of("reward", exc) if own else None
+            if isinstance(exc, RewardInputError):  # the request's fault: retrying cannot help
+                return error(422, "bad_request", message, fault=fault)
+            return error(500, "reward_failed", message, fault=fault)
         finally:
             self.busy.exit()
             self.claims.report(self.replica, self.busy.busy_s, self.busy.alive_s)

@@ -36,7 +36,8 @@ characters, no unknown keys, text that is valid Unicode (no lone surrogates); an
 Answer (200): {"trajectory_id", "reward": float, "per_turn": [float] | null, "details": {...},
      "replayed": bool, "cold_start": bool, "replica": str, "score_s": float}
 Errors: {"error": message, "code": one of unauthorized | payload_too_large | bad_request | conflict |
-     reward_failed | reward_unavailable | busy | internal | not_found, "field": what was wrong (when known)},
+     reward_failed | reward_unavailable | busy | internal | not_found, "field": what was wrong (when known),
+     "fault": {"error", "traceback"} (when the reward function itself raised)},
      with HTTP 401 / 413 / 400 or 422 / 409 / 500 / 501 / 503 / 500 / 404. Every malformed request is a 4xx.
 """
 

@@ -5,13 +5,14 @@ In: a spec string and the `RunConfig`. Out: a `RewardFn` (see protocol.py).
 - `math` — math-verify in a process pool (math_reward.py);
 - `code` — program + hidden tests in the sandbox (code_reward.py);
 - `judge` — a local checkpoint scores yes/no (judge_reward.py);
-- `module.path:callable` — a user function or class (a class is instantiated once with no arguments) of the
-  trajectory; or, with parameters named `response` and `row`, of the last action's text and the dataset row
-  the episode was made from (`trajectory.reference["row"]`: role → value), called by keyword.
+- `module.path:callable` — a user function or class (a class is instantiated once with no arguments) in one of
+  the shapes of shapes.py, recognised from its signature: rollart's `f(trajectory)` and `f(response, row)`,
+  TRL's batched `f(completions, **kwargs)` and verl's `compute_score(data_source, solution_str, ground_truth,
+  extra_info)`; each wrapped as a function of the trajectory (`ShapedReward`).
 Built-ins are made once per `RewardFns` (they hold process pools or a model), lazily on first use.
 
-An unknown built-in or a path that does not import fails with a ValueError that names the spec, the
-domain and what would be valid.
+An unknown built-in, a path that does not import or a function of no known shape fails with a ValueError (a
+`RewardShapeError` for the shape) that names the spec, the domain and what would be valid.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ import sys
 
 from rollart.config import RunConfig
 from rollart.reward.protocol import RewardFn
-from rollart.types import Trajectory
+from rollart.reward.shapes import Shape, ShapedReward, shape_of
 
 log = logging.getLogger("rollart.reward")
 
 BUILTINS = ("env", "format", "math", "code", "judge", "exact", "regex")
-ROW_PARAMETERS = ("response", "row")
 
 
 def _make_builtin(name: str, cfg: RunConfig) -> RewardFn:
@@ -86,60 +86,32 @@ def _target(spec: str) -> object:
     return obj
 
 
-def import_reward(spec: str) -> RewardFn:
-    """`module.path:callable` → the callable (a class is instantiated with no arguments); one of `response` and
-    `row` (see the module docstring) is wrapped into a function of the trajectory."""
+def import_reward(spec: str, max_steps: int = 0) -> RewardFn:
+    """`module.path:callable` → a reward of the trajectory (a class is instantiated with no arguments), in whatever
+    shape it is written (shapes.py); `max_steps` is TRL's `trainer_state.max_steps`."""
     obj = _target(spec)
+    shape = shape_of(obj, spec)
     fn = obj() if inspect.isclass(obj) else obj
-    return row_reward(fn) if takes_row(fn) else fn  # type: ignore[return-value]
+    if shape.kind == "trajectory":
+        return fn  # type: ignore[return-value]
+    return ShapedReward(fn, shape, spec, max_steps)  # type: ignore[return-value]
 
 
-def takes_row(fn: object) -> bool:
-    """Whether a reward callable is one of the response text and the dataset row (parameters by name)."""
-    try:
-        names = set(inspect.signature(fn).parameters)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    return set(ROW_PARAMETERS) <= names
-
-
-def row_reward(fn: object) -> RewardFn:
-    """A reward of the trajectory that calls `fn(response=<last action>, row=<reference['row']>)`."""
-    from rollart.reward.protocol import RewardInputError, final_action, is_async
-
-    name = getattr(fn, "__name__", type(fn).__name__)
-
-    def arguments(trajectory: Trajectory) -> dict[str, object]:
-        row = trajectory.reference.get("row")
-        if not isinstance(row, dict):
-            raise RewardInputError(f"reward fn {name} takes a dataset row, but trajectory {trajectory.trajectory_id} "
-                                   "carries none (is its domain `env: dataset`?)")
-        return {"response": final_action(trajectory), "row": row}
-
-    if is_async(fn):
-        async def score_row(trajectory: Trajectory) -> object:
-            return await fn(**arguments(trajectory))  # type: ignore[operator]
-    else:
-        def score_row(trajectory: Trajectory) -> object:  # type: ignore[misc]
-            return fn(**arguments(trajectory))  # type: ignore[operator]
-    score_row.__name__ = name
-    return score_row  # type: ignore[return-value]
-
-
-def check_spec(spec: str, where: str, *, here: bool = True) -> None:
+def check_spec(spec: str, where: str, *, here: bool = True) -> Shape | None:
     """Fail early (before anything starts) on a spec that can never resolve: a built-in, or a
     `module.path:callable` that — when it runs `here` (backends local and serverless; an `http` service has
-    its own) — imports (not instantiated)."""
+    its own) — imports (not instantiated) and has a shape rollart calls. Its `Shape` (None: a built-in, or not
+    checked here)."""
     if spec in BUILTINS:
-        return
+        return None
     if ":" not in spec:
         raise ValueError(f"{where}: {spec!r} is not a built-in reward {list(BUILTINS)} nor 'module.path:callable'")
     if not here:
-        return
+        return None
     try:
-        _target(spec)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        return shape_of(_target(spec), spec)
+    except ValueError as exc:  # RewardShapeError included
+        raise type(exc)(f"{where}: {exc}") from None
 
 
 class RewardFns:
@@ -154,7 +126,7 @@ class RewardFns:
             if spec in BUILTINS:
                 self._fns[spec] = _make_builtin(spec, self.cfg)
             else:
-                self._fns[spec] = import_reward(spec)
+                self._fns[spec] = import_reward(spec, self.cfg.train.steps)
         return self._fns[spec]
 
     def warm(self, specs: list[str]) -> None:

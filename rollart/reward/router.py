@@ -4,6 +4,9 @@ In: a `RunConfig`; then finished trajectories, one `await score(trajectory)` eac
 trajectory ends (scoring overlaps everything else). Out: a `RewardResult` per trajectory — never an
 exception: `ok=False` with `error` when the reward kept failing, so the control plane marks it FAILED.
 
+`score_group(trajectories)` scores a finished group with one call where the domain's function takes a batch
+(TRL's shape) on the local backend (`scores_groups(domain)`); the scheduler uses it for such domains.
+
 Dispatch: by `trajectory.domain` → `domains.<d>.reward.fn` on `cfg.domain_reward_backend(d)`:
 - `local`: `LocalRewardClient` in this process;
 - `serverless`: `HttpRewardClient` to the shared reward service of this Ray cluster if one runs (`rollart
@@ -32,11 +35,11 @@ import logging
 import os
 import secrets
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from rollart.config import RunConfig
 from rollart.reward.client import HttpRewardClient, LocalRewardClient, backend_metrics
-from rollart.reward.registry import RewardFns, check_spec, import_reward
+from rollart.reward.registry import BUILTINS, RewardFns, check_spec, import_reward
 from rollart.sandbox import check_isolation
 from rollart.types import RewardResult, Trajectory
 
@@ -180,6 +183,23 @@ class RewardRouter:
             return RewardResult(trajectory.trajectory_id, 0.0, ok=False, attempts=0, backend=backend,
                                 error="the serverless reward service is not started (call RewardRouter.start())")
         return await client.score(trajectory, spec, run_key)
+
+    def scores_groups(self, domain: str) -> bool:
+        """Whether `domain`'s reward is scored a group at a time: a batched (TRL-shaped) function on the local
+        backend (a service's payload is one trajectory: there it is called per trajectory)."""
+        spec = self.cfg.domains[domain].reward.fn if domain in self.cfg.domains else ""
+        return (self.backends.get(domain) == "local" and spec not in BUILTINS
+                and bool(getattr(self._fns.get(spec), "batched", False)))
+
+    async def score_group(self, trajectories: Sequence[Trajectory]) -> list[RewardResult]:
+        """Score trajectories of one domain: with one call of a batched function where `scores_groups`, else each
+        on its own (concurrently); never raises."""
+        if not trajectories:
+            return []
+        domain = trajectories[0].domain
+        if self.scores_groups(domain):
+            return await self.local.score_group(trajectories, self.cfg.domains[domain].reward.fn)
+        return list(await asyncio.gather(*(self.score(t) for t in trajectories)))
 
     def for_run(self, run_id: str) -> RunScorer:
         """A `RewardScorer` for another run on the same clients — an evaluation is a run of its own, so its

@@ -51,6 +51,9 @@ class SimRecorder:
     def rl_starts(self) -> None:
         self._step_start = self.clock()  # (the twin's start-up takes no virtual time)
 
+    def wall_s(self) -> float:
+        return self.clock()  # virtual seconds since the twin's run began
+
     def phase(self, phase: TimedMetrics) -> None:
         if "time/weights.exposed" in phase.metrics:
             self.sync_exposed_s.append(float(phase.metrics["time/weights.exposed"]))

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from rollart.config import RunConfig
 from rollart.models.lora import attach_lora
+from rollart.trainer.attention import packing_problem
 from rollart.trainer.attention import register as register_attention
 from rollart.trainer.logprobs import token_logprobs
 from rollart.trainer.tensor_files import TensorReader
@@ -53,28 +54,48 @@ class PolicyModule(nn.Module):
         self.lm = lm
         self.chunk_tokens = chunk_tokens
         self.releases = False  # whether the root's parameters are released in the backward (build_policy)
-        layer_types = getattr(lm.config, "layer_types", None) or ["full_attention"]
-        self._packed_masks = dict.fromkeys(layer_types)
-        self.sliding = "sliding_attention" in self._packed_masks
+        self.head = output_head(lm)  # a plain function (not a module: the head's weights stay `lm.`'s alone)
 
     def forward(self, input_ids: Tensor, select: Tensor, select_targets: Tensor, attention_mask: Tensor | None = None,
                 position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None,
                 with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         kwargs: dict[str, Any] = {}
         if cu_seqlens is not None:  # one packed row: no mask at all, the boundaries go to the attention
-            if self.sliding:
-                raise ValueError("train.packing: this model has sliding-window layers, which packed rows do not "
-                                 "support yet; set train.packing=false")
             longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
             kwargs = {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens,
                       "max_length_q": longest, "max_length_k": longest}
-            attention_mask = dict(self._packed_masks)  # type: ignore[assignment]
+            attention_mask = None  # (trainer/attention.py: its mask builder keeps a packed row maskless)
         out = self.lm.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                     use_cache=False, **kwargs)
         hidden = out.last_hidden_state
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, select)
-        return token_logprobs(selected, self.lm.get_output_embeddings(), select_targets, self.chunk_tokens,
-                              with_entropy)
+        return token_logprobs(selected, self.head, select_targets, self.chunk_tokens, with_entropy)
+
+
+def output_head(lm: nn.Module) -> Any:
+    """The LM head with what the model's own forward does to its logits after it — Gemma 2/3's final logit
+    soft-capping, Cohere's `logit_scale`, Granite's `logits_scaling` — so log π here is the model's. A function,
+    never the head module itself: kept on the root module, a module would be registered twice (as `head.` too)."""
+    head = lm.get_output_embeddings()
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # (under LoRA, PEFT's wrapper)
+    cap = getattr(base.config, "final_logit_softcapping", None)
+    scale = getattr(base, "logit_scale", None)  # the causal LM's own attribute (Cohere), not a config's
+    scale = scale if isinstance(scale, (int, float)) else None
+    divide = getattr(base.config, "logits_scaling", None)
+    if not cap and scale in (None, 1.0) and divide in (None, 1.0):
+        return lambda hidden: head(hidden)
+
+    def transformed(hidden: Tensor) -> Tensor:
+        logits = head(hidden)
+        if scale not in (None, 1.0):
+            logits = logits * scale
+        if divide not in (None, 1.0):
+            logits = logits / divide
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    return transformed
 
 
 @dataclass(frozen=True)
@@ -141,6 +162,8 @@ def build_policy(cfg: RunConfig, model_path: str | Path, strategy: Any, *, train
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, cfg.model.dtype),
                                               attn_implementation=register_attention(), trust_remote_code=remote)
+        if cfg.train.packing and (problem := packing_problem(lm.config, type(lm))):
+            raise ValueError(f"train.packing: {problem}")
         if cfg.train.lora is not None:
             lm = attach_lora(lm, cfg.train.lora)
     if trainable and cfg.train.activation_checkpointing:
@@ -205,12 +228,33 @@ def _recompute_buffers(policy: nn.Module, device: torch.device) -> None:
         if not missing:
             continue
         if not hasattr(module, "config"):
-            raise ValueError(f"{name} ({type(module).__name__}) has computed buffers {missing} that the trainer "
-                             "cannot rebuild after a meta-device init")
+            _init_buffers(policy, name, module, missing)
+            continue
         with torch.device(device):
             fresh = type(module)(config=module.config)
         for b in missing:
             module._buffers[b] = fresh._buffers[b].to(device)
+
+
+def _init_buffers(policy: nn.Module, name: str, module: nn.Module, missing: list[str]) -> None:
+    """A module without a config of its own (Gemma's scaled embedding: `embed_scale`): its buffers as the model's
+    own `_init_weights` sets them — transformers' way to initialise after a meta init — with its parameters held
+    as they are (transformers' init functions leave a tensor marked `_is_hf_initialized` alone)."""
+    lm = getattr(policy, "lm", None)
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    init = getattr(base, "_init_weights", None)
+    if init is None:
+        raise ValueError(f"{name} ({type(module).__name__}) has computed buffers {missing} that the trainer cannot "
+                         "rebuild after a meta-device init")
+    params = list(module.parameters(recurse=False))
+    for p in params:
+        p._is_hf_initialized = True  # type: ignore[attr-defined]
+    try:
+        with torch.no_grad():
+            init(module)
+    finally:
+        for p in params:
+            del p._is_hf_initialized  # type: ignore[attr-defined]
 
 
 class InitialAdapter:

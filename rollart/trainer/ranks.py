@@ -36,6 +36,7 @@ from rollart.config import RunConfig
 from rollart.resources.worker_set import WorkerSet, MemberEvent
 from rollart.resources.errors import WorkerDied
 from rollart.resources.placement import Resources
+from rollart.base.interrupts import Interrupted, interrupted
 from rollart.base.run_dir import RunPaths
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
@@ -152,6 +153,8 @@ class TrainerRanks:
                 return fn()
             except WorkerDied as death:
                 self._abort()
+                if interrupted():  # the user's Ctrl-C reached the ranks too: nothing to mend, the job is stopping
+                    raise Interrupted(f"trainer rank {death.worker} stopped with the job's Ctrl-C") from None
                 self._rebuild(death)
 
     def _rebuild(self, death: WorkerDied) -> None:

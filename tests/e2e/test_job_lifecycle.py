@@ -77,3 +77,32 @@ def test_ctrl_c_stops_a_job_within_seconds_and_the_next_job_in_the_process_reach
     # ... and the second job scored every episode through it
     results = [json.loads(line.split(" ", 2)[2]) for line in rest.splitlines() if line.startswith("JOB b ")]
     assert results == [{"scored": {"math": 4}, "failed": {"math": 0}}], output[-5000:]
+
+
+def test_ctrl_c_in_a_terminal_during_training_is_an_interrupt_not_a_death(tmp_path):
+    """A terminal's Ctrl-C reaches the whole foreground process group — the driver and Ray's workers alike. The
+    trainer ranks dying of it are the job stopping, not a failure: no "died … rebuilding the ranks" line, no
+    replacement placed; the run ends interrupted (130) with the resume command."""
+    cmd = [sys.executable, "-m", "rollart.cli", "train", f"run_dir={tmp_path / 'run'}", "train.warm_start.steps=0",
+           "domains.frozenlake=null", "observability.tensorboard=false", "observability.progress=plain",
+           "eval.episodes_per_domain=4", "train.steps=50", "train.checkpoint_every=1"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+        seen: list[str] = []
+        sent = None
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                seen.append(line)
+                if sent is None and "step 2/50" in line:  # RL steps are running: the trainer ranks are busy
+                    sent = time.monotonic()
+                    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    output = "".join(seen)
+    assert sent is not None, output[-5000:]
+    assert proc.returncode == 130, output[-5000:]
+    assert "rollart: interrupted" in output and "resume=true" in output, output[-5000:]
+    assert "died" not in output and "rebuilding" not in output and "placing a replacement" not in output, \
+        output[-5000:]

@@ -211,3 +211,22 @@ def test_mini_swe_agent_repairs_in_the_trajectorys_own_workspace(harness, monkey
     # the first command's output (the buggy file, read in the sandbox) went back to the model
     assert repair.files[path].splitlines()[0] in harness.chat.tokenizer.decode(list(recorded[1].prompt_token_ids))
     assert "minisweagent" in sys.modules
+
+
+def test_mini_swe_agents_demonstration_is_laid_out_as_a_rollout(monkeypatch):
+    """mini_swe_agent:demonstration — mini-swe-agent's own prompts, the expert's bash calls — becomes a warm-start
+    sample through the gateway's own session code (one segment, loss only on the assistant's calls)."""
+    from pathlib import Path
+
+    from rollart.config import DomainConfig
+    from rollart.envs.agents.demonstrations import demonstrate_agent
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples" / "swe"))
+    domain = DomainConfig(agent="mini_swe_agent:run", demonstrations="mini_swe_agent:demonstration", max_turns=4,
+                          max_total_tokens=16384, options={"difficulty": 0, "max_calls": 4})
+    chat = ChatTokens(build_tokenizer(tool_calls=True))
+    expert = demonstrate_agent("swe_mini", domain, chat, seed=3, expert_prob=1.0)
+    naive = demonstrate_agent("swe_mini", domain, chat, seed=3, expert_prob=0.0)
+    text = chat.tokenizer.decode(list(expert.token_ids))
+    assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in text and "ROLLART_EOF" in text and "Please solve this issue" in text
+    assert 0 < sum(expert.loss_mask) < len(expert.token_ids) and sum(naive.loss_mask) < sum(expert.loss_mask)

@@ -97,3 +97,39 @@ def test_a_domain_that_always_fails_stops_rollout_at_once_with_its_first_error()
         assert h.sched.check_ledger() == []  # every trajectory started still ended exactly once
 
     asyncio.run(main())
+
+
+def test_a_reward_function_that_always_raises_stops_rollout_at_once_naming_it() -> None:
+    """A reward function's own exception is the domain's fault (`RewardResult.fault`), not an outage."""
+    from rollart.types import RewardResult
+
+    fault = raised("reward")
+
+    async def main():
+        h = Harness(rollout_cfg(get_batch_timeout_s=600), steps=3)
+        inner = h.scorer.score
+
+        async def score(traj):
+            if traj.domain != "slow":
+                return await inner(traj)
+            return RewardResult(traj.trajectory_id, 0.0, ok=False, error="reward fn 'm:f' raised TypeError",
+                                attempts=4, fault=fault)
+
+        h.scorer.score = score
+        h.sched.start()
+        start = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(DomainBroken) as info:
+                for k in range(3):
+                    await h.sched.get_batch(k)
+                    h.serve(k + 1)
+        finally:
+            await h.sched.stop()
+        assert asyncio.get_running_loop().time() - start < 5.0
+        message = str(info.value)
+        assert "The first failure, in reward: reward failed after 4 tries: reward fn 'm:f' raised TypeError" in message
+        assert message.count("Traceback (most recent call last)") == 1
+        assert "Fix the reward function domains.slow.reward.fn" in message and "compute_score" in message
+        assert h.sched.check_ledger() == []
+
+    asyncio.run(main())

@@ -200,8 +200,9 @@ def test_a_row_becomes_an_episode_with_the_reference_the_rewards_read(tmp_path: 
     assert obs == f"{ROWS[row.index]['question']} Answer in \\boxed{{}}." and epoch == 0
     ref = info["reference"]
     assert ref["answer"] == str(row.index + 1) and ref["solution"] == ROWS[row.index]["answer"]
-    assert ref["row"] == {"prompt": ROWS[row.index]["question"], "answer": ROWS[row.index]["answer"],
-                          "level": row.index % 3}
+    # every column by its name, the mapped roles by theirs (what a reward function may ask for)
+    assert ref["row"] == {"question": ROWS[row.index]["question"], "prompt": ROWS[row.index]["question"],
+                          "answer": ROWS[row.index]["answer"], "level": row.index % 3}
     assert ref["source"] == f"{train} row {row.index}" and info["metrics"] == {"row": row.index, "epoch": 0}
     assert expert_action(env) == f"\\boxed{{{row.index + 1}}}"
     assert env.step("\\boxed{3}")[2] is True  # one answer ends the episode

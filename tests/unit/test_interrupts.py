@@ -94,3 +94,33 @@ def test_a_cancelled_wait_on_many_calls_leaves_no_exception_unretrieved(caplog):
         gc.collect()
     unretrieved = [r.getMessage() for r in caplog.records if "_GatheringFuture" in r.getMessage()]
     assert not unretrieved, unretrieved
+
+
+def test_what_the_interrupt_brings_down_ends_the_job_as_an_interrupt(tmp_path):
+    """A part of the job that dies of the same Ctrl-C (the trainer ranks share the terminal's process group) sees
+    `interrupted()`, raises `Interrupted` instead of mending it, and the job ends with KeyboardInterrupt — not that
+    error's traceback; `interrupted()` is false again once the job has stopped."""
+    script = textwrap.dedent("""
+        import asyncio, os, signal, threading
+        from rollart.base import interrupts
+
+        async def job():
+            def rank_call():  # a train step in a thread, its rank killed by the same SIGINT
+                os.kill(os.getpid(), signal.SIGINT)
+                threading.Event().wait(0.5)
+                if interrupts.interrupted():
+                    raise interrupts.Interrupted("trainer rank 0 stopped with the job's Ctrl-C")
+                return "rebuilt"
+            return await asyncio.to_thread(rank_call)
+
+        print("before", interrupts.interrupted(), flush=True)
+        try:
+            print(interrupts.run(job(), grace_s=5), flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        print("after", interrupts.interrupted(), flush=True)
+    """)
+    (tmp_path / "job.py").write_text(script)
+    out = subprocess.run([sys.executable, str(tmp_path / "job.py")], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["before", "False", "interrupted", "after", "False"], out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr

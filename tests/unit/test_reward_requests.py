@@ -301,3 +301,22 @@ def test_bad_reference_is_422_and_not_retried():
     traj = Trajectory("t", Task("t", "d", "math", 0, "g"), 0, (Turn((), (), (), (), action="1"),))  # no 'k'
     res = asyncio.run(client.score(traj, "d"))
     assert not res.ok and res.attempts == 1 and "HTTP 422" in res.error and "reference['k']" in res.error
+    assert res.fault is not None and res.fault.where == "reward"  # raised by the function itself: its domain's
+
+
+def boom_reward(trajectory: Trajectory) -> float:
+    return 1 / 0
+
+
+def test_a_function_that_raises_on_the_service_is_a_fault_with_its_traceback_the_client_keeps():
+    cfg = config()
+    cfg.domains = {**cfg.domains, "boom": DomainConfig(env="math", reward=f"{__name__}:boom_reward")}
+    h = RewardHandler(cfg, SharedClaimBook(2**20, 3600, 30), token=SECRET, replica="r")
+    status, body = asyncio.run(send(h, json.dumps(to_payload(make_traj(domain="boom"), "boom")).encode()))
+    assert status == 500 and body["code"] == "reward_failed"
+    assert body["fault"]["error"] == "ZeroDivisionError: division by zero"
+    assert "boom_reward" in body["fault"]["traceback"]
+    client = client_for(h, "run/0")
+    res = asyncio.run(client.score(make_traj("t2", domain="boom"), "boom"))
+    assert not res.ok and res.attempts == 4 and res.fault is not None  # retried (a 500), then the fault stands
+    assert res.fault.error == "ZeroDivisionError: division by zero" and "boom_reward" in res.fault.traceback

@@ -10,9 +10,9 @@ from rollart.reward.client import BackendStats, _Tries
 from rollart.types import Task, Trajectory
 
 TRAJ = Trajectory("t0", Task("k", "d", "d", 0, "g"), 0, ())
-OUTAGE = (None, True, "timeout after 1.0s", True)  # (result, retryable, error, outage)
-ANSWERED_500 = (None, True, "HTTP 500: reward failed", False)
-OK = ({"reward": 1.0, "details": {}}, False, "", False)
+OUTAGE = (None, True, "timeout after 1.0s", True, None)  # (result, retryable, error, outage, fault)
+ANSWERED_500 = (None, True, "HTTP 500: reward failed", False, None)
+OK = ({"reward": 1.0, "details": {}}, False, "", False, None)
 
 
 def run(script, retries=3, outage_budget_s=60.0, on_outage=True):

@@ -1,4 +1,6 @@
-"""`rollart config show [RUN.yaml] [overrides]`: print the resolved config (defaults + file + overrides).
+"""`rollart config show [RUN.yaml] [overrides] [--cluster]`: print the resolved config (defaults + file + overrides),
+checked before anything starts — with `--cluster`, only what can be checked off the machines the run is for (not
+its datasets, checkpoints or optional packages: a run `rollart plan` wrote for a cluster, read on a laptop).
 `rollart config explain [KEY] [--markdown]`: describe a key (type, default, allowed values, description), list
 a section's keys (all sections without KEY), or print the whole reference (docs/configuration.md)."""
 
@@ -14,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     inner = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     show = inner.add_parser("show", help="print the resolved config as YAML")
     add_run_args(show)
+    show.add_argument("--cluster", action="store_true",
+                      help="a run for another cluster: check only what can be checked here (as `rollart sim` does)")
     show.set_defaults(func=_show)
     explain = inner.add_parser("explain", help="describe a config key, or list the keys of a section")
     explain.add_argument("key", nargs="?", metavar="KEY", help="e.g. rollout.alpha, rollout, domains.math.weight")
@@ -25,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _show(args: argparse.Namespace) -> int:
     from rollart.config.loader import dump_config
 
-    print(dump_config(config_from_args(args)), end="")
+    print(dump_config(config_from_args(args, local=not args.cluster)), end="")
     return 0
 
 

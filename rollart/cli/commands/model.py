@@ -43,7 +43,7 @@ def _warm_start(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     if (out / "config.json").exists():
         raise ConfigError(f"{out} already holds a checkpoint; give another directory")
-    if cfg.train.warm_start.steps == 0:
+    if cfg.warm_start_steps() == 0:
         raise ConfigError("train.warm_start.steps=0: nothing to do; give the number of supervised steps")
 
     def progress(step: int, total: int, metrics: dict[str, float]) -> None:
@@ -51,7 +51,7 @@ def _warm_start(args: argparse.Namespace) -> int:
             print(f"warm start {step + 1}/{total}  loss {metrics['sft/loss']:.3f}", flush=True)
 
     path = warm_start_checkpoint(cfg, out, progress)
-    print(f"wrote {path} (warm-started {cfg.train.warm_start.steps} steps; use it as model.path)")
+    print(f"wrote {path} (warm-started {cfg.warm_start_steps()} steps; use it as model.path)")
     return 0
 
 

@@ -42,19 +42,21 @@ def _plan(args: argparse.Namespace) -> int:
     from rollart.cli.commands.sim import render
     from rollart.plan import plan, ray_start_lines, raycluster_manifest, run_yaml
     from rollart.plan.cluster import for_the_cluster
+    from rollart.plan.outputs import planned_config
     from rollart.plan.search import costs
     from rollart.sim.hardware import load_hardware
 
     cfg = config_from_args(args)
     try:
-        cfg, notes = for_the_cluster(cfg)
+        hw = load_hardware(args.hardware)
+        cfg, notes = for_the_cluster(cfg, hw)
         for note in notes:
             print(f"note: {note}")
-        hw = load_hardware(args.hardware)
         kinds = [k.strip() for k in args.gpus.split(",") if k.strip()]
         result = plan(cfg, hw, kinds, args.budget, node=args.node, tp=args.tp, steps=args.steps, top_k=args.top_k,
                       progress=lambda i, n, s: print(f"  twin {i}/{n}: {s.candidate.describe()}: "
-                                                     f"{s.score * 3600:.2f} trajectories per dollar", flush=True))
+                                                     f"{s.score * 3600:.2f} trajectories per dollar", flush=True),
+                      check=lambda run, cand: planned_config(run, hw, cand, args.tp))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     best = result.best
@@ -94,5 +96,6 @@ def _plan(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_text(text)
-    print(f"wrote {out}/run.yaml, {out}/ray_start.sh, {out}/raycluster.yaml")
+    print(f"wrote {out}/run.yaml, {out}/ray_start.sh, {out}/raycluster.yaml (`rollart config show {out}/run.yaml "
+          "--cluster` checks the run here)")
     return 0

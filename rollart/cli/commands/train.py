@@ -5,9 +5,10 @@ live (Ray's dashboard URL follows once Ray is up, when there is one: `cluster.da
 on an error (a trainer that kept dying, a lost cluster, a bug) or on Ctrl-C ends with the
 exact command that continues it from its last checkpoint: the same run file and overrides, with
 `run_dir=<its run dir> resume=true`. An expected failure (the trainer ranks rebuilt past `train.restarts`, a
-resource-plane error) is told in one message; anything else with its traceback. A domain whose env or
-agent keeps failing (`DomainBroken`, the rollout's circuit breaker) is a bug, not an outage: one message
-with the domain, the count and the first error's traceback, and no resume command.
+resource-plane error) is told in one message; anything else with its traceback. A domain whose env, agent
+or reward function keeps failing (`DomainBroken`, the circuit breaker) is a bug, not an outage: one message
+with the domain, the count and the first error's traceback, and no resume command; so is an error of the
+run's input found only once it started (its data, its model, a reward function's shape: `input_error`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,12 @@ def _train(args: argparse.Namespace) -> int:
     except (TrainerFailed, ResourceError) as exc:
         print(f"rollart: training stopped: {exc}\n{resume_hint(args.items, cfg)}", file=sys.stderr)
         return 1
-    except Exception:
+    except Exception as exc:
+        if (wrong := input_error(exc)) is not None:
+            # the data, the model or a function the config names is wrong: the same start fails the same way
+            print(f"rollart: training stopped: {type(wrong).__name__}: {wrong}\nFix it and start the run again; a "
+                  "resume cannot fix it.", file=sys.stderr)
+            return 1
         traceback.print_exc()
         print(f"rollart: training stopped on the error above. {resume_hint(args.items, cfg)}", file=sys.stderr)
         return 1
@@ -68,6 +74,26 @@ def _train(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary[k] for k in ("eval_first", "eval_last", "steps", "wall_s")}, default=str))
     print(f"run directory: {cfg.run_dir}  (report: {report})")
     return 0
+
+
+def input_error(exc: BaseException) -> BaseException | None:
+    """The error in `exc` or its causes that says the run's input is wrong — its data (`DataError`), its model
+    (`CheckpointError`), the shape of a reward function (`RewardShapeError`) or an env or agent it names — which a
+    resume would meet again (None: an error a resume may get past)."""
+    from rollart.envs.agents.function import AgentSpecError
+    from rollart.envs.dataset import DataError
+    from rollart.envs.spec import EnvSpecError
+    from rollart.models.loading import CheckpointError
+    from rollart.reward.shapes import RewardShapeError
+
+    kinds = (DataError, CheckpointError, RewardShapeError, EnvSpecError, AgentSpecError)
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, kinds):
+            return exc
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
 
 
 def resume_command(items: Sequence[str], run_dir: str) -> str:

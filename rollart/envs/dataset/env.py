@@ -11,8 +11,9 @@ seeds), a validation seed is VAL_OFFSET + i for validation row i. The row become
 episodes.py) and is played; the reset info carries:
 - `reference`: `answer` (the answer column's final answer: GSM8K's '#### N' read as N), `solution` (the
   answer column's whole text when it held more), `tests`, `entry_point`, `language` (code), `question` (the
-  first observation, for the judge), `row` (every mapped role's value: what user reward functions receive)
-  and `source` (`file row N`, so a reward error names the row);
+  first observation, for the judge), `row` (what user reward functions receive: every column the row carries
+  by its name, and every mapped role's value by the role's name over them — `Row.reward_row`) and `source`
+  (`file row N`, so a reward error names the row);
 - `metrics`: `epoch` and `row` (the trajectory's `data/epoch` and `data/row`);
 - `prompt_messages` when the row is a chat (a `messages` column or a per-row `system`).
 """
@@ -97,7 +98,7 @@ def open_dataset_domain(name: str, domain_cfg: DomainConfig, meter: PromptMeter,
 def reference_of(row: Row, observation: str) -> dict[str, Any]:
     """What the reward plane reads of a row (see the module docstring)."""
     values = row.values
-    reference: dict[str, Any] = {"row": dict(values), "source": row.location(), "question": observation}
+    reference: dict[str, Any] = {"row": row.reward_row(), "source": row.location(), "question": observation}
     if values.get("answer") is not None:
         reference["answer"] = final_answer(values["answer"])
         if str(values["answer"]).strip() != reference["answer"]:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from rollart.config import DatasetConfig
+from rollart.envs.dataset.columns import arrow_values, row_value
 from rollart.envs.dataset.source import DataError, Table
 
 EXAMPLES_PER_REASON = 3
@@ -51,11 +52,18 @@ class PromptMeter(Protocol):
 
 @dataclass(frozen=True)
 class Row:
-    """One row: its mapped roles' values, its number in its file (0-based) and the file."""
+    """One row: its mapped roles' values, its number in its file (0-based), the file, and every column the row
+    carries by its own name (what a reward function may ask for: TRL's and verl's whole row)."""
 
     values: Mapping[str, Any]
     index: int
     where: str
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+    def reward_row(self) -> dict[str, Any]:
+        """What a reward function is given of the row: every column by name, then the roles over them (a role
+        named like a column wins: the mapping is the user's word)."""
+        return {**self.columns, **self.values}
 
     def location(self, column: str = "") -> str:
         return f"{self.where} row {self.index}" + (f" column {column!r}" if column else "")
@@ -131,8 +139,8 @@ class RowSet:
     def row(self, i: int) -> Row:
         index = int(self.kept[i])
         record = self.table.dataset[index]
-        return Row({role: _json_safe(record[column]) for role, column in self.columns.items()}, index,
-                   self.table.where)
+        return Row({role: _json_safe(row_value(record, path)) for role, path in self.columns.items()}, index,
+                   self.table.where, {name: _json_safe(value) for name, value in record.items()})
 
 
 class DatasetRows:
@@ -202,12 +210,12 @@ def filter_rows(table: Table, positions: np.ndarray, data: DatasetConfig, requir
     drops = Drops()
     for role in required:
         column = data.columns[role]
-        empty = _empty(arrow.column(column)) & keep
+        empty = _empty(arrow_values(arrow, column)) & keep
         drops.add(f"with column {column!r} ({role}) empty", np.flatnonzero(empty), _at(table, column))
         keep &= ~empty
     if "answer" in required:
         column = data.columns["answer"]
-        bare = _nothing_after_hashes(arrow.column(column)) & keep
+        bare = _nothing_after_hashes(arrow_values(arrow, column)) & keep
         drops.add(f"with nothing after '####' in column {column!r} (answer)", np.flatnonzero(bare), _at(table, column))
         keep &= ~bare
     too_long, lengths = _too_long(table, arrow, keep, data, meter, budget)
@@ -262,12 +270,12 @@ def _too_long(table: Table, arrow: Any, keep: np.ndarray, data: DatasetConfig, m
               budget: int) -> tuple[np.ndarray, dict[int, int]]:
     """Which kept rows' first prompts exceed `budget` tokens, and the exact lengths of those measured."""
     if "messages" in data.columns:
-        content_bytes, messages = _chat_bytes(arrow.column(data.columns["messages"]))
+        content_bytes, messages = _chat_bytes(arrow_values(arrow, data.columns["messages"]))
         bound = content_bytes + messages * (meter.overhead(1) + SAFETY_TOKENS) + meter.overhead(0)
     else:
         fields = format_fields(data.prompt_format)
         literal = sum(len(text.encode()) for text, _, _, _ in string.Formatter().parse(data.prompt_format))
-        bound = literal + sum(_text_bytes(arrow.column(data.columns[f])) for f in fields)
+        bound = literal + sum(_text_bytes(arrow_values(arrow, data.columns[f])) for f in fields)
         bound = bound + meter.overhead(1) + SAFETY_TOKENS
     candidates = np.flatnonzero(keep & (bound > budget))
     lengths: dict[int, int] = {}
@@ -282,7 +290,7 @@ def _too_long(table: Table, arrow: Any, keep: np.ndarray, data: DatasetConfig, m
 
 
 def _first_prompt(record: Mapping[str, Any], data: DatasetConfig) -> str | list[Mapping[str, Any]]:
-    values = {role: record[column] for role, column in data.columns.items()}
+    values = {role: row_value(record, path) for role, path in data.columns.items()}
     if "messages" in data.columns:
         return list(values["messages"] or [])
     return format_prompt(data.prompt_format, values)

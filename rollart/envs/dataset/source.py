@@ -1,8 +1,10 @@
 """Read one split of a dataset domain's rows as a `datasets.Dataset` (Arrow, memory-mapped).
 
 In: where the rows are (`data.train` or `data.validation`: a file, a `save_to_disk` directory or a hub id),
-`data.format`, the split and subset for hub ids and dataset dicts, and the mapped columns. Out: a `Table` —
-the `datasets.Dataset` restricted to the mapped columns, and where it came from (for messages).
+`data.format`, the split and subset for hub ids and dataset dicts, and the mapped columns (each a column or a
+dotted path into nested columns, columns.py). Out: a `Table` — the `datasets.Dataset` restricted to the
+columns a row can carry (every column of plain type: the mapped ones and the rest, which reach a reward
+function that asks for them by name, as TRL and verl hand a whole row over), and where it came from.
 
 Why the `datasets` library: it reads every format users bring (JSONL, Parquet, CSV, Arrow, `save_to_disk`,
 the hub) into Arrow files it memory-maps, and caches the conversion, so a 100,000-row file costs pages of a
@@ -10,8 +12,10 @@ mapped file, not Python objects, and the second process that opens it pays nothi
 
 Errors (`DataError`) name the file and what would be valid: a missing file, an unknown format, a JSONL line
 that does not parse (by its row number), a column the map names that the file lacks (with the columns it
-has), a column of a type rows cannot carry (binary, images), an empty split, and a hub id that is neither
-cached nor reachable offline.
+has) or a path into a field no row has (with the fields there are), a mapped column of a type rows cannot carry
+(binary, images; such a column that is not mapped is left out of the rows), an empty split, and a hub id that is
+neither cached nor reachable offline. `data.format: verl` reads the file by its extension (verl's files are
+Parquet); its column map is the config's (config/domains.py).
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from rollart.envs.dataset.columns import feature_problem, split_path
+
 log = logging.getLogger("rollart.data")
 
 EXTENSIONS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".parquet": "parquet", ".pq": "parquet",
               ".csv": "csv", ".arrow": "arrow"}
 FORMATS = ("json", "parquet", "csv", "arrow", "disk", "hub")
+LAYOUTS = ("verl",)  # a known layout of columns, in a file whose format its extension says
 # Arrow types a row's value may have: text, numbers, booleans, and lists/structs of them (what JSON can carry
 # to a reward service); binary, images, audio and timestamps cannot be mapped.
 _PLAIN_DTYPES = {"string", "large_string", "bool", "null"} | {f"{k}{n}" for k in ("int", "uint") for n in (8, 16, 32, 64)} \
@@ -51,9 +58,9 @@ class Table:
 
 
 def detect_format(location: str, declared: str = "auto") -> str:
-    """The format of `location`: `declared` unless auto; else by extension, a directory is `disk`, and a name
-    that is neither an existing path nor has a known extension is a hub id."""
-    if declared != "auto":
+    """The format of `location`: `declared` unless auto (or a layout such as verl); else by extension, a directory
+    is `disk`, and a name that is neither an existing path nor has a known extension is a hub id."""
+    if declared not in ("auto", *LAYOUTS):
         return declared
     path = Path(location).expanduser()
     if path.is_dir():
@@ -85,7 +92,8 @@ def _quiet_datasets() -> Any:
 
 def load_table(location: str, fmt: str, columns: Mapping[str, str], *, split: str = "train",
                subset: str = "") -> Table:
-    """The rows at `location` restricted to the mapped `columns` (role → column name)."""
+    """The rows at `location` restricted to the columns a row carries; `columns` (role → column or path) must
+    all be there."""
     fmt = detect_format(location, fmt)
     datasets = _quiet_datasets()
     path = Path(location).expanduser()
@@ -198,18 +206,19 @@ def _read_hub(datasets: Any, dataset_id: str, subset: str, split: str) -> Any:
 
 def _select(dataset: Any, columns: Mapping[str, str], where: str) -> Any:
     have = list(dataset.column_names)
-    missing = sorted({c for c in columns.values() if c not in have})
+    problems = {path: feature_problem(path, dataset.features) for path in dict.fromkeys(columns.values())}
+    missing = sorted(path for path, problem in problems.items() if problem)
     if missing:
-        raise DataError(f"{where}: no column {', '.join(repr(c) for c in missing)} (data.columns maps "
-                        f"{_roles_of(columns, missing)}); its columns are {have}")
-    wanted = list(dict.fromkeys(columns.values()))
-    for column in wanted:
+        said = "; ".join(problems[path] for path in missing)
+        raise DataError(f"{where}: {said} (data.columns maps {_roles_of(columns, missing)}); its columns are {have}")
+    mapped = {split_path(path, have)[0] for path in columns.values()}  # type: ignore[index]
+    for column in sorted(mapped):
         if not _plain(dataset.features[column]):
             raise DataError(f"{where}: column {column!r} has type {dataset.features[column]}, which a row cannot "
                             "carry (text, numbers, booleans and lists or structs of them can be mapped)")
     if not len(dataset):
         raise DataError(f"{where}: no rows (an empty split)")
-    return dataset.select_columns(wanted)
+    return dataset.select_columns([c for c in have if c in mapped or _plain(dataset.features[c])])
 
 
 def _roles_of(columns: Mapping[str, str], names: list[str]) -> str:

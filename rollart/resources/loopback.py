@@ -1,16 +1,20 @@
-"""A Ray cluster of several nodes on this machine, all on 127.0.0.1 — for `rollart bench chaos --nodes 2`
-(a worker node to lose) and the multi-node tests.
+"""A Ray cluster of several nodes on this machine, all on 127.0.0.1 — `rollart local-cluster` (a multi-node
+cluster to try a run's pools and `cluster.address` on one machine), `rollart bench chaos --nodes 2` (a worker node
+to lose) and the multi-node tests.
 
 In: a temp dir (Ray's sockets and logs live under it; keep its path short) and per node the custom
 resources it declares (`{"pool_gen_decode": 1}`). Out: the head's address (`cluster.address` of a run that
 joins it), nodes started with `ray start --block`, each a process group of its own so `kill(node)` takes
 the raylet and its workers at once — a machine that vanishes.
 
-Loopback only: every node runs with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which makes Ray resolve and bind
-127.0.0.1. With that setting `ray start --address=...` refuses to add a second node (a guard meant for
-Windows/macOS), and setting it to 1 would make the node pick the machine's external address; so added
-nodes run `ray start` through `JOIN_ON_LOOPBACK`, which lifts only that CLI guard. Every process started is
-found again by its RAY_TMPDIR and stopped by `close()`.
+Why not plain `ray start` twice: on Linux Ray binds its ports on every interface and registers the machine's
+external address as the node's, even with `--node-ip-address=127.0.0.1` (measured with Ray 2.60);
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes Ray resolve and bind 127.0.0.1 only — but with it `ray start
+--address=...` refuses to add a node ("Multi-node Ray clusters are not supported on Windows and OSX": a
+guard meant for those systems), and a node started with the variable at 1 picks the external address and
+cannot reach a loopback head. So every node runs with the variable at 0, and added nodes run `ray start`
+through `JOIN_ON_LOOPBACK`, which lifts only that CLI guard (Ray's address resolution still sees 0). Every
+process started is found again by its RAY_TMPDIR and stopped by `close()`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from typing import Mapping
 import psutil
 
 BIN = Path(sys.executable).parent
+# `ray …` as the installed CLI runs it, from this interpreter (whether or not its bin directory is on PATH)
+RAY_CLI = "import sys; import ray.scripts.scripts as scripts; sys.argv = ['ray', *sys.argv[1:]]; sys.exit(scripts.main())"
 LOOPBACK_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_AUTH_MODE": "disabled",
@@ -99,14 +105,17 @@ class LoopbackCluster:
     SIGKILLs a node's whole process group (raylet and workers: a machine that vanishes); `close()` stops
     everything still running, newest first, and kills whatever of this Ray is left."""
 
-    def __init__(self, tmp: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, tmp: Path, env: Mapping[str, str] | None = None, cpus: int = 1,
+                 object_store_bytes: int = 100_000_000) -> None:
         self.tmp = tmp  # short: Ray's socket paths live under it
         self.env = {**os.environ, **LOOPBACK_ENV, "RAY_TMPDIR": str(tmp), **(env or {})}
+        self.cpus, self.object_store_bytes = cpus, object_store_bytes
         self.nodes: list[subprocess.Popen] = []
         self.address = ""
 
     def _start(self, args: list[str], launcher: list[str]) -> subprocess.Popen:
-        common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=100000000",
+        common = ["--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}",
+                  f"--object-store-memory={self.object_store_bytes}",
                   "--disable-usage-stats", "--block", f"--dashboard-agent-listen-port={free_port()}",
                   f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
         log = open(self.tmp / f"node{len(self.nodes)}.log", "w")
@@ -118,13 +127,15 @@ class LoopbackCluster:
     def head(self, resources: Mapping[str, float], timeout_s: float = 60.0) -> str:
         port = free_port()
         self._start(["--head", f"--port={port}", f"--temp-dir={self.tmp}", "--include-dashboard=false",
-                     f"--resources={json.dumps(dict(resources))}"], [str(BIN / "ray")])
+                     f"--resources={json.dumps(dict(resources))}"], [sys.executable, "-c", RAY_CLI])
         deadline = time.monotonic() + timeout_s
         while True:  # wait for the head's GCS port before a node joins
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            assert time.monotonic() < deadline, (self.tmp / "node0.log").read_text()
+            if time.monotonic() > deadline or self.nodes[0].poll() is not None:
+                raise RuntimeError(f"the head node did not start within {timeout_s:.0f} s: "
+                                   f"{(self.tmp / 'node0.log').read_text()[-2000:]}")
             time.sleep(0.3)
         self.address = f"127.0.0.1:{port}"
         return self.address
@@ -132,6 +143,17 @@ class LoopbackCluster:
     def add(self, resources: Mapping[str, float]) -> subprocess.Popen:
         return self._start([f"--address={self.address}", f"--resources={json.dumps(dict(resources))}"],
                            [sys.executable, "-c", JOIN_ON_LOOPBACK])
+
+    def wait_started(self, timeout_s: float = 90.0) -> None:
+        """Until every node says it started (a joined node: once it reached the head), or RuntimeError."""
+        deadline = time.monotonic() + timeout_s
+        for i, node in enumerate(self.nodes):
+            log = self.tmp / f"node{i}.log"
+            while "Ray runtime started" not in (log.read_text(errors="replace") if log.is_file() else ""):
+                if node.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"node {i} did not start within {timeout_s:.0f} s: "
+                                       f"{log.read_text(errors='replace')[-2000:] if log.is_file() else ''}")
+                time.sleep(0.3)
 
     def kill(self, node: subprocess.Popen) -> None:
         os.killpg(node.pid, signal.SIGKILL)
