@@ -1,7 +1,8 @@
 """`rollart bench throughput`: what keeps the trainer from waiting for its batch (RollArt's limit 5), side by side.
 
 On the cluster twin (rollart.sim: the production control plane in virtual time) at 1,000 GPUs — the preset of
-`rollart sim --preset 1000gpu` — each arm runs `STEPS` RL steps with the same seed:
+`rollart sim --preset 1000gpu` — each arm runs `STEPS` RL steps with the same seed, measured over steps 2 to
+`UPTO` (the first fills the pipeline; near its end a run admits less):
 
 - `sync`: α = 0, `rollout.barrier=batch` (the paper's Sync);
 - `async`: α = 1, no barrier (rollout and training overlap);
@@ -18,7 +19,7 @@ stale, turns taken back from the trainer's GPUs, and the invariants (ledger, sta
 Admission paced by measured rollout throughput and an adaptive batch (the issue's items b and c) are not built
 yet: they change the control plane's admission and buffer, which another change is reshaping at this time.
 
-`--quick`: a tenth of the cluster and of the batch, 4 steps.
+`--quick`: a tenth of the cluster and of the batch, 6 steps measured over 2–5.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from benchmarks.common import BenchResult
 from rollart.sim import presets
 from rollart.sim.run import SimReport, simulate
 
-STEPS = 8
+STEPS, UPTO = 12, 9  # runs of 12 steps measured over steps 2–9: near its end a run admits less (its last batches)
 ARMS = {  # name: (alpha, barrier, elastic generation)
     "sync": (0, "batch", False),
     "async": (1, "none", False),
@@ -46,15 +47,16 @@ def arm(name: str, scale: float, steps: int) -> SimReport:
     return simulate(cfg, hw)
 
 
-def row(name: str, report: SimReport) -> dict[str, Any]:
-    steady = report.steps[1:]
+def row(name: str, report: SimReport, upto: int) -> dict[str, Any]:
+    steady = report.steps[1:upto]
     mean = lambda key: sum(s.get(key, 0.0) for s in steady) / len(steady)  # noqa: E731
     return {
-        "arm": name, "steps": len(report.steps), "mean_step_s": round(report.mean_step_s(), 2),
-        "trajectories_per_s": round(report.steady_trajectories_per_s(), 3),
+        "arm": name, "steps": len(report.steps), "measured_steps": f"2-{upto}",
+        "mean_step_s": round(report.mean_step_s(upto=upto), 2),
+        "trajectories_per_s": round(report.steady_trajectories_per_s(upto=upto), 3),
         "train_s": round(mean("train_s"), 2), "get_batch_wait_s": round(mean("time/get_batch_wait"), 2),
         "get_batch_idle_s": round(mean("time/get_batch_idle"), 2),
-        "get_batch_idle_share": round(report.get_batch_idle_share(), 3),
+        "get_batch_idle_share": round(report.get_batch_idle_share(upto=upto), 3),
         "trainer_pool_busy": round(report.trainer_pool_busy_fraction(), 3),
         "reclaim_s": round(mean("time/trainer.reclaim"), 2),
         "preempted_turns_per_step": round(mean("elastic/preempted_turns"), 1),
@@ -66,19 +68,21 @@ def row(name: str, report: SimReport) -> dict[str, Any]:
 
 
 def run(quick: bool) -> BenchResult:
-    scale, steps = (0.1, 4) if quick else (1, STEPS)
+    scale, steps, upto = (0.1, 6, 5) if quick else (1, STEPS, UPTO)
     reports = {name: arm(name, scale, steps) for name in ARMS}
-    rows = [row(name, r) for name, r in reports.items()]
-    sync = reports["sync"].steady_trajectories_per_s()
+    rows = [row(name, r, upto) for name, r in reports.items()]
+    sync = reports["sync"].steady_trajectories_per_s(upto=upto)
     ratios: dict[str, float | None] = {}
     for name, report in reports.items():
         if name != "sync":
-            ratios[f"{name}_vs_sync_throughput"] = report.steady_trajectories_per_s() / sync
+            ratios[f"{name}_vs_sync_throughput"] = report.steady_trajectories_per_s(upto=upto) / sync
     for name, report in reports.items():
-        ratios[f"get_batch_idle_share_{name}"] = report.get_batch_idle_share()
+        ratios[f"get_batch_idle_share_{name}"] = report.get_batch_idle_share(upto=upto)
         ratios[f"trainer_pool_busy_{name}"] = report.trainer_pool_busy_fraction()
     gpus = sum(p.count for p in presets.scaled_cluster(scale)[1].pools.values())
-    notes = [f"the cluster twin, {gpus} GPUs, {steps} RL steps per arm, steady steps = all but the first; every "
+    notes = [f"the cluster twin, {gpus} GPUs, {steps} RL steps per arm measured over steps 2-{upto} (the first fills "
+             "the pipeline; the last ones admit less, the run ending); the trainer pool's busy share is over the whole "
+             "run; every "
              "figure virtual (production control plane, rollart/sim cost models); the switch of the trainer's GPUs "
              "to an engine and back is the hardware file's declared trainer.lend_switch_s (3 s each way)"]
     return BenchResult("throughput", ratios, rows, notes)
