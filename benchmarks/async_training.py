@@ -1,55 +1,93 @@
 """`rollart bench async`: bounded-staleness asynchronous training (α = 1) vs the synchronous loop.
 
-Both arms run the default job (the one `make demo` runs) through the real driver, one after the other in
-this process, with the same seed: `async` = α = 1, no barrier (rollout overlaps training, trajectory-level);
-`sync` = α = 0, `barrier=batch` (rollout and training alternate — the paper's Sync baseline). Reported:
+Both arms run the default job (the one `make demo` runs) through the real driver with the same seed: `async`
+= α = 1, no barrier (rollout overlaps training, trajectory-level); `sync` = α = 0, `barrier=batch` (rollout
+and training alternate — the paper's Sync baseline). Reported:
 - `async_vs_sync_step_time`: mean RL step time of sync ÷ async (the paper: 2.65–4.58× throughput of Sync);
 - `async_vs_sync_time_to_score`: wall time for sync ÷ async to first reach the target validation score — the
-  highest mean score both arms reach (the paper: 2.05× against Sync+ on Qwen3-32B).
+  highest mean score both arms reach (the paper: 2.05× against Sync+ on Qwen3-32B);
+- per arm, the step time's parts: the batch wait, the part of it with no train step in flight
+  (`time/get_batch_idle`: the trainer waiting for rollout) and the train step.
 Times are from each run's metrics.jsonl (RL steps only: start-up and the warm start are excluded).
+
+The full bench takes ~35–40 min on a loaded 2-core machine, so each arm can run on its own: `--arm async` and
+`--arm sync` with the same `--json FILE` add their arm to that file (the arms already in it are kept), and the
+ratios come once both are there. Without `--arm`, both arms run one after the other in this process.
 `--quick`: 6 steps per arm, a small batch, evaluation every 3 steps. `--steps N`: N RL steps per arm instead.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import BenchResult
+from rollart.base.run_dir import RunPaths
 from rollart.config.loader import load_config
 from rollart.job.driver import train
 from rollart.observability import read_metrics
-from rollart.base.run_dir import RunPaths
 
 ARMS = {"async": ["rollout.alpha=1", "rollout.barrier=none"], "sync": ["rollout.alpha=0", "rollout.barrier=batch"]}
 
 
-def run(quick: bool, steps: int | None = None) -> BenchResult:
+def run_arm(arm: str, quick: bool, steps: int | None = None) -> dict[str, Any]:
+    """One arm through the real driver: its row and its evaluation curve (seconds from the first evaluation)."""
     extra = (["train.steps=6", "eval.every=3", "eval.episodes_per_domain=8", "train.warm_start.steps=20"]
              if quick else [])
     if steps is not None:
         extra += [f"train.steps={steps}", f"eval.every={max(1, steps // 2)}"]
-    rows, curves = [], {}
     with tempfile.TemporaryDirectory(prefix="rollart-bench-async-") as tmp:
-        for arm, overrides in ARMS.items():
-            run_dir = Path(tmp) / arm
-            cfg = load_config(None, [f"run_dir={run_dir}", "observability.progress=quiet",
-                                     "observability.tensorboard=false", *extra, *overrides])
-            train(cfg)
-            records = read_metrics(RunPaths.of(run_dir).metrics)
-            step_times = [r["time/step"] for r in records if "time/step" in r][1:]  # the first waits for warm-up
-            evals = [(r["wall_s"], r["eval/mean"]) for r in records if "eval/mean" in r]
-            curves[arm] = [(w - evals[0][0], s) for w, s in evals]  # from the first evaluation (RL start)
-            rows.append({"arm": arm, "steps": cfg.train.steps, "mean_step_s": round(sum(step_times) / len(step_times), 3),
-                         "eval_first": round(evals[0][1], 3), "eval_last": round(evals[-1][1], 3),
-                         "rl_wall_s": round(curves[arm][-1][0], 1)})
+        run_dir = Path(tmp) / arm
+        cfg = load_config(None, [f"run_dir={run_dir}", "observability.progress=quiet",
+                                 "observability.tensorboard=false", *extra, *ARMS[arm]])
+        train(cfg)
+        records = read_metrics(RunPaths.of(run_dir).metrics)
+    steps = [r for r in records if "time/step" in r][1:]  # the first waits for the warm-up
+    trains = [r["time/train"] for r in records if "time/train" in r][1:]  # (the trainer's records, apart)
+    evals = [(r["wall_s"], r["eval/mean"]) for r in records if "eval/mean" in r]
+    curve = [(w - evals[0][0], s) for w, s in evals]  # from the first evaluation (RL start)
+    mean = lambda key: sum(r.get(key, 0.0) for r in steps) / len(steps)  # noqa: E731
+    row = {"arm": arm, "steps": cfg.train.steps, "mean_step_s": round(mean("time/step"), 3),
+           "get_batch_wait_s": round(mean("time/get_batch_wait"), 3),
+           "get_batch_idle_s": round(mean("time/get_batch_idle"), 3),
+           "get_batch_idle_share": round(mean("time/get_batch_idle") / mean("time/step"), 3),
+           "train_step_s": round(sum(trains) / max(len(trains), 1), 3),
+           "eval_first": round(evals[0][1], 3), "eval_last": round(evals[-1][1], 3),
+           "rl_wall_s": round(curve[-1][0], 1)}
+    return {"row": row, "curve": curve}
+
+
+def run(quick: bool, json_path: str | None = None, arm: str | None = None, steps: int | None = None) -> BenchResult:
+    arms: dict[str, Any] = {}
+    if arm is not None:
+        if arm not in ARMS:
+            raise ValueError(f"--arm {arm!r}: one of {sorted(ARMS)}")
+        if not json_path:
+            raise ValueError("--arm needs --json FILE: the file the arms are gathered in")
+        path = Path(json_path)
+        if path.exists():
+            try:
+                kept = json.loads(path.read_text()).get("arms", {})
+            except ValueError as exc:
+                raise ValueError(f"{json_path}: not a bench async file ({exc})") from None
+            arms = {a: v for a, v in kept.items() if a in ARMS and a != arm}
+        arms[arm] = run_arm(arm, quick, steps)
+    else:
+        arms = {a: run_arm(a, quick, steps) for a in ARMS}
+    rows = [arms[a]["row"] for a in ARMS if a in arms]
+    if set(arms) != set(ARMS):
+        return BenchResult("async", {}, rows, [f"arms so far: {sorted(arms)}; run the others with --arm"],
+                           data={"arms": arms})
+    curves = {a: arms[a]["curve"] for a in ARMS}
     by = {r["arm"]: r for r in rows}
     target = min(max(s for _, s in curves[a]) for a in ARMS)
     reach = {a: next(t for t, s in curves[a] if s >= target) for a in ARMS}
-    ratios = {
+    ratios: dict[str, float | None] = {
         "async_vs_sync_step_time": by["sync"]["mean_step_s"] / by["async"]["mean_step_s"],
-        "async_vs_sync_time_to_score": reach["sync"] / reach["async"] if reach["async"] > 0 else float("nan"),
+        "async_vs_sync_time_to_score": reach["sync"] / reach["async"] if reach["async"] > 0 else None,
     }
     notes = [f"target score {target:.3f} (highest mean validation score both arms reach); time to reach it: "
              f"async {reach['async']:.1f}s, sync {reach['sync']:.1f}s after the first evaluation"]
-    return BenchResult("async", ratios, rows, notes)
+    return BenchResult("async", ratios, rows, notes, data={"arms": arms})

@@ -35,10 +35,8 @@ Qwen3-32B; target ≤ 0.10.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import statistics
-import threading
 import time
 import uuid
 from typing import Any
@@ -46,40 +44,15 @@ from typing import Any
 import ray
 import torch
 
+from benchmarks import weights_shards
 from benchmarks.common import BenchResult
-from rollart.config import LoraConfig, ModelConfig, RunConfig, WeightsConfig
-from rollart.models import load_model, resolve_model_path
-from rollart.models.lora import adapter_of, attach_lora, merged_weights
-from rollart.types import LoraAdapter
+from benchmarks.weights_sides import TIMEOUT_S, InferenceSide, build_model, digest
+from rollart.config import LoraConfig, RunConfig, WeightsConfig
+from rollart.models.lora import adapter_of, attach_lora
 from rollart.resources import Runtime
 from rollart.weights import WeightStore
 
-BATCH, PROMPT, NEW_TOKENS = 16, 16, 32
-HUNDRED_M = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                 num_attention_heads=12, num_key_value_heads=4, head_dim=64)
-TIMEOUT_S = 300.0
 LORA_RANK = 8
-
-
-def build_model(spec: str, seed: int = 0) -> torch.nn.Module:
-    """`tiny`: the built-in default model; `100m`: a Qwen3 of ~100 M parameters from a config (random init)."""
-    if spec == "tiny":
-        return load_model(resolve_model_path(ModelConfig(), seed))
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(Qwen3Config(**HUNDRED_M, tie_word_embeddings=True, max_position_embeddings=512))
-
-
-def digest(model: torch.nn.Module) -> bytes:
-    """Bytes of every weight, hashed: equal digests mean bit-identical weights."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.digest()
 
 
 @ray.remote(num_cpus=0)
@@ -110,142 +83,11 @@ class _TrainerSide:
         return digest(copy.deepcopy(self.model).merge_and_unload() if self.lora else self.model)
 
 
-@ray.remote(num_cpus=0)
-class _InferenceSide:
-    """Generates in a background thread; pulls in another; suspends at decode-step boundaries."""
-
-    def __init__(self, spec: str, subscriber: Any, copy_swap: bool) -> None:
-        torch.set_num_threads(1)
-        self.model = build_model(spec).eval()
-        self.base = {n: p.detach().clone() for n, p in self.model.named_parameters()}  # what adapters merge into
-        self.sub, self.copy_swap = subscriber, copy_swap
-        self.vocab = self.model.config.vocab_size
-        self.cond = threading.Condition()
-        self.paused = self.stopped = False
-        self.batches = 0
-        self.staged: tuple[int, tuple[dict[str, torch.Tensor], bool]] | None = None  # a pulled, prepared version
-        self.background_pull = False
-        self.pull_s: list[float] = []
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._generate, daemon=True),
-                        threading.Thread(target=self._poll, daemon=True)]
-        for thread in self.threads:
-            thread.start()
-
-    # --- background work -------------------------------------------------------------------------
-    def _boundary(self) -> None:
-        with self.cond:
-            while self.paused and not self.stop.is_set():
-                self.stopped = True
-                self.cond.notify_all()
-                self.cond.wait(timeout=1.0)
-            self.stopped = False
-
-    def _generate(self) -> None:
-        g = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            while not self.stop.is_set():
-                self._boundary()
-                out = self.model(input_ids=torch.randint(3, self.vocab, (BATCH, PROMPT), generator=g), use_cache=True)
-                for _ in range(NEW_TOKENS):
-                    self._boundary()
-                    tok = out.logits[:, -1:].argmax(-1)
-                    out = self.model(input_ids=tok, cache=out.cache, use_cache=True)
-                with self.cond:
-                    self.batches += 1
-                    self.cond.notify_all()
-
-    def _poll(self) -> None:
-        while not self.stop.is_set():
-            if self.background_pull:
-                v = asyncio.run(self.sub.latest_version())  # the subscriber's calls are coroutines
-                if v > self.sub.version:
-                    tensors = asyncio.run(self.sub.pull(v))
-                    self.pull_s.append(self.sub.last_metrics["time/weights.pull"])
-                    tensors = self._prepare(tensors)  # off the stop, as the worker's prefetch does
-                    with self.cond:
-                        self.staged = (v, tensors)
-                        self.cond.notify_all()
-            time.sleep(0.02)
-
-    # --- driver calls ----------------------------------------------------------------------------
-    def set_background_pull(self, on: bool) -> None:
-        self.background_pull = on
-
-    def suspend(self) -> None:
-        with self.cond:
-            self.paused = True
-            if not self.cond.wait_for(lambda: self.stopped, timeout=TIMEOUT_S):
-                raise TimeoutError("generation did not reach a decode-step boundary")
-
-    def resume(self) -> None:
-        with self.cond:
-            self.paused = False
-            self.cond.notify_all()
-
-    def wait_batches(self, n: int) -> float:
-        """Block until `n` more generation batches are done (the rollout of the next batch); seconds."""
-        start = time.perf_counter()
-        with self.cond:
-            target = self.batches + n
-            if not self.cond.wait_for(lambda: self.batches >= target, timeout=TIMEOUT_S):
-                raise TimeoutError("rollout did not finish")
-        return time.perf_counter() - start
-
-    def _prepare(self, tensors: dict[str, torch.Tensor] | LoraAdapter) -> tuple[dict[str, torch.Tensor], bool]:
-        """The weights to load, and whether they are only some of them (an adapter merged from the kept base,
-        like the engine's `prepare_weights`)."""
-        if isinstance(tensors, LoraAdapter):
-            return merged_weights(self.base, tensors), True
-        return tensors, False
-
-    def _swap(self, tensors: dict[str, torch.Tensor] | LoraAdapter | tuple[dict[str, torch.Tensor], bool]) -> float:
-        start = time.perf_counter()
-        weights, partial = tensors if isinstance(tensors, tuple) else self._prepare(tensors)  # naive: merge now
-        self.model.load_state_dict(weights, strict=not partial, assign=not self.copy_swap)
-        return time.perf_counter() - start
-
-    def pull_and_swap(self, version: int) -> dict[str, float]:
-        """The naive path's second half (generation is stopped by the driver)."""
-        tensors = asyncio.run(self.sub.pull(version))
-        return {"pull": self.sub.last_metrics["time/weights.pull"], "swap": self._swap(tensors)}
-
-    def suspend_swap_resume(self, version: int) -> dict[str, float]:
-        """The overlapped path's stop: wait for the background pull if needed, swap, resume."""
-        self.suspend()
-        start = time.perf_counter()
-        with self.cond:
-            if not self.cond.wait_for(lambda: self.staged is not None and self.staged[0] >= version,
-                                      timeout=TIMEOUT_S):
-                raise TimeoutError(f"the background pull of v{version} did not finish")
-            _, tensors = self.staged
-            self.staged = None
-        waited = time.perf_counter() - start
-        swap = self._swap(tensors)
-        exposed = time.perf_counter() - start
-        self.resume()
-        return {"exposed": exposed, "waited": waited, "swap": swap, "pull": self.pull_s[-1]}
-
-    def digest(self) -> bytes:
-        return digest(self.model)
-
-    def close(self) -> None:
-        """Stop both threads and wait for them (a thread still in a forward pass when the actor is killed
-        aborts the process)."""
-        self.stop.set()
-        self.resume()
-        for thread in self.threads:
-            thread.join(timeout=TIMEOUT_S)
-            if thread.is_alive():
-                raise TimeoutError(f"bench weights: the inference side's {thread.name} thread did not stop in "
-                                   f"{TIMEOUT_S:.0f} s (a pull or a forward pass hung); killing the actor may abort it")
-
-
 def _measure(spec: str, rounds: int, copy_swap: bool, bucket_mb: float, lora_rank: int = 0) -> dict[str, Any]:
     store = WeightStore(WeightsConfig(bucket_mb=bucket_mb, keep_versions=2, timeout_s=TIMEOUT_S),
                         name=f"bench-ws-{uuid.uuid4().hex[:8]}")
     trainer = _TrainerSide.remote(spec, store.publisher(), lora_rank)
-    infer = _InferenceSide.remote(spec, store.subscriber(), copy_swap)
+    infer = InferenceSide.remote(spec, store.subscriber(), copy_swap)
     get = lambda ref: ray.get(ref, timeout=TIMEOUT_S)  # noqa: E731
 
     def check_same_weights(version: int) -> None:
@@ -306,10 +148,15 @@ def run(quick: bool) -> BenchResult:
         ("tiny", 5, False, 1.0, 0), ("tiny", 5, True, 1.0, 0), ("tiny", 5, False, 1.0, LORA_RANK),
         ("100m", 3, False, 64.0, 0), ("100m", 3, True, 64.0, 0), ("100m", 3, False, 64.0, LORA_RANK),
     ]
-    rows = []
+    sharded = [("tiny", 3, "store", 1.0), ("tiny", 3, "collective", 1.0)] if quick else [
+        ("tiny", 5, "store", 1.0), ("tiny", 5, "collective", 1.0), ("100m", 3, "store", 16.0),
+        ("100m", 3, "collective", 16.0)]
+    rows, shard_rows = [], []
     with Runtime(cfg, handle_signals=False):
         for spec, rounds, copy_swap, bucket_mb, lora_rank in plans:
             rows.append(_measure(spec, rounds, copy_swap, bucket_mb, lora_rank))
+        for spec, rounds, transport, bucket_mb in sharded:
+            shard_rows.append(weights_shards.measure(spec, rounds, transport, bucket_mb))
     ratios = {
         f"exposed_fraction_{r['model']}" + ("_copy_swap" if r["swap"] == "copy" else "")
         + (f"_lora{r['lora_rank']}" if r["lora_rank"] else ""): r["exposed_fraction"]
@@ -320,7 +167,17 @@ def run(quick: bool) -> BenchResult:
         if r["lora_rank"]:  # bytes per sync and naive stop time, LoRA vs full, same model, same run
             ratios[f"lora_sync_bytes_fraction_{r['model']}"] = round(r["sync_mb"] / full[r["model"]]["sync_mb"], 4)
             ratios[f"lora_naive_sync_time_fraction_{r['model']}"] = round(r["naive_s"] / full[r["model"]]["naive_s"], 4)
+    for r in shard_rows:
+        ratios[f"sender_peak_over_shard_{r['model']}_{r['transport']}"] = r["sender_peak_over_shard"]
+        if r["transport"] == "collective":
+            ratios[f"exposed_fraction_{r['model']}_collective"] = r["exposed_fraction"]
+    rows += shard_rows
     notes = [
+        f"sharded rows: {weights_shards.SHARDS} sender actors each holding only its rows (FSDP2's chunks); store = "
+        "today's path under FSDP2 (every rank all-gathers each tensor, rank 0 puts the buckets into the object store), "
+        "collective = weights.transport=collective (each rank broadcasts its rows over a gloo group); "
+        "sender_peak_over_shard = (shard + the largest peak-RSS rise of a sender during a publish) / shard; "
+        "weights checked bit-identical per sender's rows after every swap",
         "exposed and naive are timed from the moment generation stopped (a decode-step boundary) to the "
         "moment it may go on; inference weights verified bit-identical to the trainer's after every swap "
         "(LoRA rows: to PEFT's merge_and_unload of the trainer's model)",

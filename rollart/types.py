@@ -585,6 +585,23 @@ class WeightPublisher(Protocol):
 
 
 @runtime_checkable
+class ShardPublisher(Protocol):
+    """A trainer-side weight publisher every rank calls with its own rows (`weights.transport=collective`):
+    `publish_rows(version, rank, world_size, specs, chunks)` — `specs` (checkpoint names, dtype, full shape)
+    per tensor, `chunks` this rank's rows of each along dim 0, in the same order — raises when it cannot
+    carry the version; `fell_back()` says (non-empty) that the run's weights go through `store` from now on;
+    `store` is the `WeightPublisher` of that fallback (rank 0 publishes full tensors, as ever)."""
+
+    store: WeightPublisher
+
+    def fell_back(self) -> str: ...
+
+    def publish_rows(self, version: int, rank: int, world_size: int,
+                     specs: Sequence[tuple[tuple[str, ...], str, tuple[int, ...]]],
+                     chunks: Iterable[Any]) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
 class WeightSubscriber(Protocol):
     """The inference side: newest published version, and that version's weights (pulled in buckets) —
     `{name: tensor}` for full weights, a `LoraAdapter` for an adapter-only version. Coroutines: an inference

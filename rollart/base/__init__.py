@@ -5,6 +5,7 @@
 - `background`: waiting on one thing while a background task may fail (`unless_fails`).
 - `background_start`: starting one part of a job on a background thread (`BackgroundStart`).
 - `interrupts`: Ctrl-C that stops a job within seconds at any phase (`run`).
+- `shards`: the rows of a tensor each of W ranks holds (`row_range`: FSDP2's dim-0 chunks).
 
 It imports nothing of rollart but `rollart.types` (an import-linter contract keeps it so).
 """

@@ -89,6 +89,12 @@ class InferenceConfig(Section):
     weights_poll_s: float = Field(
         0.5, gt=0, le=HOUR_S, description="how often a worker checks the store for new weights"
     )
+    sticky_trajectories: int = Field(
+        262_144, ge=1, le=16_777_216, description="trajectories whose worker the LLM proxy remembers (least recently "
+        "routed forgotten first), so each turn of a trajectory goes where its prefix is cached; must exceed the "
+        "trajectories in flight, (rollout.alpha + 1) × the batch with its redundancy — a forgotten trajectory's next "
+        "turn is routed anew and prefilled from scratch"
+    )
     turn_retries: int = Field(
         3, ge=0, le=MAX_RETRIES, description="times one turn's request is sent again to another worker after its "
         "worker died"

@@ -142,6 +142,15 @@ class RunConfig(Section):
         plain = self.reward.plain_http_problem(serving="serverless" in backends, sending="http" in backends)
         if plain:
             problems.append(plain)
+        ro = self.rollout
+        in_flight = (ro.alpha + 1) * (ro.batch_size // ro.group_size + ro.redundancy.extra_groups) * (
+            ro.group_size + ro.redundancy.extra_per_group)
+        if in_flight > self.inference.sticky_trajectories:
+            problems.append(
+                f"inference.sticky_trajectories: {self.inference.sticky_trajectories} is below the {in_flight} "
+                "trajectories that may be in flight ((rollout.alpha + 1) × groups per batch × trajectories per group): "
+                "the proxy would forget where live trajectories' prefixes are cached; raise it above that"
+            )
         if self.rollout.batch_size % self.rollout.group_size:
             problems.append(
                 f"rollout.batch_size: {self.rollout.batch_size} is not a multiple of rollout.group_size "

@@ -205,6 +205,11 @@ class TrainConfig(Section):
         2, ge=0, le=MAX_RETRIES, description="times the trainer ranks are rebuilt after a rank died, each time from the latest "
         "checkpoint (the steps since are replayed) before the run stops with the command that resumes it"
     )
+    elastic_generation: bool = Field(
+        False, description="while the trainer waits for a batch, its devices run an inference engine on its own "
+        "current weights (no weight transfer) and give them back the moment the batch is ready, turns in flight "
+        "there going on elsewhere; simulated by the cluster twin (rollart sim) only: a real run refuses it for now"
+    )
     warm_start: WarmStartConfig = WarmStartConfig()
     lora: LoraConfig | None = Field(
         None, description="train LoRA adapters (the warm start too) instead of all weights; null = full training"
@@ -219,3 +224,10 @@ class WeightsConfig(Section):
     )
     keep_versions: int = Field(2, ge=1, le=1000, description="newest versions the store holds")
     timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on every weight-store call (publish, pull)")
+    transport: Literal["store", "collective"] = Field(
+        "store", description="store: rank 0 gathers full tensors into the object store, workers pull them (works "
+        "across clusters); collective: every trainer rank sends its own shard's rows to the inference workers over "
+        "a gloo process group, no process gathering the model — falling back to the store, said in the step's "
+        "metrics, if the group cannot form or breaks (a worker replaced, a trainer rebuilt); LoRA adapters always "
+        "go through the store"
+    )

@@ -113,6 +113,9 @@ class WeightPrefetcher:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        close = getattr(self._subscriber, "close", None)  # a subscriber with a receiving thread of its own
+        if close is not None:
+            close()
 
     def stats(self) -> dict[str, float]:
         return {

@@ -23,6 +23,14 @@ Guarantees:
   worker left to take it, a request waits for one to join (at most `inference.admission_timeout_s`).
 - A worker that joins takes no request before it serves the version the others serve (it pulls it from the
   weight store first); `update_weights` and joins are serialised, so no worker is left a version behind.
+- Lendable pools (`lendable`: the trainer's devices running an engine on the trainer's own weights while it
+  waits for a batch — `train.elastic_generation`) take requests only between `lend(pool)` and
+  `reclaim(pool)` (routing: router.py) and are never asked to update weights. `reclaim` aborts what runs
+  there; each such turn goes on at once on a worker of its domain's pool from the tokens it has — its
+  context plus those tokens as the prompt, the rest of its token budget — and its caller gets one result,
+  the tokens of both parts with their versions (counted: `preempted_turns`, `preempted_tokens`).
+  `rebalance(pool)`, once a loan has begun, moves turns the same way from the busiest workers to the lent
+  ones until the requests in flight are level.
 
 Run it as a Ray async actor, e.g. `ray.remote(LLMProxy).options(num_cpus=0).remote(workers, domain_pools,
 cfg.inference)`, and hand env workers its handle (they wrap it in `rollart.envs.ActorLLMClient`).
@@ -33,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from rollart.config import InferenceConfig
@@ -54,11 +63,17 @@ class LLMProxy:
         domain_pools: Mapping[str, str],
         cfg: InferenceConfig | None = None,
         pool_fallbacks: Mapping[str, Sequence[str]] | None = None,
+        lendable: Sequence[str] = (),
     ) -> None:
         cfg = cfg or InferenceConfig()
         self._workers = {pool: list(handles) for pool, handles in workers.items()}  # by key index
         self._router = Router({p: len(h) for p, h in self._workers.items()}, domain_pools,
-                              pool_fallbacks=pool_fallbacks)
+                              max_sticky=cfg.sticky_trajectories, pool_fallbacks=pool_fallbacks, lendable=lendable)
+        self._lendable = frozenset(lendable)
+        self._running: dict[WorkerKey, set[str]] = {}  # trajectories with a request on each worker now
+        self._moving: set[str] = set()  # trajectories whose request is being aborted to go on elsewhere
+        self._preempted_turns = 0
+        self._preempted_tokens = 0
         self._admission_timeout_s = cfg.admission_timeout_s
         self._call_timeout_s = cfg.request_timeout_s + _WORKER_CALL_MARGIN_S
         self._max_retries = cfg.turn_retries
@@ -80,9 +95,10 @@ class LLMProxy:
         if self._suspended and trajectory_id not in self._aborted:
             await self._wait_admitted(request)
         retries = 0
+        partial: GenerationResult | None = None  # what a preempted lent worker generated of this turn so far
         while True:
             if trajectory_id in self._aborted:
-                return aborted_result(request)
+                return _joined(partial, aborted_result(request)) if partial is not None else aborted_result(request)
             key = self._router.route(request.domain, trajectory_id)
             if key is None:
                 await self._wait_for_worker(request)
@@ -91,9 +107,17 @@ class LLMProxy:
             self._routed += 1
             by_pool = self._routed_by_domain.setdefault(request.domain, {})
             by_pool[key[0]] = by_pool.get(key[0], 0) + 1
+            running = self._running.get(key)
+            if running is None:
+                running = self._running[key] = set()
+            running.add(trajectory_id)
             try:
                 async with asyncio.timeout(self._call_timeout_s):  # (no extra task or waiter, as wait_for adds)
-                    return await self._handle(key).generate.remote(request)
+                    result = await self._handle(key).generate.remote(request)
+                if result.finish_reason != "abort" or trajectory_id not in self._moving:
+                    if self._moving:  # (a move that came after this turn had ended is void)
+                        self._moving.discard(trajectory_id)
+                    return _joined(partial, result) if partial is not None else result
             except TimeoutError:
                 raise TimeoutError(
                     f"LLMProxy: worker {self._name(key)} gave no answer for request {request.request_id!r} "
@@ -112,8 +136,23 @@ class LLMProxy:
                 self._turn_retries += 1
                 log.warning("request %s: worker %s died; generating the turn again on another worker",
                             request.request_id, self._name(key))
+                continue
             finally:
                 self._router.finished(key)
+                running.discard(trajectory_id)
+            # moved (`reclaim`, `rebalance`): the turn goes on elsewhere from the tokens it has
+            self._moving.discard(trajectory_id)
+            partial = _joined(partial, result) if partial is not None else result
+            if trajectory_id in self._aborted:
+                return partial
+            self._preempted_turns += 1
+            self._preempted_tokens += len(result.token_ids)
+            self._router.forget(trajectory_id)
+            left = request.sampling.max_new_tokens - len(result.token_ids)
+            if left <= 0:
+                return replace(partial, finish_reason="length")
+            request = replace(request, prompt_token_ids=request.prompt_token_ids + result.token_ids,
+                              sampling=replace(request.sampling, max_new_tokens=left))
 
     async def _wait_admitted(self, request: GenerationRequest) -> None:
         self._waiting += 1
@@ -182,12 +221,48 @@ class LLMProxy:
 
     async def update_weights(self, version: int) -> dict[str, dict[str, float]]:
         """Every worker serves `version` (pulled from its subscriber); per worker: its swap timings. A worker
-        that dies meanwhile leaves the routing (its replacement pulls `version` when it joins)."""
+        that dies meanwhile leaves the routing (its replacement pulls `version` when it joins). Lent workers
+        are not asked: they serve the trainer's own weights, whatever version it holds."""
         async with self._membership:
-            done = await self._on_alive(list(self._router.in_flight()), lambda w: w.update_weights.remote(version))
+            keys = [k for k in self._router.in_flight() if k[0] not in self._lendable]
+            done = await self._on_alive(keys, lambda w: w.update_weights.remote(version))
             self._version = max(self._version, version)
             await self._learn_names()
             return {self._name(k): r for k, r in done.items()}
+
+    async def lend(self, pool: str) -> None:
+        """The lendable pool `pool` (the trainer's devices, serving the trainer's own weights) takes requests."""
+        self._router.lend(pool)
+
+    async def reclaim(self, pool: str) -> int:
+        """The trainer takes `pool` back: nothing more is routed there, and every request running there is
+        aborted — each goes on, from the tokens it has, on a worker of its domain's pool (a new request whose
+        prompt is the context plus those tokens; the turn's tokens keep their versions). Returns how many."""
+        self._router.reclaim(pool)
+        return await self._move({key: list(ts) for key, ts in self._running.items() if key[0] == pool and ts})
+
+    async def rebalance(self, pool: str) -> int:
+        """The lent pool `pool` has just come up: move turns running on the busiest workers there until the
+        requests in flight are level (each goes on, from its tokens so far, on the least loaded worker — a lent
+        one). Returns how many moved."""
+        lent = [k for k in self._router.in_flight() if k[0] == pool]
+        others = [k for k in self._router.in_flight() if k[0] not in self._lendable]
+        if not lent or not others:
+            return 0
+        counts = {k: len(self._running.get(k, ())) for k in others}
+        level = sum(counts.values()) // (len(others) + len(lent))
+        moves = {k: sorted(self._running[k] - self._moving)[:n - level] for k, n in counts.items() if n > level + 1}
+        return await self._move({k: ts for k, ts in moves.items() if ts})
+
+    async def _move(self, turns: dict[WorkerKey, list[str]]) -> int:
+        """Abort these trajectories' running requests so that each goes on elsewhere (see `generate`)."""
+        for ts in turns.values():
+            self._moving.update(ts)
+        if turns:
+            await gather_alive({k: asyncio.gather(*(self._handle(k).abort.remote(t) for t in ts))
+                                for k, ts in turns.items()}, self._call_timeout_s,
+                               lambda key, exc: self._lost(key, death_cause(exc)))
+        return sum(len(ts) for ts in turns.values())
 
     async def add_worker(self, pool: str, handle: Any) -> str:
         """A worker joins `pool` (a replacement, or an elastic addition): it pulls the version the others
@@ -236,6 +311,8 @@ class LLMProxy:
             "routed": self._routed,
             "routed_by_domain": {domain: dict(pools) for domain, pools in self._routed_by_domain.items()},
             "turn_retries": self._turn_retries,
+            "preempted_turns": self._preempted_turns,
+            "preempted_tokens": self._preempted_tokens,
             "workers_lost": self._workers_lost,
             "workers_joined": self._workers_joined,
             "in_flight": {self._name(k): n for k, n in self._router.in_flight().items()},
@@ -262,6 +339,14 @@ class LLMProxy:
         leaves the routing (other errors are raised)."""
         return await gather_alive({k: call(self._handle(k)) for k in keys}, self._call_timeout_s,
                                   lambda key, exc: self._lost(key, death_cause(exc)))
+
+
+def _joined(first: GenerationResult, then: GenerationResult) -> GenerationResult:
+    """One turn's result from its part before a preemption and the part after (ids, logprobs, versions in order)."""
+    return replace(then, request_id=first.request_id, token_ids=first.token_ids + then.token_ids,
+                   logprobs=first.logprobs + then.logprobs, versions=first.versions + then.versions,
+                   prompt_tokens=first.prompt_tokens, prefill_tokens=first.prefill_tokens + then.prefill_tokens,
+                   spans=first.spans + then.spans)
 
 
 def _actor_id(handle: Any) -> str:

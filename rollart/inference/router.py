@@ -18,6 +18,11 @@ Rules:
   flight, e.g. while envs step) still spread trajectories evenly.
 - Worker keys are never reused: a worker that joins gets the next index of its pool.
 - The sticky map is bounded (least recently routed trajectories are forgotten first).
+- Lent pools (`lendable`: the trainer's devices, lent to generation while the trainer waits for a batch) take
+  no request until `lend(pool)`; while lent, a new trajectory of any domain goes to the lent pool's least
+  loaded worker if that worker has fewer requests in flight than the least loaded one of the domain's own
+  pool. `reclaim(pool)` ends the loan: nothing more is routed there, and a trajectory that was there is
+  routed anew at its next request (the proxy continues its interrupted turn elsewhere).
 
 Cost: routing a new trajectory is O(log workers) — each pool keeps a heap of (in flight, assigned, index)
 entries, each alive worker with at least one entry no greater than its current one: a count that falls files
@@ -43,6 +48,7 @@ class Router:
         domain_pools: Mapping[str, str],
         max_sticky: int = 65536,
         pool_fallbacks: Mapping[str, Sequence[str]] | None = None,
+        lendable: Sequence[str] = (),
     ):
         for domain, pool in domain_pools.items():
             if pool_sizes.get(pool, 0) < 1:
@@ -52,6 +58,8 @@ class Router:
                     f"(workers per pool: {have}); give that pool workers or set domains.{domain}.pool"
                 )
         self.domain_pools = dict(domain_pools)
+        self.lendable = frozenset(lendable)  # pools routed to only while lent
+        self._lent: set[str] = set()
         self.pool_fallbacks = {p: tuple(f) for p, f in (pool_fallbacks or {}).items()}
         self._max_sticky = max_sticky
         self._sticky: OrderedDict[str, WorkerKey] = OrderedDict()
@@ -69,10 +77,17 @@ class Router:
         if target is None:
             return None
         key = self._sticky.get(trajectory_id)
-        if key is not None and key in self._in_flight and (key[0] == target or not self._on_fallback(domain, key)):
+        if key is not None and key in self._in_flight and (
+                key[0] in self._lent or (key[0] not in self.lendable
+                                         and (key[0] == target or not self._on_fallback(domain, key)))):
             self._sticky.move_to_end(trajectory_id)
             return key
         key = self._least_loaded(target)
+        for pool in self._lent:
+            if self._alive.get(pool):
+                lent = self._least_loaded(pool)
+                if self._in_flight[lent] < self._in_flight[key]:
+                    key = lent
         self._assigned[key] += 1  # (a rise: its heap entry stays a lower bound)
         self._sticky[trajectory_id] = key
         self._sticky.move_to_end(trajectory_id)
@@ -93,6 +108,19 @@ class Router:
         if self._alive.get(pool):  # (the common case: its own pool has workers)
             return pool
         return next((p for p in self.pool_fallbacks.get(pool, ()) if self._alive.get(p)), None)
+
+    def lend(self, pool: str) -> None:
+        """A lendable pool takes requests from now on (see the module docstring)."""
+        if pool not in self.lendable:
+            raise ValueError(f"pool {pool!r} is not lendable (lendable: {sorted(self.lendable)})")
+        self._lent.add(pool)
+
+    def reclaim(self, pool: str) -> None:
+        """A lent pool takes no new request from now on; its trajectories are routed anew at their next one."""
+        self._lent.discard(pool)
+
+    def lent(self) -> set[str]:
+        return set(self._lent)
 
     def workers(self, pool: str) -> list[WorkerKey]:
         """The alive workers of `pool`, in index order."""

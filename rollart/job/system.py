@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
+import ray
+
 from rollart.algo import PolicyObjective, algorithm_of, build_train_batch
 from rollart.base.background_start import BackgroundStart
 from rollart.config import RunConfig
@@ -51,6 +53,7 @@ from rollart.loop.remapping import Remapper
 from rollart.resources import WorkerSet, Resources, Runtime
 from rollart.resources.affinity import resolve_request
 from rollart.resources.errors import PlacementError
+from rollart.resources.nodes import loopback_interface
 from rollart.resources.worker_set import MemberEvent
 from rollart.reward.at_end import EnvSideScorer
 from rollart.reward.router import RewardRouter, new_run_id
@@ -210,6 +213,14 @@ class System:
     async def _reroute(self, moved: dict[str, str]) -> None:
         await _bounded(self.proxy.remap.remote(moved), 30, "LLMProxy.remap")
 
+    # --- the trainer's devices between train steps -----------------------------------------------------
+    async def lend_trainer(self) -> None:
+        """The real system does not lend the trainer's devices to generation yet (`train.elastic_generation`
+        is the twin's: preflight refuses it here)."""
+
+    async def reclaim_trainer(self) -> TimedMetrics:
+        return TimedMetrics({})
+
     # --- step 6: one train step, while rollout goes on ------------------------------------------------
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         """One optimizer step of the trainer on these trajectories, at policy `version` (it publishes
@@ -260,6 +271,8 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         if with_trainer:
             store = WeightStore(cfg.weights)
             stack.callback(store.close)
+            if cfg.weights.transport == "collective":
+                _weight_group(cfg, store)
         subscriber = store.subscriber() if store else None
 
         def start_rollout_side() -> BackgroundStart:
@@ -305,6 +318,16 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             rollout_side.abandon()
         stack.close()
         raise
+
+
+def _weight_group(cfg: RunConfig, store: WeightStore) -> None:
+    """`weights.transport=collective`: the weight group of the trainer ranks and every inference worker this
+    run starts with, meeting at a store the driver serves — on loopback when Ray runs embedded."""
+    receivers = sum(cfg.inference.replicas_of(pool) for pool in {d.pool for d in cfg.domains.values()})
+    if cfg.cluster.address:
+        store.collective(cfg.train.workers, receivers, host=ray.util.get_node_ip_address())
+    else:
+        store.collective(cfg.train.workers, receivers, host="127.0.0.1", interface=loopback_interface() or "")
 
 
 def trainer_pools_apart(cfg: RunConfig) -> bool:

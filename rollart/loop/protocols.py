@@ -72,6 +72,16 @@ class LoopSystem(Protocol):
         drifted is re-routed (`rollout.remap`)."""
         ...
 
+    async def lend_trainer(self) -> None:
+        """A train step just ended: while the trainer waits for its next batch, its devices generate on the
+        trainer's own weights (`train.elastic_generation`; otherwise nothing). Returns at once."""
+        ...
+
+    async def reclaim_trainer(self) -> TimedMetrics:
+        """Before a train step: the trainer's devices come back from generation, what ran there going on
+        elsewhere (nothing to do, no span, when they were not lent)."""
+        ...
+
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         """Step 6: one optimizer step on `batch` at `version` (publishes version + 1); rollout goes on."""
         ...

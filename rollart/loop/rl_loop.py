@@ -4,7 +4,9 @@ In: a `RunConfig`, a `LoopSystem`, a `LoopRecorder`, a clock (protocols.py; the 
 `run()` takes the run from the system's resumed step to `train.steps`, evaluating and checkpointing on the
 way. Rollout never stops; each RL step does, by name: 1 `get_batch`; 2–5 `serve_latest_weights`
 (suspend, update, resume, recompute the KV in flight); 6 `start_train_step` in the background, and back to
-1: rollout and training overlap. A train step lands (ends, its weights served) before the next starts;
+1: rollout and training overlap. Between a train step's end and the next one's start the trainer's devices
+are lent to generation (`lend_trainer`, `reclaim_trainer`: the system decides whether they are), and the part
+of each batch wait with no train step in flight is `time/get_batch_idle` (the trainer waiting for rollout). A train step lands (ends, its weights served) before the next starts;
 without a barrier in the background, the moment it ends (control/staleness.py (2)) — a failed landing
 raises at once. Modes are values, not forks: the α gate keeps a batch of version v to trajectories begun
 at ≥ v − α (α = 0: the synchronous loop); `rollout.barrier=batch` admits nothing while a batch trains.
@@ -39,6 +41,7 @@ class RLLoop:
         self.rollout: Rollout | None = None  # started once the first evaluation is done
         self.training: TrainStepInFlight | None = None
         self.landing: asyncio.Task[None] | None = None  # land_in_background's task
+        self.trainer_free_at: float | None = None  # when the last train step ended (None: one is in flight)
 
     async def run(self) -> None:
         """The steps; on an error, the train step and landing in flight are cancelled first (the system
@@ -57,6 +60,8 @@ class RLLoop:
             self.state = replace(self.state, eval_first=await self.evaluate(first_step, "first"))
         self.rollout = rollout = self.system.start_rollout(steps - first_step)
         self.recorder.rl_starts()  # the steps begin: what came before is start-up
+        self.trainer_free_at = self.clock()
+        await self.system.lend_trainer()
         for step in range(first_step, steps):
             version = first_version + (step - first_step)  # the policy version this step trains
             checkpoint_due = step > first_step and step % cfg.train.checkpoint_every == 0
@@ -72,6 +77,7 @@ class RLLoop:
             await self.land_train_step()                                  # 2–5 (one train step at a time)
             if step > first_step and step % cfg.eval.every == 0:
                 await self.evaluate(step, f"step{step}")
+            self.recorder.phase(await self.system.reclaim_trainer())
             self.start_train_step(step, batch, version)                   # 6, overlapping the next batch's rollout
             if admits_while_training:
                 self.land_in_background()
@@ -88,7 +94,9 @@ class RLLoop:
         began = self.clock()
         batch = await unless_fails(self.rollout.get_batch(version), self.landing)  # type: ignore[union-attr]
         ended = self.clock()
-        self.recorder.phase(TimedMetrics({"time/get_batch_wait": ended - began},
+        free = self.trainer_free_at
+        idle = max(0.0, ended - max(began, free)) if free is not None else 0.0
+        self.recorder.phase(TimedMetrics({"time/get_batch_wait": ended - began, "time/get_batch_idle": idle},
                                          Span("get_batch.wait", began, ended, DRIVER_LANE)))
         return batch
 
@@ -111,7 +119,13 @@ class RLLoop:
 
     def start_train_step(self, step: int, batch: list[Trajectory], version: int) -> None:
         """Step 6: train on `batch` at `version` in the background; the loop goes on at once."""
-        self.training = TrainStepInFlight(step, asyncio.create_task(self.system.train_step(batch, version)))
+        task = asyncio.create_task(self.system.train_step(batch, version))
+        self.trainer_free_at = None
+        task.add_done_callback(self._trainer_freed)
+        self.training = TrainStepInFlight(step, task)
+
+    def _trainer_freed(self, _: asyncio.Task[TimedMetrics]) -> None:
+        self.trainer_free_at = self.clock()
 
     async def land_train_step(self) -> None:
         """Wait for the train step in flight, then serve the weights it made (or for the landing that does)."""
@@ -128,6 +142,7 @@ class RLLoop:
         if self.training is not None:
             training, self.training = self.training, None
             self.recorder.train_step_done(training.step, await training.task)
+            await self.system.lend_trainer()  # (at once: the devices generate while the next batch fills)
         self.recorder.phase(await self.serve_latest_weights())
 
     async def _cancel_in_flight(self) -> None:

@@ -44,3 +44,16 @@ def declare_hint(pools: Mapping[str, PoolConfig], names: Iterable[str], address:
     resources = {pool_resource(n): pools[n].capacity for n in names}
     spec = json.dumps({k: (int(v) if float(v).is_integer() else v) for k, v in resources.items()})
     return f"ray start --address={address or '<head>:6379'} --resources='{spec}'"
+
+
+def loopback_interface() -> str | None:
+    """The name of the network interface holding 127.0.0.1 (`lo` on Linux, `lo0` on macOS): where collectives
+    among processes of one node keep their sockets (gloo binds it, so nothing listens beyond loopback)."""
+    import socket
+
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None

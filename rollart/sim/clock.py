@@ -19,7 +19,8 @@ heap, so ordering them is a C-level tuple comparison rather than `TimerHandle.__
 same instant fire in the order they were set; callbacks made ready at one instant run in passes of one
 `_run_once` (asyncio's iterations, in asyncio's order, without a selector round trip each). While a
 simulation runs, the garbage collector's young generation is collected only once a million more objects
-are alive than at its last collection, instead of 700: the twin's objects are freed by reference counting
+are alive than at its last collection (or a quarter of the memory blocks alive, if more: a larger heap makes
+each collection dearer), instead of 700: the twin's objects are freed by reference counting
 (a trained batch's turns, a finished turn's records; its collections found no cyclic garbage at all), so
 the default walked the live trajectories over and over for nothing — a sixth of the run even at 100,000 —,
 while the limit still collects cycles that a faulty run's errors may leave (restored when the last
@@ -35,6 +36,7 @@ import asyncio
 import gc
 import itertools
 import selectors
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -198,12 +200,14 @@ _gc_default: tuple[int, ...] = ()
 
 @contextmanager
 def _fewer_collections() -> Any:
-    """The young generation collected every `GC_YOUNG_THRESHOLD` allocations while any simulation runs."""
+    """The young generation collected every `GC_YOUNG_THRESHOLD` allocations — or every quarter of the
+    memory blocks alive, whichever is more — while any simulation runs."""
     global _gc_runs, _gc_default
     with _gc_lock:
         if _gc_runs == 0:
             _gc_default = gc.get_threshold()
             gc.set_threshold(GC_YOUNG_THRESHOLD, *_gc_default[1:])
+            gc.callbacks.append(_scale_young_threshold)
         _gc_runs += 1
     try:
         yield
@@ -211,7 +215,19 @@ def _fewer_collections() -> Any:
         with _gc_lock:
             _gc_runs -= 1
             if _gc_runs == 0:
+                gc.callbacks.remove(_scale_young_threshold)
                 gc.set_threshold(*_gc_default)
+
+
+def _scale_young_threshold(phase: str, info: dict[str, int]) -> None:
+    """After each collection: the next one after a quarter of the blocks alive more. A collection costs more
+    the larger the heap it reaches into (a 10,000-GPU twin's is ten times a 1,000-GPU one's: each young
+    collection took ~4× longer per turn), so the gap between collections grows with the heap and their cost
+    per allocation stays flat. `sys.getallocatedblocks()` is O(1)."""
+    if phase == "stop":
+        young = max(GC_YOUNG_THRESHOLD, sys.getallocatedblocks() // 4)
+        if young != gc.get_threshold()[0]:
+            gc.set_threshold(young, *gc.get_threshold()[1:])
 
 
 def _run(main: Coroutine[Any, Any, T] | Callable[[], Awaitable[T]]) -> T:

@@ -151,6 +151,10 @@ class TrainerSpec(_Strict):
         8.0, gt=0, description="FLOPs per token ÷ params: 6 (forward+backward) + 2 (old-policy logprobs)"
     )
     fixed_s: float = Field(2.0, ge=0, description="per-step cost independent of tokens (optimizer, collectives)")
+    lend_switch_s: float = Field(
+        3.0, ge=0, description="train.elastic_generation: the trainer's devices switching to an inference engine on "
+        "its weights, and back, each way (a declared guess: waking an engine whose weights are in memory, freeing its KV)"
+    )
 
 
 class WeightSyncSpec(_Strict):
@@ -177,6 +181,19 @@ class RewardSpec(_Strict):
     scale_down_s: float = Field(10.0, ge=0, description="serverless: an idle replica is released after this")
 
 
+class ControlPlaneSpec(_Strict):
+    """The control plane's own CPU (rollart/sim/control.py): each LLM-proxy shard one process, one server."""
+
+    us_per_turn: float = Field(
+        0.0, ge=0, description="CPU µs one generation turn costs its proxy process (calls in and out, routing); "
+        "0 = not modelled (the proxy takes no virtual time)"
+    )
+    shards: int = Field(1, ge=1, description="proxy processes the turns are split over")
+    shard_by: Literal["domain", "group"] = Field(
+        "group", description="domain: a shard per task domain (modulo shards); group: a stable hash of the group"
+    )
+
+
 class SimHardware(_Strict):
     catalogue: str = Field("", description="path of a catalogue YAML; empty = the built-in one")
     model: ModelShape
@@ -186,6 +203,7 @@ class SimHardware(_Strict):
     trainer: TrainerSpec = TrainerSpec()
     weights: WeightSyncSpec = WeightSyncSpec()
     reward: RewardSpec = RewardSpec()
+    control: ControlPlaneSpec = ControlPlaneSpec()
     env_nodes: int = Field(0, ge=0, description="CPU environment nodes (priced; 0 = not counted)")
 
     @model_validator(mode="before")

@@ -122,7 +122,21 @@ def thousand_gpus(alpha: int = 1, barrier: str = "none", steps: int = 50) -> tup
     """1,000 GPUs (256 H800 train, 512 H800 + 232 H20 rollout, Qwen3-8B on TP 2), batch 5,120 (640 groups of 8):
     with α = 1 up to two batches (10,240 trajectories) are in flight: at the pipeline fill, and after each train
     step once its weights are served (the admission window, rollart/control/staleness.py)."""
+    return scaled_cluster(1, alpha, barrier, steps)
+
+
+def ten_thousand_gpus(alpha: int = 1, barrier: str = "none", steps: int = 10) -> tuple[RunConfig, SimHardware]:
+    """10,000 GPUs: the 1,000-GPU preset times ten (2,560 H800 train, 5,120 H800 + 2,320 H20 rollout), batch
+    51,200 (6,400 groups of 8): up to 102,400 trajectories in flight, ~220,000 generation turns a step."""
+    return scaled_cluster(10, alpha, barrier, steps)
+
+
+def scaled_cluster(scale: float, alpha: int = 1, barrier: str = "none", steps: int = 50) -> tuple[RunConfig, SimHardware]:
+    """The 1,000-GPU preset's cluster and batch times `scale` (same domains, mapping, model and profiles; GPU
+    counts rounded to whole TP-2 engines, the batch to whole groups of 8: scale 0.1 is 52 + 24 H800/H20, 26
+    to train, batch 512)."""
     domains = mapped({"frozenlake": "h800", "math": "h20", "game": "h20"})
-    cfg = run_config(domains, batch=5120, group=8, steps=steps, alpha=alpha, barrier=barrier)
-    hw = hardware({"h800": ("H800", 512, 2), "h20": ("H20", 232, 2)}, train=("H800", 256))
+    cfg = run_config(domains, batch=8 * max(1, round(640 * scale)), group=8, steps=steps, alpha=alpha, barrier=barrier)
+    pairs = lambda n: 2 * max(1, round(n * scale / 2))  # noqa: E731 — GPUs in whole pairs (TP 2)
+    hw = hardware({"h800": ("H800", pairs(512), 2), "h20": ("H20", pairs(232), 2)}, train=("H800", pairs(256)))
     return cfg, hw

@@ -3,7 +3,11 @@
 In: a `RunConfig` (its `train.steps`, rollout mode and domains with their profiles) and a `SimHardware`.
 Out: `SimReport` — per step the virtual step time and its parts (wait for the batch, exposed weight sync,
 train step), trajectories and tokens trained, throughput (trajectories per second and per dollar-hour),
-utilisation of each pool, the control plane's counters and its ledger/staleness invariants checked.
+utilisation of each pool, the control plane's counters and its ledger/staleness invariants checked, and
+what the twin itself cost: wall and CPU seconds, generation turns, CPU µs per turn (the production control
+plane's Python per turn plus the twin's cost models: an upper bound of the control plane's own cost) and the
+share of one core the process needed per second of the simulated cluster (`control_core_share`: above 1, one
+process could not keep up with that cluster in real time).
 
 The loop is the real run's own `rollart.loop.RLLoop` (no copy of it here): the twin hands it a `SimSystem`
 (a `LoopSystem`) and a `SimRecorder` (a `LoopRecorder`) that keeps the step records in memory on the
@@ -57,8 +61,11 @@ class SimRecorder:
             self._pending[key] = self._pending.get(key, 0.0) + float(value)
 
     def train_step_done(self, step: int, train_step: TimedMetrics) -> None:
+        seconds = float(train_step.metrics.get("time/train_step", 0.0))
         if step < len(self.steps):
-            self.steps[step]["train_s"] = float(train_step.metrics.get("time/train_step", 0.0))
+            self.steps[step]["train_s"] = seconds
+        else:  # landed before its step's record (a batch barrier, or α = 0): it goes into that record
+            self._pending["train_s"] = seconds
 
     def step(self, step: int, batch: Sequence[Trajectory], version: int, metrics: Mapping[str, float]) -> None:
         now = self.clock()
@@ -99,7 +106,35 @@ class SimReport:
     staleness_violations: list[str]
     sync_exposed_s: list[float]
     trainer_busy_s: float
+    cpu_s: float = 0.0  # CPU seconds of this process while the twin ran (every job, when several share the loop)
+    trainer_lent_busy_s: float = 0.0  # GPU-seconds the trainer's devices generated while lent (elastic generation)
+    trainer_gpus: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def turns(self) -> float:
+        """Generation turns (requests the engines took), every pool."""
+        return sum(p.get("requests", 0.0) for p in self.pools.values())
+
+    def trainer_pool_busy_fraction(self) -> float:
+        """Share of the trainer pool's GPU-time spent training or, while lent, generating."""
+        total = self.trainer_gpus * self.virtual_s
+        return (self.trainer_busy_s * self.trainer_gpus + self.trainer_lent_busy_s) / total if total else 0.0
+
+    def get_batch_idle_share(self, skip: int = 1, upto: int | None = None) -> float:
+        """Steady steps' `time/get_batch_idle` (the batch wait with no train step in flight) over their time."""
+        rows = self.steps[skip:upto] or self.steps[:upto]
+        return sum(r.get("time/get_batch_idle", 0.0) for r in rows) / sum(r["step_s"] for r in rows)
+
+    @property
+    def cpu_us_per_turn(self) -> float:
+        return self.cpu_s * 1e6 / self.turns if self.turns else 0.0
+
+    @property
+    def control_core_share(self) -> float:
+        """CPU seconds per simulated second: the share of one core the control plane (with the twin's models)
+        needs to keep pace with the simulated cluster."""
+        return self.cpu_s / self.virtual_s if self.virtual_s else 0.0
 
     def mean_step_s(self, skip: int = 1, upto: int | None = None) -> float:
         """Mean step time of steps `skip`..`upto` (the first `skip` left out: the pipeline fills; `upto`
@@ -125,7 +160,8 @@ class SimReport:
             "steps": len(self.steps), "virtual_s": round(self.virtual_s, 3), "wall_s": round(self.wall_s, 3),
             "mean_step_s": round(self.mean_step_s(), 3),
             "trajectories_per_s": round(self.steady_trajectories_per_s(), 4),
-            "price_per_hour": round(self.price_per_hour, 2),
+            "price_per_hour": round(self.price_per_hour, 2), "turns": self.turns, "cpu_s": round(self.cpu_s, 3),
+            "cpu_us_per_turn": round(self.cpu_us_per_turn, 1),
             "ledger_violations": len(self.ledger_violations),
             "staleness_violations": len(self.staleness_violations),
         }
@@ -147,6 +183,7 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
                          on_step: Callable[[int, Mapping[str, float]], None] | None = None) -> SimReport:
     """The same, inside a running virtual-time loop (several jobs can share one loop and one reward pool)."""
     started = started if started is not None else time.perf_counter()
+    cpu_started = time.process_time()
     system = SimSystem(cfg, hardware, reward_pool, shifts, remapper)
     recorder = SimRecorder(cfg, system.clock, on_step)
     try:
@@ -161,7 +198,10 @@ async def simulate_async(cfg: RunConfig, hardware: SimHardware, reward_pool: Sim
         price_per_hour=hardware.price_per_hour(), pools=system.engine_stats(),
         reward=system.reward_pool.stats(now), counters=sched.metrics(), ledger_violations=sched.check_ledger(),
         staleness_violations=recorder.staleness_violations, sync_exposed_s=recorder.sync_exposed_s,
-        trainer_busy_s=system.trainer.busy_s,
+        trainer_busy_s=system.trainer.busy_s, cpu_s=time.process_time() - cpu_started,
+        trainer_lent_busy_s=system.lending.busy_s() if system.lending is not None else 0.0,
+        trainer_gpus=system.hardware.pools[system.hardware.train_pool].count,
         extra={"fates": dict(Counter(sched.fate.values())), "remaps": system.remapper.remaps, "profile": system.profiler.metrics(),
-               "domain_pools": dict(system.proxy_impl.domain_pools())},
+               "domain_pools": dict(system.proxy_impl.domain_pools()),
+               **({"control": system.control.stats(now)} if system.control is not None else {})},
     )

@@ -11,6 +11,9 @@ calls for its six steps — plus `close()` and what the twin reports (`engine_st
 - the production reward client (`LocalRewardClient`: tries, timeouts, in-flight limit), each domain scored by
   the `SimRewardPool`'s function (`SimScorer`);
 - `SimEnvRunner` (the env plane), `SimTrainer` and the `WeightChannel`;
+- with the hardware file's `control` section, the proxy's CPU per turn, sharded (`ShardedProxyCost`);
+- with `train.elastic_generation`, engines on the trainer's pool lent to generation between train steps
+  (`TrainerLending`, the proxy's lendable pool);
 - the online profiler (`DomainProfiler`: `profile/<domain>/*` metrics from every turn) and, with
   `rollout.remap`, the re-mapping of a real run (`rollart.loop.remapping.Remapper`), proposing the analytic
   estimate's best mapping for the simulated hardware (or the re-mapper it is given).
@@ -32,7 +35,10 @@ from rollart.inference.proxy import LLMProxy
 from rollart.loop import TRAINER_LANE
 from rollart.observability.profile import DomainProfiler
 from rollart.loop.remapping import Remapper
+from rollart.sim.control import ShardedProxyCost
 from rollart.sim.costs import EngineCost, TrainerCost, WeightSyncCost
+from rollart.sim.elastic import POOL as LENT
+from rollart.sim.elastic import TrainerLending
 from rollart.sim.engine import LocalHandle, SimEngine
 from rollart.sim.estimate import best_mapping
 from rollart.sim.envs import SimEnvRunner
@@ -84,19 +90,29 @@ class SimSystem:
                 self.engines[pool].append(SimEngine(f"inference/{pool}/{i}", cost, self.weights, index))
                 index += 1
         domain_pools = {d: dc.pool for d, dc in cfg.domains.items()}
-        self.proxy_impl = LLMProxy({p: [LocalHandle(e) for e in es] for p, es in self.engines.items()},
-                                   domain_pools, cfg.inference)
-        self.proxy = LocalHandle(self.proxy_impl)
-        self.turn_barrier = LocalTurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
-        # the proxy is in this process: the env runner calls it as its LLMClient (no actor-handle wrapper)
-        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, self.proxy_impl, turn_barrier=self.turn_barrier, seed=cfg.seed,
-                                       observer=self.profiler, shifts=shifts)
-        self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
-        self.reward = SimScorer(cfg, self.reward_pool, seed=cfg.seed)
         train = hardware.pools[hardware.train_pool]
         self.trainer = SimTrainer(TrainerCost(hardware.model, hardware.gpu_kind(hardware.train_pool), train.count,
                                               hardware.trainer), self.weights,
                                   critic=algorithm_of(cfg.train).critic)
+        self.lending = (TrainerLending(hardware, self.weights, index, self.trainer, self.clock)
+                        if cfg.train.elastic_generation else None)
+        workers = {p: [LocalHandle(e) for e in es] for p, es in self.engines.items()}
+        if self.lending is not None:
+            workers[LENT] = [LocalHandle(e) for e in self.lending.engines]
+        self.proxy_impl = LLMProxy(workers, domain_pools, cfg.inference, lendable=[LENT] if self.lending else ())
+        if self.lending is not None:
+            self.lending.proxy = self.proxy_impl
+        self.proxy = LocalHandle(self.proxy_impl)
+        self.turn_barrier = LocalTurnBarrier(cfg.rollout.get_batch_timeout_s) if cfg.rollout.barrier == "turn" else None
+        # the proxy is in this process: the env runner calls it as its LLMClient (no actor-handle wrapper), through
+        # the control plane's CPU model when the hardware file gives one (control.py)
+        self.control = (ShardedProxyCost(hardware.control, self.proxy_impl, list(cfg.domains))
+                        if hardware.control.us_per_turn > 0 else None)
+        self.env_router = SimEnvRunner(cfg.domains, cfg.envs, self.control or self.proxy_impl,
+                                       turn_barrier=self.turn_barrier, seed=cfg.seed,
+                                       observer=self.profiler, shifts=shifts)
+        self.reward_pool = reward_pool or SimRewardPool(hardware.reward)
+        self.reward = SimScorer(cfg, self.reward_pool, seed=cfg.seed)
         self.resources = SimResources(hardware)
         self.scheduler: RolloutScheduler | None = None
         self.inference_version = 0
@@ -151,6 +167,20 @@ class SimSystem:
     async def _reroute(self, moved: dict[str, str]) -> None:
         await self.proxy.remap.remote(moved)
 
+    async def lend_trainer(self) -> None:
+        if self.lending is not None:
+            self.lending.lend()
+
+    async def reclaim_trainer(self) -> TimedMetrics:
+        if self.lending is None:
+            return TimedMetrics({})
+        start = self.clock()
+        seconds, moved = await self.lending.reclaim()
+        if not seconds and not moved:
+            return TimedMetrics({})
+        return TimedMetrics({"time/trainer.reclaim": seconds, "elastic/preempted_turns": float(moved)},
+                            Span("trainer.reclaim", start, self.clock(), TRAINER_LANE))
+
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
         start = self.clock()
         metrics = await self.trainer.train_step(batch)
@@ -173,10 +203,13 @@ class SimSystem:
     async def close(self) -> None:
         if self.scheduler:
             await self.scheduler.stop()
+        if self.lending is not None:
+            await self.lending.reclaim()
 
     # --- what the twin reports ----------------------------------------------------------------------
     def engine_stats(self) -> dict[str, dict[str, float]]:
-        """Per generation pool: GPU-busy share, generated tokens, prefix-hit rate."""
+        """Per generation pool: GPU-busy share, generation requests (turns) and their context tokens, generated
+        tokens, prefix-hit rate."""
         now = self.clock()
         out = {}
         for pool, engines in self.engines.items():
@@ -186,6 +219,8 @@ class SimSystem:
             out[pool] = {
                 "engines": float(len(engines)),
                 "busy_fraction": busy / (len(engines) * now) if now > 0 else 0.0,
+                "requests": float(sum(e.counts["requests"] for e in engines)),
+                "prompt_tokens": float(prompt),
                 "generated_tokens": float(sum(e.counts["generated"] for e in engines)),
                 "prefix_hit_rate": 1 - prefill / prompt if prompt else 0.0,
             }

@@ -3,9 +3,10 @@
 In: the `RunConfig` (model, seed, `train.*`), an `Objective` (the policy loss, injected), this rank and
 the world size (the process group must already be initialised when world_size > 1), a torch device.
 Out: `train_step(batch)` and `sft_step(samples)` return metrics; `published_weights()` gives the weights to
-publish (gathered tensor by tensor); `save(dir, extra)` / `load(dir)` write and read checkpoints (persist.py,
-checkpoint.py: JSON + safetensors, never a pickle; any world size reads them); `export(dir)` writes the Hugging
-Face checkpoint alone.
+publish (gathered tensor by tensor), `weight_specs()` / `row_chunks()` this rank's rows of them as it holds
+them (`weights.transport=collective`: no gather); `save(dir, extra)` / `load(dir)` write and read checkpoints
+(persist.py, checkpoint.py: JSON + safetensors, never a pickle; any world size reads them); `export(dir)` writes the
+Hugging Face checkpoint alone.
 
 This is the algorithm, one code path whatever `train.strategy`: the strategy (strategy.py, a member) wraps
 or shards the model, says when gradients synchronise and gives tensors back in full; the policy module
@@ -58,6 +59,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from rollart.base.shards import row_range
 from rollart.config import RunConfig
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_config_json
@@ -358,6 +360,24 @@ class Trainer:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """All current weights by checkpoint name, gathered at once (for checks; publishing streams them)."""
         return {k: v.clone() for k, v in self.full_tensors()}
+
+    def weight_specs(self) -> list[tuple[tuple[str, ...], str, tuple[int, ...]]]:
+        """(checkpoint names, dtype, full shape) of every base tensor, in `row_chunks` order (tied names together)."""
+        return [(e.names, str(e.tensor.dtype).removeprefix("torch."), tuple(e.tensor.shape))
+                for e in self._entries(("base",))]
+
+    def row_chunks(self) -> Iterator[torch.Tensor]:
+        """This rank's rows of every base tensor, in `weight_specs` order, as it holds them — its FSDP2 shard, or
+        that slice of a full copy (`rollart.base.shards.row_range`; a 0-d tensor is rank 0's). Nothing is
+        gathered: what a rank sends over the weight group (`weights.transport=collective`)."""
+        for e in self._entries(("base",)):
+            t = e.tensor.detach()
+            if self.strategy.rows(t) is not None:
+                yield self.strategy.local(t)
+                continue
+            full = self.strategy.local(t)
+            start, stop = row_range(full.shape[0] if full.dim() else 1, self.rank, self.world_size)
+            yield full[start:stop] if full.dim() else (full if start < stop else full.new_empty((0,)))
 
     def published_weights(self) -> Iterator[tuple[str, torch.Tensor]] | LoraAdapter:
         """What inference needs to serve the current version: all weights one tensor at a time (consume it

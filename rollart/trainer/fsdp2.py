@@ -46,6 +46,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from rollart.base.shards import row_range
 from rollart.config import TrainConfig
 from rollart.trainer.gradnorm import squared_sum
 
@@ -142,10 +143,7 @@ class Fsdp2Strategy:
     def rows(self, t: torch.Tensor) -> tuple[int, int] | None:
         if not isinstance(t, DTensor):
             return None
-        n = t.shape[0]
-        per = -(-n // self.world_size)
-        start = min(self.rank * per, n)
-        stop = min(start + per, n)
+        start, stop = row_range(t.shape[0], self.rank, self.world_size)
         if t.to_local().shape[0] != stop - start:
             raise RuntimeError(f"FSDP2 shard of a {tuple(t.shape)} tensor on rank {self.rank}: "
                                f"{t.to_local().shape[0]} rows, expected rows {start}:{stop}")

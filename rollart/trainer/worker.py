@@ -5,6 +5,9 @@ weights planes), this rank, the world size, its worker name and torch device (fr
 Out: the `Trainer`'s steps and checkpoints as actor methods; rank 0 publishes the weights (a LoRA run:
 the adapter alone) after every update (and at setup: version 0, or the version a checkpoint restored) — every
 rank takes part, since under fsdp2 each tensor is gathered from all the shards as rank 0 streams it out.
+With a `ShardPublisher` (`weights.transport=collective`, full weights) every rank sends its own rows instead
+and nothing is gathered; if any rank cannot, all of them publish that version and every later one through
+the publisher's store, as above (`weights/collective_fallback` in that step's metrics).
 A group rebuilt after a rank died is set up with `publish_after` = the newest version the store holds: it
 replays steps whose versions were published already, and publishes those again with `replace=True` (the
 dead rank 0's buckets died with it) if the store may still hold them (the last `weights.keep_versions`).
@@ -19,6 +22,7 @@ and the collectives use the loopback interface: nothing listens beyond 127.0.0.1
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import socket
 import tempfile
@@ -31,10 +35,13 @@ import torch.distributed as dist
 
 from rollart.config import RunConfig
 from rollart.resources.affinity import affinity
+from rollart.resources.nodes import loopback_interface
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.core import Trainer
 from rollart.trainer.objective import Objective
-from rollart.types import LoraAdapter, TrainBatch, TrainSample, WeightPublisher
+from rollart.types import LoraAdapter, ShardPublisher, TrainBatch, TrainSample, WeightPublisher
+
+log = logging.getLogger("rollart.trainer")
 
 
 @affinity("train", role="trainer")
@@ -59,6 +66,7 @@ class TrainerWorker:
         self.device = device or "cpu"
         self.trainer: Trainer | None = None
         self._published = -1  # the newest version the store holds from this group (or an earlier one)
+        self._collective_broken = False  # the weight group failed once: the store carries every later version
 
     def rendezvous(self) -> dict[str, str]:
         """Where the other ranks meet rank 0: a file store on this node (used when every rank runs here:
@@ -84,7 +92,7 @@ class TrainerWorker:
                 self.device = "cuda:0"
             torch.cuda.set_device(torch.device(self.device))
         if self.world_size > 1:
-            if init_method.startswith("file://") and (lo := _loopback_interface()):
+            if init_method.startswith("file://") and (lo := loopback_interface()):
                 # one node: keep the collectives' sockets on loopback too
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
                 os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
@@ -102,20 +110,57 @@ class TrainerWorker:
         return {"version": self.trainer.version, "extra_state": extra if self.rank == 0 else None, **metrics}
 
     def publish(self) -> dict[str, float]:
-        """Rank 0 publishes the current weights under the current version (again, if published before and
-        maybe still held); the other ranks take part in gathering them (fsdp2) and publish nothing."""
+        """Publish the current weights under the current version (again, if published before and maybe still
+        held). Through the store: rank 0 publishes, the other ranks take part in gathering them (fsdp2) and
+        publish nothing. Over the weight group (a `ShardPublisher`): every rank sends its own rows, nothing
+        gathered — unless a rank cannot (`_publish_rows`), then all of them take the store path."""
         version = self._t().version
         if version <= self._published - self.cfg.weights.keep_versions:
             return {}
         again = version <= self._published
-        weights = self._t().published_weights()
         self._published = max(self._published, version)
+        if isinstance(self.publisher, ShardPublisher) and self.cfg.train.lora is None:
+            metrics = self._publish_rows(version)
+            if metrics is not None:
+                return metrics
+            return {**self._publish_full(self.publisher.store, version, again), "weights/collective_fallback": 1.0}
+        return self._publish_full(self.publisher, version, again)
+
+    def _publish_full(self, publisher: WeightPublisher, version: int, again: bool) -> dict[str, float]:
+        weights = self._t().published_weights()
         if self.rank != 0:
             for _ in weights if not isinstance(weights, LoraAdapter) else ():
                 pass  # every rank gathers every tensor, in the same order
             return {}
-        metrics = dict(self.publisher.publish(version, weights, replace=again))
+        metrics = dict(publisher.publish(version, weights, replace=again))
         return {} if again else metrics
+
+    def _publish_rows(self, version: int) -> dict[str, float] | None:
+        """Every rank sends its rows over the weight group; None when any rank could not (the group broke, a
+        rank was rebuilt): the ranks agree on that over their own process group, so all fall back together."""
+        assert isinstance(self.publisher, ShardPublisher)
+        ok = not self._collective_broken and not self.publisher.fell_back()
+        metrics: dict[str, float] = {}
+        if self._all_ok(ok):
+            try:
+                metrics = dict(self.publisher.publish_rows(version, self.rank, self.world_size,
+                                                           self._t().weight_specs(), self._t().row_chunks()))
+            except Exception as exc:  # noqa: BLE001 — any failure of the group: the store carries this version
+                log.warning("%s: v%d could not go over the weight group (%s: %s); the store carries it",
+                            self.name, version, type(exc).__name__, exc)
+                ok = False
+            if self._all_ok(ok):
+                return metrics if self.rank == 0 else {}
+        self._collective_broken = True
+        return None
+
+    def _all_ok(self, ok: bool) -> bool:
+        """Whether every rank says ok (one all-reduce over the trainer's own group)."""
+        if self.world_size == 1:
+            return ok
+        flag = torch.tensor([0.0 if ok else 1.0], device=self._t().device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() == 0.0)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         return self._t().train_step(batch) | self.publish()
@@ -142,13 +187,3 @@ class TrainerWorker:
         if self.trainer is None:
             raise RuntimeError(f"{self.name}: setup() was not called")
         return self.trainer
-
-
-def _loopback_interface() -> str | None:
-    """The name of the network interface holding 127.0.0.1 (`lo` on Linux, `lo0` on macOS)."""
-    import psutil
-
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
-            return name
-    return None

@@ -1,8 +1,11 @@
 """`WeightStore`: the driver's handle on the run's weight store — creates it, hands out both ends.
 
-In: `WeightsConfig` (bucket size, versions kept, timeout) and a Ray actor name (one store per run and Ray
-namespace). Out: a `StorePublisher` for the trainer and `StoreSubscriber`s for inference workers (both
-picklable: they travel to their actors), and the held versions for metrics and tests.
+In: `WeightsConfig` (bucket size, versions kept, timeout, transport) and a Ray actor name (one store per run
+and Ray namespace); with `weights.transport=collective` also the trainer ranks and inference workers the
+weight group is made for and where its members meet (`collective(...)`). Out: a `StorePublisher` for the
+trainer and `StoreSubscriber`s for inference workers — or, over a weight group, a `CollectivePublisher` and
+`CollectiveSubscriber`s that fall back to those (collective.py) — all picklable: they travel to their
+actors; and the held versions for metrics and tests.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import ray
 
 from rollart.config import WeightsConfig
 from rollart.resources.manager import on_driver_node
+from rollart.weights.collective import CollectivePublisher, CollectiveSubscriber, WeightGroupServer
 from rollart.weights.publisher import StorePublisher
 from rollart.weights.store import STORE_NAME, WeightStoreActor, wait
 from rollart.weights.subscriber import StoreSubscriber
@@ -27,6 +31,7 @@ class WeightStore:
     def __init__(self, cfg: WeightsConfig, name: str = STORE_NAME) -> None:
         self.cfg = cfg
         self.name = name
+        self.group: WeightGroupServer | None = None  # the weight group's rendezvous (`collective`)
         try:
             # on the driver's node: a store on a worker node would take every held version with it
             self.actor = WeightStoreActor.options(name=name, scheduling_strategy=on_driver_node()).remote(
@@ -36,11 +41,23 @@ class WeightStore:
                 f"a weight store named '{name}' already exists in this Ray namespace (another run?): {e}"
             ) from e
 
-    def publisher(self) -> StorePublisher:
-        return StorePublisher(self.actor, self.cfg.bucket_mb, self.cfg.timeout_s)
+    def collective(self, senders: int, receivers: int, host: str = "127.0.0.1", interface: str = "") -> None:
+        """Carry the weights over a weight group of `senders` trainer ranks and `receivers` inference workers,
+        meeting at a store this process serves on `host` (gloo binding `interface`; '' = by host name)."""
+        self.group = WeightGroupServer(host, senders, receivers, max(1, int(self.cfg.bucket_mb * 2**20)),
+                                       self.cfg.timeout_s, interface)
 
-    def subscriber(self) -> StoreSubscriber:
-        return StoreSubscriber(self.actor, self.cfg.timeout_s)
+    def publisher(self) -> StorePublisher | CollectivePublisher:
+        store = StorePublisher(self.actor, self.cfg.bucket_mb, self.cfg.timeout_s)
+        return CollectivePublisher(self.group.spec, store) if self.group else store
+
+    def subscriber(self) -> StoreSubscriber | CollectiveSubscriber:
+        store = StoreSubscriber(self.actor, self.cfg.timeout_s)
+        return CollectiveSubscriber(self.group.spec, store) if self.group else store
+
+    def fallback_reason(self) -> str:
+        """Why the weights went back to the store path ('' while the weight group carries them, or unused)."""
+        return self.group.fallback_reason() if self.group else ""
 
     def latest_version(self) -> int:
         return wait(self.actor.latest.remote(), self.cfg.timeout_s, "latest()")

@@ -358,3 +358,14 @@ def test_bearer_tokens_never_cross_the_network_in_clear_unless_allowed(overrides
 def test_serve_reward_refuses_a_public_plain_http_host_before_ray_starts(capsys):
     err = _cli_error(["serve-reward", "domains.math.reward.backend=local", "reward.serverless.host=0.0.0.0"], capsys)
     assert "reward.serverless.host: '0.0.0.0' is not a loopback address" in err
+
+
+def test_a_sticky_map_smaller_than_the_trajectories_in_flight_is_refused():
+    # (α + 1) × groups per batch × trajectories per group = 2 × 64 × 8 = 1,024 in flight
+    msg = _error(overrides=["rollout.batch_size=512", "rollout.group_size=8", "rollout.alpha=1",
+                            "inference.sticky_trajectories=1000"])
+    assert "inference.sticky_trajectories: 1000 is below the 1024 trajectories that may be in flight" in msg
+    from rollart.config.loader import load_config
+
+    cfg = load_config(None, ["rollout.batch_size=512", "rollout.group_size=8", "inference.sticky_trajectories=1024"])
+    assert cfg.inference.sticky_trajectories == 1024

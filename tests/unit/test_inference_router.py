@@ -103,3 +103,13 @@ def test_heap_routing_picks_what_a_scan_would() -> None:
         assert key == expect
         r.started(key)
         live.append(key)
+
+
+def test_the_proxy_remembers_as_many_trajectories_as_the_config_says():
+    from rollart.config import InferenceConfig
+    from rollart.inference.proxy import LLMProxy
+
+    proxy = LLMProxy({"p": [object(), object()]}, {"d": "p"}, InferenceConfig(sticky_trajectories=100_000))
+    for i in range(70_000):  # more than the old fixed bound (65,536): none forgotten
+        proxy._router.route("d", f"t{i}")
+    assert proxy._router.worker_of("t0") is not None

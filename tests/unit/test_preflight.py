@@ -120,3 +120,8 @@ def test_an_agent_domain_without_demonstrations_under_a_warm_start_says_so(caplo
     assert "warm start: agent domain puzzle names no demonstrations (domains.puzzle.demonstrations): it starts RL " \
            "from the model as it is" in lines
     assert "warm start skipped: no trained domain has demonstrations (train.warm_start.steps=100)" in lines
+
+
+def test_elastic_generation_is_the_twins_alone_for_now(tmp_path, capsys, no_ray_started) -> None:
+    err = refused(tmp_path, capsys, "train.elastic_generation=true")
+    assert "train.elastic_generation" in err and "simulated by the cluster twin only" in err

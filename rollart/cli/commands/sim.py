@@ -5,8 +5,8 @@ simulated engines, environments, reward and trainer whose times come from the ha
 Says first what it simulates (steps, batch, model, each pool with its GPUs and domains, where each domain's
 episode profile comes from: declared, or its kind's default, rollart/sim/profiles.py), then prints the step
 time and the parts that add up to it, throughput and its price, each pool's utilisation and the invariants
-checked; `--json PATH` writes it all. `--preset 1000gpu` runs the built-in 1,000-GPU scenario instead of a
-run file. A bad run or hardware file exits 2 with the field named.
+checked; `--json PATH` writes it all. `--preset 1000gpu` (or `10000gpu`) runs a built-in scenario instead
+of a run file. A bad run or hardware file exits 2 with the field named.
 """
 
 from __future__ import annotations
@@ -25,11 +25,16 @@ if TYPE_CHECKING:
     from rollart.sim.hardware import SimHardware
 
 
+# --preset NAME: (function of rollart.sim.presets, what it is)
+PRESETS = {"1000gpu": ("thousand_gpus", "the paper's scale, 50 steps"),
+           "10000gpu": ("ten_thousand_gpus", "ten times the paper's scale, 10 steps")}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("sim", help="simulate a run on a cluster in virtual time (the cluster twin)")
     add_run_args(parser)
     parser.add_argument("--hardware", metavar="HW.yaml", help="the cluster: model shape, GPU pools, costs")
-    parser.add_argument("--preset", choices=["1000gpu"], help="a built-in scenario instead of RUN.yaml + HW.yaml")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="a built-in scenario instead of RUN.yaml + HW.yaml")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH")
     parser.set_defaults(func=_sim)
 
@@ -41,11 +46,11 @@ def _sim(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.preset:
-        from rollart.sim.presets import thousand_gpus
+        from rollart.sim import presets
 
-        cfg, hw = thousand_gpus()
-        print("preset 1000gpu: the paper's scale — frozenlake, math and game domains at paper-scale episode "
-              "profiles (rollart/sim/presets.py)")
+        cfg, hw = getattr(presets, PRESETS[args.preset][0])()
+        print(f"preset {args.preset}: {PRESETS[args.preset][1]} — frozenlake, math and game domains at paper-scale "
+              "episode profiles (rollart/sim/presets.py)")
     else:
         if not args.hardware:
             raise ConfigError("rollart sim needs --hardware HW.yaml (or --preset 1000gpu)")
@@ -139,6 +144,8 @@ def render(report, cfg: RunConfig | None = None) -> str:  # noqa: ANN001 — a r
     for pool, stats in sorted(report.pools.items()):
         lines.append(f"  {pool}: {stats['engines']:.0f} engines, {stats['busy_fraction']:.0%} busy, "
                      f"prefix hits {stats['prefix_hit_rate']:.0%}")
+    lines.append(f"the twin: {report.turns:,.0f} generation turns, {report.cpu_us_per_turn:.0f} µs of CPU per turn "
+                 f"(control plane + cost models), {report.control_core_share:.1%} of one core per second of cluster time")
     lines.append(f"invariants: {len(report.ledger_violations)} ledger and {len(report.staleness_violations)} "
                  "staleness violations")
     return "\n".join(lines)
