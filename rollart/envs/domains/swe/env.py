@@ -97,8 +97,7 @@ class SweEnv:
             self.close()
         self.prepare()
         self.task = _task(seed, self.difficulty, self.families)
-        for path, text in self.task.files.items():
-            self._workspace.write_file(path, text)
+        self._workspace.write_files(self.task.files)  # one round trip in a container workspace
 
     def close(self) -> None:
         workspace, self._workspace = self._workspace, None
