@@ -25,6 +25,10 @@ Measured side by side in one run:
 - `cross_trajectory_reads` (target 0): pairs of open trajectories where one tries to read the other's
   files on purpose (its host path with cat and find, read_file of it, /proc/*/root); a read counts if the
   other's secret appears in what it got back.
+- `apply_patch_worst_cpu_s` (target ≤ 1): CPU seconds of the SWE `apply_patch` tool on the costliest patches
+  found within its caps — every hunk's header line wrong, so every hunk is searched for: `MAX_HUNKS` one-line
+  hunks over 13,000 unique lines, and `MAX_HUNKS` hunks of 235 lines over 32,000 near-matching lines (the
+  most of either shape; it runs in the env worker's thread, where no timeout can stop it).
 
 The same figures for the container backend, `podman_...` (where podman answers and the env image is built;
 `--backends` chooses): every SWE workspace is a container, its pool prepares `concurrency` envs at once (a
@@ -376,7 +380,30 @@ def run(quick: bool = False, backends: str = "") -> BenchResult:
     overhead = asyncio.run(_remote_overhead(100 if quick else 1000))
     ratios["remote_step_overhead_ms_p50"] = _ms(overhead, 50)
     ratios["remote_step_overhead_ms_p99"] = _ms(overhead, 99)
+    patch_cpu = _patch_worst()
+    ratios["apply_patch_worst_cpu_s"] = round(max(patch_cpu.values()), 3)
+    rows.append({"what": "apply_patch worst shapes (CPU s)", **{k: round(v, 3) for k, v in patch_cpu.items()}})
     return BenchResult("envs", ratios, rows, notes)
+
+
+def _patch_worst() -> dict[str, float]:
+    """CPU seconds of `apply_patch` on the costliest shapes within its caps (see the module docstring)."""
+    from rollart.envs.domains.swe.patch import MAX_HUNKS, apply_patch
+
+    head = "--- a/f.py\n+++ b/f.py\n"
+    lines = [f"{i:x}" for i in range(13000)]
+    unique = "\n".join(lines) + "\n"
+    blank = "\n" * 32000 + "end\n"
+    shapes = {
+        "one_line_hunks": (unique, "".join(f"@@ -1 +1 @@\n-{lines[-1 - k]}\n+{lines[-1 - k]}\n" for k in range(MAX_HUNKS))),
+        "long_hunks": (blank, ("@@ -1,236 +1,236 @@\n" + " \n" * 235 + "-end\n+end\n") * MAX_HUNKS),
+    }
+    out = {}
+    for name, (text, hunks) in shapes.items():
+        start = time.process_time()
+        apply_patch(head + hunks, {"f.py": text}.get)
+        out[name] = time.process_time() - start
+    return out
 
 
 def _isolation() -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from rollart.base.untrusted import matching_braces
+
 _BOXED = "\\boxed{"
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*\n(.*?)```", re.DOTALL)
 
@@ -19,18 +21,16 @@ def boxed(content: str) -> str:
 
 
 def extract_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` in `text` (stripped), or None if there is no closed one."""
+    """Content of the last `\\boxed{...}` in `text` (stripped), or None if there is no closed one (an unclosed
+    last one leaves an earlier, closed one to count). Linear in the text: braces are matched in one pass."""
     start = text.rfind(_BOXED)
+    if start < 0:
+        return None
+    closes = matching_braces(text)
     while start >= 0:
-        depth = 0
-        for i in range(start + len(_BOXED) - 1, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start + len(_BOXED) : i].strip()
-        # unclosed: an earlier, closed \boxed{...} still counts
+        brace = start + len(_BOXED) - 1
+        if brace in closes:
+            return text[brace + 1 : closes[brace]].strip()
         start = text.rfind(_BOXED, 0, start)
     return None
 

@@ -15,18 +15,21 @@ Families (the format the template teaches the model, hence the format its output
 calls, so a request with `tools` is refused).
 
 Guarantees: a call is accepted only if its name is one of the offered tools and its arguments are a JSON
-object; ids are unique within a trajectory (`call_<turn>_<index>`); parsing never raises.
+object nested at most `MAX_JSON_DEPTH` deep (rollart/base/untrusted.py); ids are unique within a trajectory
+(`call_<turn>_<index>`); parsing never raises, whatever the text (nested, huge, invalid), and takes time
+linear in its length. Every parser registered in `PARSERS` is held to this by the property tests of
+tests/unit/test_parsers_adversarial.py.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Collection
 
+from rollart.base.untrusted import loads_json
+
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(re.escape(_OPEN) + r"(.*?)" + re.escape(_CLOSE), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ class ParsedOutput:
 
 
 def parse_hermes(text: str, tool_names: Collection[str], id_prefix: str) -> ParsedOutput:
-    """`<tool_call>` JSON blocks (see the module docstring); anything off → plain content + reason."""
+    """`<tool_call>` JSON blocks (see the module docstring); anything off → plain content + reason. One pass
+    over the text with `str.find` (a lazy regex rescans the rest of the text from every unclosed opening:
+    quadratic in what a policy writes)."""
     start = text.find(_OPEN)
     if start < 0:
         if _CLOSE in text:
@@ -61,25 +66,28 @@ def parse_hermes(text: str, tool_names: Collection[str], id_prefix: str) -> Pars
         return ParsedOutput(text)
     calls: list[ToolCall] = []
     pos = start
-    for match in _BLOCK.finditer(text, start):
-        if text[pos : match.start()].strip():
+    while (opened := text.find(_OPEN, pos)) >= 0:
+        closed = text.find(_CLOSE, opened + len(_OPEN))
+        if closed < 0:
+            break  # never closed: said below
+        if text[pos:opened].strip():
             return ParsedOutput(text, malformed="text between tool calls")
         try:
-            body = json.loads(match.group(1))
+            body = loads_json(text[opened + len(_OPEN) : closed])
         except ValueError as exc:
-            return ParsedOutput(text, malformed=f"tool call {len(calls)} is not valid JSON ({exc})")
+            return ParsedOutput(text, malformed=f"tool call {len(calls)} is not valid JSON ({str(exc)[:120]})")
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             return ParsedOutput(text, malformed=f"tool call {len(calls)} is not a JSON object with a 'name'")
         if body["name"] not in tool_names:
             offered = ", ".join(sorted(tool_names)) or "none"
-            return ParsedOutput(text, malformed=f"tool call {len(calls)} names {body['name']!r}; offered: {offered}")
+            return ParsedOutput(text, malformed=f"tool call {len(calls)} names {body['name']!r:.60}; offered: {offered}")
         arguments = body.get("arguments", {})
         if not isinstance(arguments, dict):
             return ParsedOutput(text, malformed=f"tool call {len(calls)}: 'arguments' is not a JSON object")
         if set(body) - {"name", "arguments"}:
             return ParsedOutput(text, malformed=f"tool call {len(calls)} has keys besides 'name' and 'arguments'")
         calls.append(ToolCall(f"{id_prefix}_{len(calls)}", body["name"], arguments))
-        pos = match.end()
+        pos = closed + len(_CLOSE)
     if not calls:
         return ParsedOutput(text, malformed=f"'{_OPEN}' is never closed")
     if text[pos:].strip():

@@ -28,6 +28,7 @@ import re
 import threading
 from pathlib import Path
 
+from rollart.base.untrusted import loads_json
 from rollart.config import SandboxConfig
 from rollart.reward.protocol import RewardInputError, RewardOutput, boxed_contents, final_action
 from rollart.sandbox import Program, check_isolation, encode_text, run_pair
@@ -52,9 +53,11 @@ def count_passes(verdicts: str, total: int) -> tuple[int, str]:
     passed: set[int] = set()
     first_error = ""
     for line in verdicts.splitlines():
+        if not line.startswith("{"):
+            continue  # not a verdict: skipped before any parsing
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = loads_json(line)
+        except ValueError:  # not JSON or nested past loads_json's depth: not a verdict
             continue
         i = rec.get("i") if isinstance(rec, dict) else None
         if type(i) is int and 0 <= i < total:

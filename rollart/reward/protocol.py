@@ -51,6 +51,7 @@ from typing import Any, Awaitable, Callable, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rollart.base.untrusted import matching_braces
 from rollart.types import Status, Task, Trajectory, Turn
 
 PAYLOAD_VERSION = 1
@@ -91,16 +92,13 @@ _BOXED = re.compile(r"\\boxed\s*\{")
 
 
 def boxed_contents(text: str) -> list[str]:
-    """Every `\\boxed{...}` body in `text`, braces balanced (nested braces are kept inside the body)."""
-    out: list[str] = []
-    for m in _BOXED.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append(text[m.end() : i - 1])
-    return out
+    """Every `\\boxed{...}` body in `text`, braces balanced (nested braces are kept inside the body). Linear in
+    the text: braces are matched in one pass, not scanned for again from every opening."""
+    matches = list(_BOXED.finditer(text))
+    if not matches:
+        return []
+    closes = matching_braces(text)
+    return [text[m.end() : closes[m.end() - 1]] for m in matches if m.end() - 1 in closes]
 
 
 def to_payload(trajectory: Trajectory, fn: str) -> dict[str, Any]:

@@ -61,6 +61,8 @@ def test_tools_run_in_the_workspace_and_the_expert_scores_one(env):
     "I would fix the bug.", "<tool_call>{not json}</tool_call>", call_text("rm_rf", path="/"),
     "<tool_call>\n{\"name\": \"read_file\", \"arguments\": {}}\n</tool_call>",
     call_text("run_tests") + call_text("submit"), "<tool_call>{\"name\": \"bash\"",
+    "<tool_call>" + "[" * 1000 + "]" * 1000 + "</tool_call>",  # RecursionError out of env.step before
+    "<tool_call>" * 50_000,  # a regex rescanned the rest from every opening: quadratic
 ])
 def test_a_malformed_tool_call_is_a_format_error_turn_not_a_crash(env, action):
     obs, reward, terminated, truncated, info = env.step(action)

@@ -171,3 +171,32 @@ def test_apply_patch_is_strict_and_creates_and_deletes():
     assert apply_patch("--- a/m.py\n+++ /dev/null\n@@ -1,4 +0,0 @@\n-a\n-b\n-c\n-d\n", {"m.py": old}.get) == {"m.py": None}
     with pytest.raises(PatchError, match="at most"):
         apply_patch("x" * (300 * 1024), {}.get)
+
+
+def test_a_moved_hunk_is_found_at_its_one_place_and_an_ambiguous_one_refused():
+    old = "a\nx\nb\nx\nc\n"
+    assert apply_patch("--- a/m.py\n+++ b/m.py\n@@ -9,1 +9,1 @@\n-b\n+B\n", {"m.py": old}.get) == {"m.py": "a\nx\nB\nx\nc\n"}
+    with pytest.raises(PatchError, match="hunk 1 \\(line 9\\) does not apply: its context matches at more than one place"):
+        apply_patch("--- a/m.py\n+++ b/m.py\n@@ -9,1 +9,1 @@\n-x\n+X\n", {"m.py": old}.get)
+    # lines are whole lines: "x" does not match inside "xx", nor a line split by another line break
+    assert apply_patch("--- a/m.py\n+++ b/m.py\n@@ -9 +9 @@\n-x\n+X\n", {"m.py": "xx\nx\nax\r\n"}.get) == {
+        "m.py": "xx\nX\nax\n"}
+
+
+@pytest.mark.timeout(60)
+def test_apply_patch_costs_bounded_work_for_any_patch_within_its_caps():
+    """The issue's attack: a 256 KiB patch of one-line hunks whose headers are wrong, against a file of unique
+    lines: each hunk scanned the whole file line by line (60 KB, 11,105 hunks: 14.6 s of the env worker's
+    CPU, holding the GIL). Now a patch has at most MAX_HUNKS hunks, and a misplaced one costs one linear
+    search: 512 hunks of 235 lines against 32,000 near-matching empty lines (minutes before) apply at once."""
+    from rollart.envs.domains.swe.patch import MAX_HUNKS, MAX_PATCH_CHARS
+
+    lines = [f"{i:x}" for i in range(13000)]
+    text = "\n".join(lines) + "\n"
+    hunks = "".join(f"@@ -1 +1 @@\n-{lines[-1 - k]}\n+{lines[-1 - k]}X\n" for k in range(11000))
+    with pytest.raises(PatchError, match=f"more than {MAX_HUNKS} hunks"):
+        apply_patch("--- a/f.py\n+++ b/f.py\n" + hunks[:MAX_PATCH_CHARS - 100], {"f.py": text}.get)
+    blank = "\n" * 32000 + "end\n"
+    hunk = "@@ -1,236 +1,236 @@\n" + " \n" * 235 + "-end\n+end\n"
+    patched = apply_patch("--- a/f.py\n+++ b/f.py\n" + hunk * MAX_HUNKS, {"f.py": blank}.get)
+    assert patched == {"f.py": blank}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from rollart.base.untrusted import loads_json
 from rollart.envs.agents.errors import bad_request, unsupported
 
 TemplateMessage = dict[str, Any]
@@ -50,9 +51,9 @@ def _arguments(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, str):
         raise bad_request(f"{where}: expected a JSON object as a string", where)
     try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise bad_request(f"{where}: not valid JSON ({exc})", where) from None
+        value = loads_json(raw)
+    except ValueError as exc:  # not JSON, or nested past loads_json's depth
+        raise bad_request(f"{where}: not valid JSON ({str(exc)[:120]})", where) from None
     if not isinstance(value, dict):
         raise bad_request(f"{where}: must encode a JSON object", where)
     return value

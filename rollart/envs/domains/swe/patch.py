@@ -5,7 +5,11 @@ In: `make_patch(path, old, new)` → the unified diff of one file (`--- a/path`,
 current text, or None when the file does not exist); `--- /dev/null` creates a file, `+++ /dev/null`
 deletes it (its new text is None).
 Guarantees: every hunk's context and removed lines must match the file exactly — at the line the header
-names, or else at one unique place; otherwise `PatchError` names the file and the hunk. Nothing is
+names, or else at one unique place; otherwise `PatchError` names the file and the hunk. Bounded work for any
+input within the caps (`MAX_PATCH_CHARS`, `MAX_HUNKS`, 9-digit line numbers): parsing is one pass, and a hunk
+whose header line is wrong costs one linear search of its file (`_place`), never a scan per line — so a
+patch runs in well under a second in the env worker's thread, where no timeout could stop it
+(`rollart bench envs`: `apply_patch_worst_cpu_s`). Nothing is
 written here: the caller writes the result (through the workspace, which refuses paths that leave it).
 Written here, not taken from a library: the well-kept Python diff libraries parse diffs but do not apply
 them, and `patch(1)` would run inside the policy's sandbox, where its output and exit code are the
@@ -19,7 +23,8 @@ import re
 from typing import Callable
 
 MAX_PATCH_CHARS = 256 * 1024
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_HUNK = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@")
+MAX_HUNKS = 512  # over all files of one patch: each may need a search of its file
 NULL = "/dev/null"
 
 
@@ -44,7 +49,7 @@ def _sections(patch: str) -> list[tuple[str, str, list[list[str]]]]:
     """(old path, new path, hunks as lists of lines with their ' '/'-'/'+' prefix) per file."""
     lines = patch.splitlines()
     out: list[tuple[str, str, list[list[str]]]] = []
-    i = 0
+    i = counted = 0
     while i < len(lines):
         if not lines[i].startswith("--- "):
             i += 1
@@ -79,12 +84,29 @@ def _sections(patch: str) -> list[tuple[str, str, list[list[str]]]]:
             if seen_old != old_len or seen_new != new_len:
                 raise PatchError(f"{new}: hunk {len(hunks) + 1} has fewer lines than its header says")
             hunks.append(body)
+            counted += 1
+            if counted > MAX_HUNKS:
+                raise PatchError(f"the patch has more than {MAX_HUNKS} hunks; split it into several patches")
         if not hunks:
             raise PatchError(f"{new}: no hunks ('@@ -l,s +l,s @@') for this file")
         out.append((old, new, hunks))
     if not out:
         raise PatchError("not a unified diff: no '--- a/PATH' / '+++ b/PATH' lines")
     return out
+
+
+def _place(path: str, number: int, start: int, lines: list[str], old: list[str]) -> int:
+    """The one line where `old` (a hunk's context and removed lines) stands in `lines`, when its header's line
+    is wrong: a substring search of the joined lines (a line never holds a newline, so a hit of
+    "\\n" + old + "\\n" in "\\n" + file + "\\n" is line-aligned), linear in the file and the hunk. Searching
+    line by line is O(file × hunk) per hunk: what a policy's patch of many wrong headers burned the host with."""
+    haystack = "\n" + "\n".join(lines) + "\n"
+    needle = "\n" + "\n".join(old) + "\n"
+    first = haystack.find(needle)
+    if first < 0 or haystack.find(needle, first + 1) >= 0:
+        where = "nowhere" if first < 0 else "at more than one place"
+        raise PatchError(f"{path}: hunk {number} (line {start}) does not apply: its context matches {where}")
+    return haystack.count("\n", 0, first)
 
 
 def _apply_hunks(path: str, text: str, hunks: list[list[str]]) -> str:
@@ -97,11 +119,7 @@ def _apply_hunks(path: str, text: str, hunks: list[list[str]]) -> str:
         new = [line[1:] for line in hunk[1:] if line[0] in " +"]
         at = max(start - 1, 0) + offset if old else start + offset
         if lines[at : at + len(old)] != old:
-            places = [k for k in range(len(lines) - len(old) + 1) if lines[k : k + len(old)] == old]
-            if len(places) != 1:
-                where = "nowhere" if not places else f"at {len(places)} places"
-                raise PatchError(f"{path}: hunk {number} (line {start}) does not apply: its context matches {where}")
-            at = places[0]
+            at = _place(path, number, start, lines, old)
         lines[at : at + len(old)] = new
         offset = at + len(new) - (start - 1 if old else start)
     return "\n".join(lines) + ("\n" if trailing_newline and lines else "")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Mapping, Sequence
 
+from rollart.base.untrusted import loads_json
 from rollart.envs.domains.swe.generator import HiddenCase
 
 HARNESS_NAME = "_rollart_hidden.py"
@@ -66,8 +67,8 @@ def judge(stdout: str, hidden: Sequence[HiddenCase]) -> Score:
     if len(lines) > 1:
         return Score(0, len(hidden), "the package printed result lines of its own")
     try:
-        results = json.loads(lines[-1][len(MARK):])
-    except ValueError:
+        results = loads_json(lines[-1][len(MARK):])
+    except ValueError:  # not JSON, or nested past loads_json's depth (the package printed it): unreadable
         return Score(0, len(hidden), "the hidden tests' results are unreadable")
     if not isinstance(results, list) or len(results) != len(hidden):
         return Score(0, len(hidden), "the hidden tests' results do not match the cases")
