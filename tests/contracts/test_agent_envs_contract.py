@@ -108,6 +108,26 @@ def test_an_episode_is_the_gateways_turns_and_the_rubrics_score(spec, gateway, c
     assert any(k.startswith("agent/reward.") for k in trajectory.metrics)
 
 
+def test_episodes_at_once_share_one_serving_and_each_scores_its_own(gateway, chat):
+    """Four vf_lookup episodes on one event loop at once (as an env worker runs them): verifiers' serving
+    resources are shared, every episode completes with its own task's score."""
+    gw, _ = gateway
+    domain = DomainConfig(env="verifiers:vf_lookup", max_turns=4, max_new_tokens=64, max_total_tokens=2048)
+    agent = adapter_agent(domain)
+
+    async def main():
+        managers = [AgentManager(Task(f"many-{s}", "vf", domain.env, s, "g"), 0, agent=agent, domain_cfg=domain,
+                                 gateway=gw, sampling=SamplingParams(max_new_tokens=64,
+                                                                     stop_token_ids=chat.stop_token_ids))
+                    for s in (1, 2, 3, 4)]
+        return await asyncio.gather(*(m.run() for m in managers))
+
+    trajectories = asyncio.run(main())
+    assert [t.status for t in trajectories] == [Status.COMPLETED] * 4, [t.status_reason for t in trajectories]
+    assert all(t.env_return == 1.0 and len(t.turns) == 2 for t in trajectories)
+    assert len({t.turns[0].observation for t in trajectories}) > 1  # different tasks, each answered rightly
+
+
 def test_a_seed_picks_one_task_and_validation_tasks_are_held_out(gateway, chat):
     first = {seed: play("verifiers:vf_reverse", gateway, chat, seed, tid=f"s{seed}")[0].turns[0].observation
              for seed in (1, 2, 5)}
