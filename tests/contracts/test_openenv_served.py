@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rollart.envs.adapters import openenv as adapter
+from rollart.sandbox import servers
 from rollart.envs.spec import make_env
 from rollart.sandbox.workspace import reap_leftovers
 
@@ -50,9 +51,18 @@ def test_a_local_server_rollart_starts_plays_and_dies_with_its_process():
     env = make_env("openenv", {"app": APP})
     assert play(env) == 1.0
     env.close()
-    script = ("import sys\nfrom rollart.envs.spec import make_env\nfrom rollart.envs.adapters import openenv\n"
+    server = servers._servers[(APP, "", "podman", "openenv")]
+    server.proc.kill()  # the server died: the next env cannot open a session, and rollart starts another
+    server.proc.wait()
+    with pytest.raises(adapter.OpenEnvError, match="openenv: .*refused"):
+        make_env("openenv", {"app": APP}).reset(1)
+    env = make_env("openenv", {"app": APP})
+    assert play(env) == 1.0 and servers._servers[(APP, "", "podman", "openenv")] is not server
+    env.close()
+    script = ("import sys\nfrom rollart.envs.spec import make_env\n"
               f"e = make_env('openenv', {{'app': {APP!r}}}); e.reset(1)\n"
-              "print(next(iter(openenv._servers.values())).proc.pid, flush=True)\nimport time; time.sleep(600)\n")
+              "from rollart.sandbox import servers\n"
+              "print(next(iter(servers._servers.values())).proc.pid, flush=True)\nimport time; time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["PYTHONPATH"]])})
     try:
@@ -111,7 +121,7 @@ def test_a_server_in_a_podman_container_plays_and_is_removed(guess_image):
         assert play(env) == 1.0 and play(env) == 1.0
         env.close()
         assert len(containers()) >= 1
-        adapter._stop_servers()
+        servers.stop_servers()
         assert containers() == []
 
 

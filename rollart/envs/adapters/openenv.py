@@ -21,11 +21,12 @@ that schema (`jsonschema`) before it is sent; a parse or schema error, or the se
 is a format error the policy reads (the episode goes on). Reward and `done` are the server's.
 `prepare()` (the warm pool's) starts the server if needed and opens the session ahead of a reset.
 
-Servers rollart starts are shared by every env of the process with the same options and stopped when it
-exits; a local server dies with the process that started it (it watches a pipe only that process holds), a
-container carries rollart's labels and is reaped by `reap_leftovers` like workspace containers. A container
-server gets the engine's default network (its port published on 127.0.0.1 only) — an env that runs what the
-policy writes can reach what that network reaches. Each session holds one of the server's env instances:
+Servers rollart starts (rollart/sandbox/servers.py) are shared by every env of the process with the same
+options and stopped when it exits; a local server dies with the process that started it (it watches a pipe only
+that process holds), a container carries rollart's labels (owner `openenv`) and is reaped by `reap_leftovers`
+like workspace containers; one that died is started again for the next env. A container server gets the
+engine's default network (its port published on 127.0.0.1 only) — an env that runs what the policy writes can
+reach what that network reaches. Each session holds one of the server's env instances:
 serve with `max_concurrent_envs` ≥ the envs one process runs at once (the template's default is 1).
 
 Expert: none (OpenEnv has no oracle policy); random: a well-formed action drawn from the schema.
@@ -34,29 +35,20 @@ Expert: none (OpenEnv has no oracle policy); random: a well-formed action drawn 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import itertools
 import json
-import os
 import random
 import re
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
 import threading
-import time
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
 from rollart.envs.adapters.user_object import import_user_object
+from rollart.sandbox.servers import ServerError, server_url
 
 HIDDEN_FIELDS = ("reward", "done", "metadata")
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
-_counter = itertools.count()
 
 
 class OpenEnvError(RuntimeError):
@@ -81,128 +73,6 @@ def _run(coro: Any, timeout_s: float) -> Any:
     except TimeoutError:
         future.cancel()
         raise OpenEnvError(f"an OpenEnv call did not answer in {timeout_s:g}s") from None
-
-
-# --- servers rollart starts ---------------------------------------------------------------------------------
-class _Server:
-    """A server process or container this process started; its URL once it answers /health."""
-
-    def __init__(self, app: str, image: str, engine: str, start_timeout_s: float) -> None:
-        self.app, self.image, self.engine = app, image, engine
-        self.proc: subprocess.Popen | None = None
-        self.container = ""
-        self.url = self._start_container(start_timeout_s) if image else self._start_local(start_timeout_s)
-
-    def _start_local(self, timeout_s: float) -> str:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, self.app], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
-        line = _readline(self.proc, timeout_s)
-        if not line.startswith("port "):
-            self.stop()
-            raise OpenEnvError(f"openenv: the server of app {self.app!r} did not start: {line or self._log()}")
-        url = f"http://127.0.0.1:{int(line.split()[1])}"
-        _wait_healthy(url, timeout_s, self._alive, self._log)
-        return url
-
-    def _start_container(self, timeout_s: float) -> str:
-        from rollart.sandbox import cgroups
-        from rollart.sandbox.container_engine import ULIMITS, engine_cli, reap_containers
-
-        cli = engine_cli(self.engine)
-        reap_containers(self.engine, "openenv")
-        self.container = f"rollart-openenv-{cgroups.owner_tag()}-{next(_counter)}-{secrets.token_hex(3)}"
-        command = ["python3", "-m", "uvicorn", self.app, "--host", "0.0.0.0", "--port", "8000"] if self.app else []
-        started = subprocess.run(
-            [cli, "run", "-d", "--rm", "--pull", "never", "--init", "--name", self.container, "--label",
-             "rollart.owner=openenv", "--label", f"rollart.creator={cgroups.owner_tag()}", *ULIMITS, "-p",
-             "127.0.0.1::8000", self.image, *command], capture_output=True, text=True, timeout=timeout_s)
-        if started.returncode != 0:
-            self.stop()
-            raise OpenEnvError(f"openenv: the container of image {self.image!r} did not start: "
-                               f"{started.stderr.strip()[-400:]}")
-        port = subprocess.run([cli, "port", self.container, "8000/tcp"], capture_output=True, text=True, timeout=60)
-        address = port.stdout.strip().splitlines()[0] if port.returncode == 0 and port.stdout.strip() else ""
-        if not address:
-            self.stop()
-            raise OpenEnvError(f"openenv: no published port for container {self.container}: {port.stderr[-200:]}")
-        url = f"http://{address}"
-        _wait_healthy(url, timeout_s, self._alive, self._log)
-        return url
-
-    def _alive(self) -> bool:
-        if self.proc is not None:
-            return self.proc.poll() is None
-        from rollart.sandbox.container_engine import engine_cli
-
-        listed = subprocess.run([engine_cli(self.engine), "ps", "-q", "--filter", f"name={self.container}"],
-                                capture_output=True, text=True, timeout=60)
-        return bool(listed.stdout.strip())
-
-    def _log(self) -> str:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                return "(still running)"
-            return (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace")[-800:]
-        from rollart.sandbox.container_engine import engine_cli
-
-        logs = subprocess.run([engine_cli(self.engine), "logs", self.container], capture_output=True, text=True,
-                              timeout=60)
-        return (logs.stdout + logs.stderr)[-800:]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        if self.container:
-            from rollart.sandbox.container_engine import remove_container
-
-            cli = shutil.which(self.engine)
-            if cli:
-                remove_container(cli, self.engine, self.container)
-
-
-def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
-    """The server process's first stdout line, within `timeout_s` ('' if none)."""
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.append(proc.stdout.readline().decode(errors="replace")), daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    return out[0].strip() if out else ""
-
-
-def _wait_healthy(url: str, timeout_s: float, alive: Callable[[], bool], log: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2, trust_env=False).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if not alive():
-            raise OpenEnvError(f"openenv: the server at {url} exited: {log()}")
-        time.sleep(0.2)
-    raise OpenEnvError(f"openenv: the server at {url} did not answer /health in {timeout_s:g}s: {log()}")
-
-
-_servers: dict[tuple[str, str, str], _Server] = {}
-_servers_lock = threading.Lock()
-
-
-def _server_url(app: str, image: str, engine: str, start_timeout_s: float) -> str:
-    key = (app, image, engine)
-    with _servers_lock:
-        if key not in _servers:
-            _servers[key] = _Server(app, image, engine, start_timeout_s)
-        return _servers[key].url
-
-
-@atexit.register
-def _stop_servers() -> None:
-    with _servers_lock:
-        for server in _servers.values():
-            server.stop()
-        _servers.clear()
 
 
 # --- actions and observations --------------------------------------------------------------------------------
@@ -292,10 +162,23 @@ class OpenEnvEnv:
 
     # --- connection ---------------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Start the server if rollart runs it, read its action schema, open a session (all before a reset)."""
-        if not self.url:
-            self.url = _server_url(self.options["app"], self.options["image"], self.options["engine"],
-                                   self.start_timeout_s)
+        """Start the server if rollart runs it, read its action schema, open a session (all before a reset). A
+        server rollart runs that died is started again (this env fails; the next one reaches the new server)."""
+        if self.options["url"]:
+            self._open()
+            return
+        spec = (self.options["app"], self.options["image"], self.options["engine"], "openenv")
+        try:
+            self.url = server_url(*spec, self.start_timeout_s)
+        except ServerError as exc:
+            raise OpenEnvError(f"openenv: {exc}") from None
+        try:
+            self._open()
+        except OpenEnvError:
+            server_url(*spec, self.start_timeout_s, restart_dead=True)
+            raise
+
+    def _open(self) -> None:
         if not self.schema:
             try:
                 response = httpx.get(f"{self.url}/schema", timeout=self.timeout_s, trust_env=False)
@@ -404,26 +287,3 @@ class OpenEnvEnv:
 
 class _Refused(Exception):
     """The server's own validation refused an action (the policy's error, not the server's)."""
-
-
-def _serve(app_spec: str) -> None:
-    """Child process of a local server: serve `app_spec` on 127.0.0.1 (an ephemeral port, printed first) until
-    the parent dies (stdin closes) or the server stops."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    app = import_user_object(app_spec, "openenv options.app", "'module.path:app'", ValueError)
-
-    def lifeline() -> None:
-        sys.stdin.buffer.read()  # returns when the parent is gone
-        os._exit(0)
-
-    threading.Thread(target=lifeline, daemon=True).start()
-    print(f"port {sock.getsockname()[1]}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=16 << 20))
-    server.run(sockets=[sock])
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1])
