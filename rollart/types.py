@@ -90,6 +90,11 @@ class SamplingParams:
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
     ignore_eos: bool = False  # True: do not stop at the model's EOS ids (stop_token_ids still stop)
+    # Constrained decoding: a grammar in llguidance's Lark dialect (`start: ...`, a JSON schema as `%json{...}`,
+    # a token by id as `<[123]>`). The engine samples only tokens it allows, and the stop tokens only where it
+    # accepts; the tokens and logprobs recorded are those sampled under it (rollart/inference/constrained.py).
+    grammar: str | None = None
+    top_logprobs: int = 0  # also report the k most probable tokens at each position (their id and logprob), k ≤ 20
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,9 @@ class GenerationResult:
     prefill_tokens: int = 0  # context tokens actually computed (the rest came from a cached prefix)
     worker: str = ""
     spans: tuple[Span, ...] = ()
+    # with `SamplingParams.top_logprobs` = k: per token, the k most probable (token id, logprob) of the
+    # distribution it was sampled from, most probable first; () otherwise
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
 
 
 @dataclass(frozen=True)

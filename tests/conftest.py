@@ -51,3 +51,13 @@ def tiny_model_path(tmp_path_factory):
     from rollart.models import resolve_model_path
 
     return resolve_model_path(ModelConfig(), seed=0, cache_dir=tmp_path_factory.mktemp("model-cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tool_model_path(tmp_path_factory):
+    """The built-in tiny checkpoint whose tokenizer holds the tool-call tokens (`model.tiny.tool_calls`)."""
+    from rollart.config import ModelConfig
+    from rollart.models import resolve_model_path
+
+    return resolve_model_path(ModelConfig(tiny={"tool_calls": True}), seed=0,
+                              cache_dir=tmp_path_factory.mktemp("tool-model-cache"))

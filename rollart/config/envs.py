@@ -61,9 +61,12 @@ class GatewayConfig(Section):
         64, ge=1, le=1024, description="largest request line plus headers, in KiB; larger get 431"
     )
     max_headers: int = Field(128, ge=1, le=10_000, description="header fields in one request; more get 431")
-    tool_parser: Literal["auto", "hermes", "none"] = Field(
-        "auto", description="how tool calls are parsed out of model output: auto = the family the chat template "
-        "writes (hermes for <tool_call> templates), none = never (requests with tools are refused)"
+    # the families of rollart/envs/tool_calls/ (a unit test holds the two lists equal)
+    tool_parser: Literal["auto", "none", "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "glm45",
+                         "kimi_k2"] = Field(
+        "auto", description="how tool calls are parsed out of model output (and forced ones written): auto = the "
+        "family whose markers the chat template holds, a family name = that family's format, none = never (requests "
+        "with tools are refused)"
     )
     model_name: str = Field("rollart-policy", description="the model name responses carry (any name is accepted)")
 

@@ -76,15 +76,24 @@ class ChatTokens:
         return int(eos) if eos is not None else None
 
     def render(
-        self, messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Mapping[str, Any]] | None = None
+        self, messages: Sequence[Message], generation_prompt: bool, tools: Sequence[Mapping[str, Any]] | None = None,
+        thinking: bool | None = None,
     ) -> str:
         """The template's text for `messages` (and `tools`, rendered where the template puts them), after the
-        system prompt unless the messages begin with their own."""
+        system prompt unless the messages begin with their own. `thinking` overrides the thinking switch for
+        this rendering (an agent's per-request reasoning effort; ignored by a template without the switch)."""
         own_system = bool(messages) and messages[0].get("role") == "system"
+        kwargs = self.template_kwargs
+        if thinking is not None and self.has_thinking_switch:
+            kwargs = {**kwargs, "enable_thinking": thinking}
         return self.tokenizer.apply_chat_template(
             ([] if own_system else self.system) + [dict(m) for m in messages], tools=list(tools) if tools else None,
-            tokenize=False, add_generation_prompt=generation_prompt, **self.template_kwargs,
+            tokenize=False, add_generation_prompt=generation_prompt, **kwargs,
         )
+
+    @functools.cached_property
+    def has_thinking_switch(self) -> bool:
+        return has_thinking_switch(self.tokenizer.chat_template)
 
     def encode(self, text: str) -> list[int]:
         # a fast tokenizer's Rust backend gives the same ids ~4x faster than the Python wrapper; its batch

@@ -31,6 +31,9 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   product per adapted weight per version. `prepare_weights` does that merge off the engine's thread (the
   worker calls it after a background pull, while the engine generates), so the swap itself is a pointer
   swap; a merge prepared before a full-weights update replaced the base is redone at the swap.
+- A request with `SamplingParams.grammar` samples only what its grammar allows (`constrained.py`: an
+  llguidance mask on its logits row before temperature and filters; the logprob is that of the masked
+  distribution); the engine needs its tokenizer for that.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
   from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
@@ -58,7 +61,8 @@ from rollart.inference.generation import (
     check_request,
     check_weights,
 )
-from rollart.inference.sampling import choose_tokens, sampling_logprobs
+from rollart.inference.constrained import GrammarCompiler, GrammarMask
+from rollart.inference.sampling import choose_tokens, sampling_logprobs, top_alternatives
 from rollart.models.lora import adapted_parameters, merged_weights
 from rollart.types import FinishReason, GenerationRequest, GenerationResult, LoraAdapter, SamplingParams
 
@@ -79,6 +83,7 @@ class _Seq(Generation):
 
     generator: torch.Generator | None
     stop_ids: frozenset[int]
+    grammar: GrammarMask | None = None  # a constrained request's mask (constrained.py)
     cached: int = 0  # context tokens whose KV is in the cache (all but the newest token)
 
     @property
@@ -139,13 +144,15 @@ class BuiltinEngine:
         self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._live: dict[str, _Seq] = {}
         self._aborts: list[str] = []
+        self._grammars: GrammarCompiler | None = None  # built at the first constrained request
         self._lora_base: dict[str, torch.Tensor] = {}  # pristine copies of the weights a LoRA adapter adapts
         self._base_epoch = 0  # full-weights updates so far: a merge prepared on an older base is redone
         # `prepare_weights` runs on another thread: it and the swaps that touch the base take turns
         self._lora_lock = threading.Lock()
         self._counters = dict.fromkeys(
             ("steps", "decode_steps", "decode_rows", "tokens_generated", "prompt_tokens", "prefill_tokens",
-             "recompute_tokens", "requests_finished", "requests_aborted", "weight_updates", "swap_s_total"),
+             "recompute_tokens", "requests_finished", "requests_aborted", "weight_updates", "swap_s_total",
+             "constrained_tokens"),
             0.0,
         )
 
@@ -163,7 +170,13 @@ class BuiltinEngine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(seed if seed is not None else self._seeds.getrandbits(63))
         eos = frozenset() if request.sampling.ignore_eos else self.eos_token_ids
-        seq = _Seq(request=request, generator=generator, stop_ids=eos | set(request.sampling.stop_token_ids))
+        stop_ids = eos | set(request.sampling.stop_token_ids)
+        grammar = None
+        if request.sampling.grammar is not None:
+            if self._grammars is None:
+                self._grammars = GrammarCompiler(self.tokenizer, self.vocab_size)
+            grammar = self._grammars.mask(request.sampling.grammar, stop_ids)
+        seq = _Seq(request=request, generator=generator, stop_ids=stop_ids, grammar=grammar)
         self._live[request.request_id] = seq
         self._waiting.append(seq)
 
@@ -351,11 +364,18 @@ class BuiltinEngine:
     def _sample(self, rows: list[_Seq], logits: torch.Tensor) -> list[int]:
         """Append one sampled token to each row; return the indices of the rows that stop there."""
         params = [s.params for s in rows]
+        for i, s in enumerate(rows):  # constrained requests: what the grammar does not allow is -inf
+            if s.grammar is not None:
+                s.grammar.apply(logits[i])
+                self._counters["constrained_tokens"] += 1
         logprobs = sampling_logprobs(logits, params)
         tokens, picked = choose_tokens(logprobs, params, [s.generator for s in rows])
         stopped = []
         for i, (s, tok, lp) in enumerate(zip(rows, tokens, picked)):
-            s.append(tok, lp, self._version)
+            k = s.params.top_logprobs
+            s.append(tok, lp, self._version, top_alternatives(logprobs[i], k) if k else None)
+            if s.grammar is not None:
+                s.grammar.advance(tok)
             if self._stop_reason(s) is not None:
                 stopped.append(i)
         self._counters["tokens_generated"] += len(rows)

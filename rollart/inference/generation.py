@@ -57,12 +57,16 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    top_logprobs: list[tuple[tuple[int, float], ...]] = field(default_factory=list)  # with sampling.top_logprobs
     prefill_tokens: int = 0  # prompt tokens computed at admission (the rest came from a prefix cache)
 
-    def append(self, token: int, logprob: float, version: int) -> None:
+    def append(self, token: int, logprob: float, version: int,
+               top: tuple[tuple[int, float], ...] | None = None) -> None:
         self.tokens.append(int(token))
         self.logprobs.append(float(logprob))
         self.versions.append(int(version))
+        if top is not None:
+            self.top_logprobs.append(top)
 
     def result(self, reason: FinishReason, worker: str) -> GenerationResult:
         r = self.request
@@ -77,6 +81,7 @@ class Generation:
             prefill_tokens=self.prefill_tokens,
             worker=worker,
             spans=(Span("generate", self.added_at, time.time(), worker),),
+            top_logprobs=tuple(self.top_logprobs),
         )
 
 

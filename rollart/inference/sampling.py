@@ -30,6 +30,7 @@ import torch
 from rollart.types import SamplingParams
 
 MAX_SEED = 2**63 - 1
+MAX_TOP_LOGPROBS = 20
 
 
 def validate_sampling(params: SamplingParams, vocab_size: int, can_decode: bool) -> None:
@@ -58,6 +59,14 @@ def validate_sampling(params: SamplingParams, vocab_size: int, can_decode: bool)
             raise bad("stop_strings", params.stop_strings, "every stop string must be a non-empty str")
     if params.stop_strings and not can_decode:
         raise bad("stop_strings", params.stop_strings, "stop strings need an engine built with a tokenizer")
+    k = params.top_logprobs
+    if isinstance(k, bool) or not isinstance(k, int) or not (0 <= k <= MAX_TOP_LOGPROBS):
+        raise bad("top_logprobs", k, f"it must be an integer in [0, {MAX_TOP_LOGPROBS}]")
+    g = params.grammar
+    if g is not None and (not isinstance(g, str) or not g.strip()):
+        raise bad("grammar", g, "it must be None or a non-empty grammar (llguidance's Lark dialect)")
+    if g is not None and not can_decode:
+        raise bad("grammar", "...", "constrained decoding needs an engine built with a tokenizer")
     if not isinstance(params.ignore_eos, bool):
         raise bad("ignore_eos", params.ignore_eos, "it must be True or False")
     seed = params.seed
@@ -100,6 +109,12 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[floa
         drop[:, 0] = False  # the most probable token always stays
         sorted_vals = sorted_vals.masked_fill(drop, float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(1, sorted_idx, sorted_vals)
+
+
+def top_alternatives(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float], ...]:
+    """The k most probable (token, logprob) of one row's distribution, most probable first (-inf ones left out)."""
+    values, ids = logprobs.topk(min(k, logprobs.shape[-1]))
+    return tuple((int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist()) if v != float("-inf"))
 
 
 def choose_tokens(

@@ -32,6 +32,10 @@ How the contract is met:
   while running requests still hold them (keep).
 - Prefix caching is vLLM's own (block-level, across requests and turns); `prefill_tokens` of a result is
   the prompt length minus what vLLM found cached.
+- Constrained decoding (`SamplingParams.grammar`): vLLM's structured outputs with the `guidance` backend
+  (llguidance, as the built-in engine), the grammar passed as is; vLLM applies the token bitmask before its
+  sampler, so the processed logprobs are those of the masked distribution, as the built-in engine's. vLLM
+  allows the tokenizer's end-of-sequence token where the grammar accepts.
 - Sampled requests without a seed get one from the engine's seeded generator, so a run reproduces.
 """
 
@@ -92,6 +96,9 @@ def engine_args(
         max_num_seqs=max_batch_size,
         enable_prefix_caching=True,
         logprobs_mode="processed_logprobs",
+        # constrained decoding (`SamplingParams.grammar`): llguidance, the library the built-in engine uses, so
+        # both engines read one grammar language (rollart/inference/constrained.py)
+        structured_outputs_config={"backend": "guidance"},
         async_scheduling=False,
         worker_extension_cls=EXTENSION,
         tensor_parallel_size=tensor_parallel_size,
@@ -254,8 +261,13 @@ class VLLMEngine:
             if not gen.tokens and out.num_cached_tokens is not None:
                 gen.prefill_tokens = len(gen.request.prompt_token_ids) - int(out.num_cached_tokens)
             logprobs = completion.logprobs or []
+            k = gen.request.sampling.top_logprobs
             for i, token in enumerate(completion.token_ids):
-                gen.append(token, logprobs[i][token].logprob, self._version)
+                top = None
+                if k:  # vLLM's entries: the sampled token and the top k, each with its rank
+                    ranked = sorted((e.rank, t, e.logprob) for t, e in logprobs[i].items() if e.rank and e.rank <= k)
+                    top = tuple((t, lp) for _, t, lp in ranked)
+                gen.append(token, logprobs[i][token].logprob, self._version, top)
             self._counters["tokens_generated"] += len(completion.token_ids)
             if out.finished:
                 reason = _FINISH.get(completion.finish_reason or "stop")
@@ -330,11 +342,17 @@ class VLLMEngine:
             stop_token_ids=list(sp.stop_token_ids) or None,
             include_stop_str_in_output=True,
             ignore_eos=sp.ignore_eos,
-            logprobs=0,
+            logprobs=sp.top_logprobs,
             detokenize=bool(sp.stop_strings),
             skip_special_tokens=False,
             output_kind=self._delta,
+            structured_outputs=self._structured(sp.grammar) if sp.grammar is not None else None,
         )
+
+    def _structured(self, grammar: str) -> Any:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        return StructuredOutputsParams(grammar=grammar)
 
     def _submit(self, gen: _Request) -> None:
         """Hand one request to vLLM, salted with the version now served (see the module docstring)."""

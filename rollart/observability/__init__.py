@@ -26,7 +26,7 @@ Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
   step's record only: everything before RL (start-up, warm start, first evaluation), and the warm start.
 - rollout/{trajectories, groups, turns_mean, tokens, prompt_tokens, response_tokens, success, reward_mean,
   truncated_frac, format_error_frac}; env/<d>/{count, success, reward, env_return, turns, tokens,
-  prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched and agent/<name>, the
+  prefill_tokens, decode_tokens} (+ malformed_tool_calls, segments_branched, choices_dropped and agent/<name>, the
   agent's own returned metrics, for agent domains); env/<d>/{reset_p50_s, reset_p99_s} (over the resets
   since the last step, retries included) and env/<d>/{resets, reset_retries, resets_failed, pool_hits,
   pool_staged_hits, pool_misses} (totals since the run started), from the env workers (`EnvRouter.reset_metrics`);

@@ -33,7 +33,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 from rollart.observability.utilisation import pool_utilisation
 from rollart.types import AGENT_METRIC_PREFIX, DATA_METRIC_PREFIX, Span, Status, Trajectory
 
-AGENT_COUNTERS: tuple[str, ...] = ("malformed_tool_calls", "segments_branched")
+AGENT_COUNTERS: tuple[str, ...] = ("malformed_tool_calls", "segments_branched", "choices_dropped")
 # The life of a trajectory, in order; the report draws these phases.
 # `agent.step` is an agent domain's env.step: the agent's own time between its model calls (tools, logic).
 PHASES: tuple[str, ...] = ("env.reset", "generate", "env.step", "agent.step", "reward", "buffer.wait")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import json
 import os
 
 import pytest
@@ -42,8 +43,9 @@ def model(tiny_model_path):
 
 def _hf(model, path, **kw):
     from rollart.inference.builtin_engine import BuiltinEngine
+    from rollart.models import load_tokenizer
 
-    return BuiltinEngine(copy.deepcopy(model), **kw)
+    return BuiltinEngine(copy.deepcopy(model), load_tokenizer(path), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -301,3 +303,43 @@ def test_bad_requests_are_rejected_with_a_named_field(make_engine):
         engine.add(_req("dup"))
     engine.abort("dup")
     _drain(engine)
+
+
+def test_a_grammar_constrains_what_is_sampled(make_engine, tiny_model_path):
+    """`SamplingParams.grammar` (llguidance's Lark with a JSON schema): every seeded sample is JSON valid under
+    the schema and ends with the end-of-sequence token, where the grammar accepts."""
+    import jsonschema
+
+    from rollart.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_path)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0,
+                                                                              "maximum": 9}},
+              "required": ["ok", "n"], "additionalProperties": False}
+    compact = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+    grammar = "start: %json" + json.dumps({**schema, "x-guidance": compact})
+    engine = make_engine()
+    eos = tokenizer.eos_token_id
+    for i in range(4):
+        engine.add(GenerationRequest(f"g{i}", f"g{i}", "math", _prompt(6, i), SamplingParams(
+            temperature=1.0, seed=i, max_new_tokens=60, stop_token_ids=(eos,), grammar=grammar)))
+    out = _drain(engine)
+    for r in out.values():
+        assert r.finish_reason == "stop" and r.token_ids[-1] == eos, tokenizer.decode(list(r.token_ids))
+        jsonschema.validate(json.loads(tokenizer.decode(list(r.token_ids[:-1]))), schema)
+        assert all(lp <= 1e-6 for lp in r.logprobs)
+
+
+def test_top_logprobs_are_the_most_probable_alternatives(make_engine):
+    """`SamplingParams.top_logprobs` = k: per token, k (id, logprob) pairs, most probable first, of the same
+    distribution as the token's own logprob (which is among them when the token is)."""
+    engine = make_engine()
+    engine.add(_req("t", n=6, top_logprobs=5))
+    engine.add(_req("plain", n=3))
+    out = _drain(engine)
+    r = out["t"]
+    assert len(r.top_logprobs) == 6 and out["plain"].top_logprobs == ()
+    for token, lp, top in zip(r.token_ids, r.logprobs, r.top_logprobs):
+        values = [v for _, v in top]
+        assert len(top) == 5 and values == sorted(values, reverse=True)
+        assert token == top[0][0] and abs(lp - top[0][1]) < LOGPROB_TOL  # greedy: the sampled one is the first

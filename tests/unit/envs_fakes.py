@@ -38,7 +38,7 @@ class ScriptedLLM:
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         self.requests.append(request)
-        turn = int(request.request_id.rsplit("/", 1)[1])
+        turn = int(request.request_id.rsplit("/", 1)[1].split(".")[0])  # "<trajectory>/<call>[.<choice>]"
         if self.fail_on_turn == turn:
             raise RuntimeError("inference worker died")
         start = asyncio.get_running_loop().time()
@@ -48,6 +48,10 @@ class ScriptedLLM:
             ids.append(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
         ids = ids[: request.sampling.max_new_tokens]
         finish = "stop" if self.stop and len(ids) and ids[-1] in request.sampling.stop_token_ids else "length"
+        for n in range(1, len(ids) + 1):  # a stop string ends the output with the token that completes it
+            if any(s in self.tokenizer.decode(ids[:n]) for s in request.sampling.stop_strings):
+                ids, finish = ids[:n], "stop"
+                break
         if self.delay_s:
             try:
                 await asyncio.wait_for(event.wait(), self.delay_s)

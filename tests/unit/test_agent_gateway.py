@@ -216,12 +216,13 @@ def test_sampling_parameters_map_onto_the_engines(harness):
 @pytest.mark.parametrize(
     "kwargs, param",
     [
-        ({"n": 2}, "n"),
+        ({"n": 9}, "n"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"logit_bias": {"5": 1}}, "logit_bias"),
-        ({"tool_choice": "required", "tools": [CALC]}, "tool_choice"),
-        ({"top_logprobs": 3, "logprobs": True}, "top_logprobs"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tool_choice": {"type": "function", "function": {"name": "rm"}}, "tools": [CALC]}, "tool_choice"),
+        ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
         ({"extra_body": {"guided_json": {}}}, "guided_json"),
         ({"temperature": 7}, "temperature"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},

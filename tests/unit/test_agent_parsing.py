@@ -6,7 +6,8 @@ import pytest
 
 from rollart.envs.agents.errors import GatewayError
 from rollart.envs.agents.messages import message_key, template_messages, template_tools
-from rollart.envs.tool_calls import detect_family, parse_hermes
+from rollart.envs.tool_calls import detect_family
+from rollart.envs.tool_calls.hermes import parse as parse_hermes
 from rollart.models.tiny import CHATML_TEMPLATE
 
 TOOLS = {"calculator", "search"}
@@ -24,7 +25,7 @@ def test_hermes_calls_parse_into_openai_tool_calls():
 
 
 @pytest.mark.parametrize("text, reason", [
-    (CALL + " and more", "text after the last tool call"),
+    (CALL + " and more", "text after the last of the tool calls"),
     (CALL + "\nhmm\n" + CALL, "text between tool calls"),
     ("<tool_call>\n{\"name\": \"calculator\"", "never closed"),
     ('<tool_call>{"name": calculator}</tool_call>', "not valid JSON"),

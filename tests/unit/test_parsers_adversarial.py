@@ -1,7 +1,7 @@
 """Text a policy writes never raises out of a parser, and never costs more than time linear in its length.
 
 Every parser on the path from a model's text to a reward — each tool-call family registered in
-`rollart.envs.tool_calls.PARSERS` (a new family joins these tests by registering there), the SWE domain's
+`rollart.envs.tool_calls.FAMILIES` (a new family joins these tests by registering there), the SWE domain's
 call parser, patch applier and result judge, the `\\boxed{}` and code-block extractors the built-in domains
 and rewards use, the code reward's verdict reader and the dataset episodes' steps — gets nested input (up to
 5,000 levels: json.loads alone raises RecursionError at ~1,000), huge input (hundreds of kilobytes of
@@ -26,7 +26,7 @@ from rollart.envs.domains.swe import scoring
 from rollart.envs.domains.swe.generator import HiddenCase
 from rollart.envs.domains.swe.patch import PatchError, apply_patch
 from rollart.envs.domains.swe.tools import TOOL_NAMES, ToolCallError, parse_call
-from rollart.envs.tool_calls import PARSERS
+from rollart.envs.tool_calls import FAMILIES, parser_for
 from rollart.reward.code_reward import count_passes, extract_program
 from rollart.reward.protocol import boxed_contents
 
@@ -50,7 +50,7 @@ def _episode_steps() -> dict[str, Callable[[str], Any]]:
 # name → (parser, exceptions it may raise by contract)
 PARSE: dict[str, tuple[Callable[[str], Any], tuple[type[BaseException], ...]]] = {
     **{f"tool_calls:{family}": ((lambda text, p=parser: p(text, TOOL_NAMES, "call")), ())
-       for family, parser in PARSERS.items()},
+       for family, parser in ((name, f.parse) for name, f in FAMILIES.items())},
     "swe.parse_call": (parse_call, (ToolCallError,)),
     "swe.judge": ((lambda text: scoring.judge(text, HIDDEN)), ()),
     "swe.apply_patch": ((lambda text: apply_patch(text, lambda path: FILE if path == "f.py" else None)), (PatchError,)),
@@ -123,7 +123,7 @@ def test_a_thousand_nested_brackets_are_data(name: str) -> None:
 
 
 def test_nested_tool_calls_are_malformed_not_errors() -> None:
-    for family, parser in PARSERS.items():
+    for family, parser in [("hermes", parser_for("hermes"))]:  # every family's own format: test_tool_call_parsers.py
         parsed = parser("<tool_call>" + _nested(1000) + "</tool_call>", TOOL_NAMES, "c")
         assert not parsed.tool_calls and "not valid JSON" in parsed.malformed, family
         deep = '<tool_call>{"name": "bash", "arguments": {"command": "ls", "x": ' + _nested(MAX_JSON_DEPTH) + "}}</tool_call>"

@@ -5,19 +5,22 @@ In: an `LLMClient` (the inference plane's proxy, or any implementation of `rolla
 session per agent trajectory (`open` → its base URL `http://127.0.0.1:PORT/t/<trajectory-id>/v1` and a
 fresh key), the agent calls
 
-    POST /t/<id>/v1/chat/completions     (messages, tools, streaming or not)
-    POST /t/<id>/v1/completions          (prompt text or token ids, streaming or not)
+    POST /t/<id>/v1/chat/completions     OpenAI chat completions (requests.py, responses.py)
+    POST /t/<id>/v1/completions          OpenAI completions: prompt text or token ids
+    POST /t/<id>/v1/responses            OpenAI Responses (openai_responses.py)
+    POST /t/<id>/v1/messages             Anthropic Messages (anthropic_messages.py), and messages/count_tokens
     GET  /t/<id>/v1/models
 
-with `Authorization: Bearer <key>`, and `finish` / `cancel` end the session and hand back its turns.
-Out: OpenAI-shaped answers; each call becomes one `Turn` (see session.py for how its prompt ids keep the
-prefix property, and requests.py for the sampling parameters).
+each streaming or not, with `Authorization: Bearer <key>` (or Anthropic's `x-api-key: <key>`), and `finish` /
+`cancel` end the session and hand back its turns. Any other path is a 404 that lists these routes.
+Out: each protocol's own answers; each call becomes one `Turn` of the one exact-token session, whatever the
+protocol (calls.py runs it; see session.py for how its prompt ids keep the prefix property).
 
 Guarantees:
 - Binds 127.0.0.1 only, on an ephemeral port; the server runs on its own thread and event loop, so an
   agent that blocks its own loop (a sync client inside `async def`) cannot stall the gateway.
-- Every error is OpenAI-style JSON (`{"error": {message, type, param, code}}`), malformed requests
-  included: 401 a wrong or missing key — also for a trajectory id that does not exist or has ended, so
+- Every error is JSON in the protocol's shape — OpenAI's `{"error": {message, type, param, code}}`, on the
+  Messages routes Anthropic's `{"type": "error", "error": {type, message}}` —, malformed requests included: 401 a wrong or missing key — also for a trajectory id that does not exist or has ended, so
   nothing reveals which ids exist to a caller without its key —, 410 a finished or cancelled trajectory
   (with its key), 400 a refused parameter or a limit, 408 a body slower than `body_timeout_s`, 413 a body
   over `max_body_mb`, 429 more than `max_concurrent_calls` calls of one trajectory at once, 502/504 a
@@ -42,8 +45,6 @@ requests.py.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import hmac
 import json
 import logging
@@ -53,34 +54,29 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, TypeVar
 from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollart.config import GatewayConfig
-from rollart.envs.agents.errors import GatewayError, unsupported
-from rollart.envs.agents.messages import template_messages, template_tools
-from rollart.envs.agents.requests import ChatRequest, CompletionRequest, parse_request, sampling_for, wants_logprobs
-from rollart.envs.agents.responses import (
-    CallOutput,
-    chat_body,
-    chat_chunks,
-    completion_body,
-    completion_chunks,
-    sse,
-)
-from rollart.envs.agents.session import AgentSession, CallPlan, SessionLimits
-from rollart.envs.tool_calls import ParsedOutput, detect_family, parser_for
+from rollart.envs.agents import anthropic_messages as anthropic
+from rollart.envs.agents import openai_responses as responses_api
+from rollart.envs.agents.calls import CallRunner, Entry, check_open, returned_message
+from rollart.envs.agents.errors import GatewayError
+from rollart.envs.agents.http import named_events, release_free_memory, stream_response
+from rollart.envs.agents.requests import ChatRequest, CompletionRequest, asked_of, chat_call, parse_request, wants_logprobs
+from rollart.envs.agents.responses import chat_body, chat_chunks, completion_body, completion_chunks, sse
+from rollart.envs.agents.session import AgentSession, SessionLimits
 from rollart.envs.chat import ChatTokens
 from rollart.envs.serving.http_guard import HttpLimits
 from rollart.envs.serving.http_serving import BodyTooLarge, BodyTooSlow, ThreadedServer, read_bounded
-from rollart.types import GenerationRequest, GenerationResult, LLMClient, SamplingParams, Span, TurnBarrier
+from rollart.envs.tool_calls import detect_family
+from rollart.types import LLMClient, SamplingParams, TurnBarrier
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,21 +89,20 @@ _TRIM_AFTER_S = 0.5  # (once the rest of a refused body has been received and dr
 _TOKENIZER_THREADS = 4
 
 
-@dataclass
-class _Entry:
-    """A session and what the gateway needs to serve it."""
-
-    session: AgentSession
-    domain: str
-    sampling: SamplingParams
-    sampling_source: Literal["run", "request"]
-    seed_for: Callable[[int], int]
-    turn_barrier: TurnBarrier | None
-    state: Literal["open", "cancelled", "finished"] = "open"
-    failure: str = ""  # a generation that failed: the trajectory ends FAILED with this reason
-    pending: int = 0  # calls in flight or queued
-    last_call_end: float = field(default_factory=time.time)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # serialises calls (used on the gateway loop)
+# (method, path under /t/<trajectory-id>/v1/, handler). Anthropic's SDK appends /v1/messages to its base URL, so
+# `Anthropic(base_url=<the agent's base URL>)` posts to .../v1/v1/messages: served too, so that such an agent
+# runs unchanged.
+ROUTES = (
+    ("POST", "v1/messages", "_messages"),  # first: the path converter of the id would swallow the extra /v1
+    ("POST", "v1/messages/count_tokens", "_count_tokens"),
+    ("POST", "chat/completions", "_chat"),
+    ("POST", "completions", "_completions"),
+    ("POST", "responses", "_responses"),
+    ("POST", "messages", "_messages"),
+    ("POST", "messages/count_tokens", "_count_tokens"),
+    ("GET", "models", "_models"),
+)
+ROUTE_LIST = ", ".join(f"{m} /t/<trajectory-id>/v1/{p}" for m, p, _ in ROUTES if not p.startswith("v1/"))
 
 
 class AgentGateway:
@@ -128,24 +123,21 @@ class AgentGateway:
         elif self.cfg.tool_parser != "auto":
             family = self.cfg.tool_parser
         self.tool_family = family
-        self._parse = parser_for(family) if family else None
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
         # recently ended ids → ("finished" | "cancelled", their key): with the key a call is told it ended
         self._closed: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._tokenize = ThreadPoolExecutor(_TOKENIZER_THREADS, thread_name_prefix="gateway-tokenize")
         self._trim: asyncio.TimerHandle | None = None
         chat.widest_token  # the length check's divisor, computed once here rather than at a first request
         self._lock = threading.Lock()
+        self.calls = CallRunner(llm, chat, self.cfg, family, self._tokenize, worker, generate_timeout_s, self._lock)
         self._max_body = int(self.cfg.max_body_mb * 2**20)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: ThreadedServer | None = None
         self.port = 0
         self.app = Starlette(
-            routes=[
-                Route("/t/{trajectory_id:path}/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/t/{trajectory_id:path}/v1/completions", self._completions, methods=["POST"]),
-                Route("/t/{trajectory_id:path}/v1/models", self._models, methods=["GET"]),
-            ],
+            routes=[Route(f"/t/{{trajectory_id:path}}/v1/{path}", getattr(self, handler), methods=[method])
+                    for method, path, handler in ROUTES],
             exception_handlers={GatewayError: self._error, HTTPException: self._http_error, Exception: self._bug},
         )
 
@@ -197,7 +189,7 @@ class AgentGateway:
                                    "(envs.gateway.max_open_trajectories)")
             self._closed.pop(trajectory_id, None)
             session = AgentSession(trajectory_id, key, self.chat, limits)
-            self._entries[trajectory_id] = _Entry(session, domain, sampling, sampling_source, seed_for, turn_barrier)
+            self._entries[trajectory_id] = Entry(session, domain, sampling, sampling_source, seed_for, turn_barrier)
         return self.base_url(trajectory_id), key
 
     async def cancel(self, trajectory_id: str, grace_s: float = 2.0) -> None:
@@ -242,6 +234,7 @@ class AgentGateway:
             await self._abort(trajectory_id)
             await self._drain(entry, grace_s)
         with self._lock:
+            entry.session.resolve_choices()  # a last call of n > 1 choices: its first choice is the turn
             self._entries.pop(trajectory_id, None)
             self._closed[trajectory_id] = ("cancelled" if cancelled else "finished", entry.session.key)
             while len(self._closed) > _REMEMBERED_CLOSED:
@@ -255,7 +248,7 @@ class AgentGateway:
             log.warning("abort of %s failed: %s", trajectory_id, f"{type(exc).__name__}: {exc}")
 
     @staticmethod
-    async def _drain(entry: _Entry, grace_s: float) -> None:
+    async def _drain(entry: Entry, grace_s: float) -> None:
         try:
             await asyncio.wait_for(entry.lock.acquire(), grace_s)
             entry.lock.release()
@@ -263,7 +256,7 @@ class AgentGateway:
             pass
 
     # --- HTTP ----------------------------------------------------------------------------------------
-    def _entry(self, request: Request) -> _Entry:
+    def _entry(self, request: Request) -> Entry:
         """The open session the request's path names, if its key is that session's: 401 first for any id
         without its key (unknown, ended or open alike), 410 for an ended one with its key."""
         trajectory_id = request.path_params["trajectory_id"]
@@ -273,6 +266,8 @@ class AgentGateway:
         key = entry.session.key if entry is not None else ended_key
         auth = request.headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
+        if not auth and "x-api-key" in request.headers:  # Anthropic's clients send the key this way
+            scheme, token = "bearer", request.headers["x-api-key"]
         # compared in constant time against a key (a random one for an unknown id): the answer's time says
         # nothing about whether the id exists
         expected = (key or secrets.token_urlsafe(24)).encode()
@@ -282,11 +277,11 @@ class AgentGateway:
         if entry is None:
             raise GatewayError(410, f"trajectory {trajectory_id!r} is {ended}; it takes no more calls",
                                code=f"trajectory_{ended}")
-        self._check_open(entry, trajectory_id)
+        check_open(entry)
         return entry
 
     @asynccontextmanager
-    async def _admitted(self, entry: _Entry) -> AsyncIterator[None]:
+    async def _admitted(self, entry: Entry) -> AsyncIterator[None]:
         """Count the call against the trajectory's `max_concurrent_calls` from its first byte (before its
         body is read): a caller that holds bodies open cannot hold more than that many."""
         trajectory_id = entry.session.trajectory_id
@@ -300,13 +295,7 @@ class AgentGateway:
         finally:
             entry.pending -= 1
 
-    @staticmethod
-    def _check_open(entry: _Entry, trajectory_id: str) -> None:
-        if entry.state != "open":
-            raise GatewayError(410, f"trajectory {trajectory_id!r} is {entry.state}; it takes no more calls",
-                               code=f"trajectory_{entry.state}")
-
-    async def _body(self, request: Request, entry: _Entry, param: str) -> Any:
+    async def _body(self, request: Request, entry: Entry, param: str) -> Any:
         """The request's JSON body: all of it within `body_timeout_s` (408) and `max_body_mb` (413); one
         larger than the trajectory's context could hold (`AgentSession.max_request_bytes`) is refused unread
         as too long for the context (400)."""
@@ -334,103 +323,79 @@ class AgentGateway:
         return JSONResponse({"object": "list", "data": [
             {"id": self.cfg.model_name, "object": "model", "created": 0, "owned_by": "rollart"}]})
 
-    async def _chat(self, request: Request) -> Response:
+    async def _serve(self, request: Request, handle: Callable[[Entry, Request], Awaitable[Response]]) -> Response:
         entry = self._entry(request)
         async with self._admitted(entry):
             try:
-                return await self._chat_call(entry, request)
+                return await handle(entry, request)
             finally:
                 self._after(request)
 
-    async def _chat_call(self, entry: _Entry, request: Request) -> Response:
+    async def _chat(self, request: Request) -> Response:
+        return await self._serve(request, self._chat_call)
+
+    async def _chat_call(self, entry: Entry, request: Request) -> Response:
         req = parse_request(ChatRequest, await self._body(request, entry, "messages"))
-        assert isinstance(req, ChatRequest)
-        messages = template_messages(req.messages, self.cfg.max_messages)
-        tools = template_tools(req.tools, self.cfg.max_tools)
-        entry.session.check_length([messages, tools], "messages")
-        if tools and self._parse is None:
-            raise unsupported("tools", f"{len(tools)} tools", "this model's chat template renders no tool calls "
-                              "(envs.gateway.tool_parser)")
-        parse = tools and req.tool_choice != "none"
-        names = {t["function"]["name"] for t in tools}
-
-        def output(text: str, k: int) -> tuple[ParsedOutput, dict[str, Any]]:
-            if parse and self._parse is not None:
-                parsed = self._parse(text, names, f"call_{k}")
-                if req.parallel_tool_calls is False and len(parsed.tool_calls) > 1:
-                    parsed = ParsedOutput(text, malformed="several tool calls with parallel_tool_calls=false")
-            else:
-                parsed = ParsedOutput(text)
-            return parsed, _returned_message(parsed)
-
-        out = await self._call(entry, request, lambda s: s.plan_chat(messages, tools), req, output)
+        outs = await self.calls.chat_call(entry, chat_call(req, self.cfg))
         if req.stream:
             include = bool((req.stream_options or {}).get("include_usage"))
-            return _stream(chat_chunks(out, bool(req.logprobs), include, self._token_text))
-        return JSONResponse(chat_body(out, bool(req.logprobs), self._token_text))
+            return stream_response(sse(list(chat_chunks(outs, bool(req.logprobs), include, self._token_text))))
+        return JSONResponse(chat_body(outs, bool(req.logprobs), self._token_text))
 
     async def _completions(self, request: Request) -> Response:
-        entry = self._entry(request)
-        async with self._admitted(entry):
-            try:
-                return await self._completion_call(entry, request)
-            finally:
-                self._after(request)
+        return await self._serve(request, self._completion_call)
 
-    async def _completion_call(self, entry: _Entry, request: Request) -> Response:
+    async def _completion_call(self, entry: Entry, request: Request) -> Response:
         req = parse_request(CompletionRequest, await self._body(request, entry, "prompt"))
-        assert isinstance(req, CompletionRequest)
-        entry.session.check_length(req.prompt, "prompt")
-
-        def output(text: str, k: int) -> tuple[ParsedOutput, None]:
-            return ParsedOutput(text), None
-
-        out = await self._call(entry, request, lambda s: s.plan_completion(req.prompt), req, output)
+        out = await self.calls.completion_call(entry, req.prompt, asked_of(req))
         logprobs = wants_logprobs(req)
         if req.stream:
             include = bool((req.stream_options or {}).get("include_usage"))
-            return _stream(completion_chunks(out, logprobs, include, self._token_text))
+            return stream_response(sse(list(completion_chunks(out, logprobs, include, self._token_text))))
         return JSONResponse(completion_body(out, logprobs, self._token_text))
 
-    async def _call(
-        self,
-        entry: _Entry,
-        request: Request,
-        plan_of: Callable[[AgentSession], CallPlan],
-        req: ChatRequest | CompletionRequest,
-        output: Callable[[str, int], tuple[ParsedOutput, dict[str, Any] | None]],
-    ) -> CallOutput:
-        """One call, serialised with the trajectory's others: plan (rendered and tokenised off the serving
-        loop) → generate → record."""
-        trajectory_id = entry.session.trajectory_id
-        async with entry.lock:
-            self._check_open(entry, trajectory_id)
-            session = entry.session
-            plan = await asyncio.get_running_loop().run_in_executor(self._tokenize, plan_of, session)
-            k = len(session.turns)
-            sampling = sampling_for(req, entry.sampling, source=entry.sampling_source, seed=entry.seed_for(k),
-                                    budget=session.budget(plan))
-            agent_span = Span("agent.step", entry.last_call_end, time.time(), self.worker)
-            if entry.turn_barrier is not None:
-                await asyncio.wait_for(entry.turn_barrier.before_turn(trajectory_id, k), self.generate_timeout_s)
-            result, wait_span = await self._generate(entry, GenerationRequest(
-                request_id=f"{trajectory_id}/{k}", trajectory_id=trajectory_id, domain=entry.domain,
-                prompt_token_ids=plan.context, sampling=sampling))
-            text = self.chat.response_text(result.token_ids)
-            parsed, returned = output(text, k)
-            with self._lock:
-                if entry.state == "finished":  # the trajectory ended while this call generated
-                    raise GatewayError(410, f"trajectory {trajectory_id!r} is finished; it takes no more calls",
-                                       code="trajectory_finished")
-                session.record(plan, result, action=text, returned=returned, malformed=parsed.malformed,
-                               spans=(agent_span, wait_span, *result.spans))
-                session.counters["generate_time_s"] += wait_span.duration
-            entry.last_call_end = time.time()
-            if result.finish_reason == "abort" or entry.state != "open":
-                raise GatewayError(410, f"trajectory {trajectory_id!r} was cancelled", code="trajectory_cancelled")
-            return CallOutput(f"{'chatcmpl' if returned is not None else 'cmpl'}-{quote(trajectory_id, safe='')}-{k}",
-                              self.cfg.model_name, parsed, tuple(result.token_ids), tuple(result.logprobs),
-                              result.finish_reason, len(plan.context))
+    async def _responses(self, request: Request) -> Response:
+        return await self._serve(request, self._responses_call)
+
+    async def _responses_call(self, entry: Entry, request: Request) -> Response:
+        req = responses_api.parse_responses_request(await self._body(request, entry, "input"))
+        history = responses_api.previous(entry.responses, req.previous_response_id)
+        call, conversation = responses_api.responses_call(req, history, self.cfg)
+        created = time.time()
+        (out,) = await self.calls.chat_call(entry, call)
+        response_id = f"resp_{secrets.token_hex(12)}"
+        if req.store is not False:
+            entry.responses[response_id] = (*conversation, returned_message(out.parsed))
+        body = responses_api.response_body(out, req, response_id, created)
+        if req.stream:
+            return stream_response(named_events(responses_api.response_events(body)))
+        return JSONResponse(body)
+
+    async def _messages(self, request: Request) -> Response:
+        return await self._serve(request, self._messages_call)
+
+    async def _messages_call(self, entry: Entry, request: Request) -> Response:
+        req = parse_request(anthropic.MessagesRequest, await self._body(request, entry, "messages"))
+        (out,) = await self.calls.chat_call(entry, anthropic.messages_call(req, self.cfg))
+        body = anthropic.message_body(out, out.stop_sequence)
+        if req.stream:
+            return stream_response(named_events(anthropic.message_events(body)))
+        return JSONResponse(body)
+
+    async def _count_tokens(self, request: Request) -> Response:
+        return await self._serve(request, self._count_tokens_call)
+
+    async def _count_tokens_call(self, entry: Entry, request: Request) -> Response:
+        """Anthropic's token count: the request as the template renders it, tokenised (nothing recorded)."""
+        req = parse_request(anthropic.CountTokensRequest, await self._body(request, entry, "messages"))
+        messages = anthropic.template_messages(req, self.cfg.max_messages)
+        tools = anthropic.template_tools(req.tools, self.cfg.max_tools)
+        entry.session.check_length([messages, tools], "messages")
+
+        def count() -> int:
+            return len(self.chat.encode(self.chat.render(messages, True, tools)))
+
+        return JSONResponse({"input_tokens": await asyncio.get_running_loop().run_in_executor(self._tokenize, count)})
 
     def _after(self, request: Request) -> None:
         """After a request with a large body (read, or refused and discarded as it arrives), give the
@@ -440,19 +405,7 @@ class AgentGateway:
             if self._trim is not None:
                 self._trim.cancel()
             self._trim = asyncio.get_running_loop().call_later(
-                _TRIM_AFTER_S, lambda: self._tokenize.submit(_release_free_memory))
-
-    async def _generate(self, entry: _Entry, request: GenerationRequest) -> tuple[GenerationResult, Span]:
-        start = time.time()
-        try:
-            result = await asyncio.wait_for(self.llm.generate(request), self.generate_timeout_s)
-        except TimeoutError:
-            entry.failure = f"generation timed out after {self.generate_timeout_s:g}s"
-            raise GatewayError(504, entry.failure, code="generation_timeout", kind="server_error") from None
-        except Exception as exc:
-            entry.failure = f"generation failed: {type(exc).__name__}: {exc}"
-            raise GatewayError(502, entry.failure, code="generation_failed", kind="server_error") from None
-        return result, Span("generate.wait", start, time.time(), self.worker)
+                _TRIM_AFTER_S, lambda: self._tokenize.submit(release_free_memory))
 
     def _token_text(self, token_id: int) -> str:
         return self.chat.tokenizer.decode([token_id])
@@ -460,55 +413,20 @@ class AgentGateway:
     # --- errors --------------------------------------------------------------------------------------
     async def _error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GatewayError)
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+        anthropic_route = request.url.path.endswith(("/messages", "/messages/count_tokens"))
+        body = anthropic.error_body(exc) if anthropic_route else exc.body()
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers())
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = "not_found" if exc.status_code == 404 else "method_not_allowed" if exc.status_code == 405 else "http_error"
-        error = GatewayError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code)
-        return await self._error(request, error)
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        if exc.status_code in (404, 405):
+            message += f"; the gateway serves {ROUTE_LIST}"
+        return await self._error(request, GatewayError(exc.status_code, message, code=code))
 
     async def _bug(self, request: Request, exc: Exception) -> Response:
         log.exception("agent gateway: %s %s failed", request.method, request.url.path, exc_info=exc)
         error = GatewayError(500, f"internal error of the rollart gateway: {type(exc).__name__}: {exc}",
                              code="internal_error", kind="server_error")
         return await self._error(request, error)
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim  # glibc only
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
-def _release_free_memory() -> None:
-    """glibc keeps freed heap memory for the process (a 4 MB body and its copies stayed resident); this
-    returns what is free to the system. A no-op where the C library has no malloc_trim."""
-    if _TRIM is not None:
-        _TRIM(0)
-
-
-def _stream(chunks: Iterable[dict[str, Any]]) -> StreamingResponse:
-    events = list(sse(list(chunks)))
-
-    async def body() -> AsyncIterator[bytes]:  # async: Starlette would iterate a sync one in a thread pool
-        for event in events:
-            yield event
-
-    return StreamingResponse(body(), media_type="text/event-stream")
-
-
-def _returned_message(parsed: ParsedOutput) -> dict[str, Any]:
-    """The assistant message as the template sees it when the agent sends it back."""
-    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-    if parsed.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in parsed.tool_calls
-        ]
-    return message

@@ -45,7 +45,7 @@ def _text(content: Any, where: str, allow_null: bool) -> str:
     raise bad_request(f"{where}: expected a string or a list of text parts, got {type(content).__name__}", where)
 
 
-def _arguments(raw: Any, where: str) -> dict[str, Any]:
+def arguments_object(raw: Any, where: str) -> dict[str, Any]:
     if isinstance(raw, Mapping):
         return dict(raw)
     if not isinstance(raw, str):
@@ -73,7 +73,7 @@ def _tool_calls(raw: Any, where: str) -> list[dict[str, Any]]:
         calls.append({
             "id": str(call.get("id") or ""),
             "type": "function",
-            "function": {"name": fn["name"], "arguments": _arguments(fn.get("arguments", "{}"), f"{at}.function.arguments")},
+            "function": {"name": fn["name"], "arguments": arguments_object(fn.get("arguments", "{}"), f"{at}.function.arguments")},
         })
     return calls
 

@@ -1,4 +1,4 @@
-"""OpenAI response bodies and stream chunks for one generated call (chat.completion, text_completion).
+"""OpenAI chat-completions and completions bodies and stream chunks for one generated call.
 
 In: what the call produced — text or parsed tool calls, the engine's token ids and logprobs, its finish
 reason, the prompt length. Out: the JSON object of a non-streaming answer, or the list of chunks of a
@@ -11,92 +11,80 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from rollart.envs.tool_calls import ParsedOutput
-
-
-@dataclass(frozen=True)
-class CallOutput:
-    id: str
-    model: str
-    parsed: ParsedOutput
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str  # the engine's: stop | length
-    prompt_tokens: int
-
-    @property
-    def openai_finish(self) -> str:
-        if self.parsed.tool_calls:
-            return "tool_calls"
-        return "length" if self.finish_reason == "length" else "stop"
-
-    def usage(self) -> dict[str, int]:
-        n = len(self.token_ids)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
-
-    def message(self) -> dict[str, Any]:
-        """The assistant message as OpenAI returns it (content null when only tool calls were made)."""
-        calls = [c.to_openai() for c in self.parsed.tool_calls]
-        content = self.parsed.content if (self.parsed.content or not calls) else None
-        return {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
+from rollart.envs.agents.call import CallOutput
 
 
 TokenText = Callable[[int], str]
 
 
+def _entry(token_id: int, lp: float, token_text: TokenText) -> dict[str, Any]:
+    text = token_text(token_id)
+    return {"token": text, "logprob": lp, "bytes": list(text.encode())}
+
+
 def _chat_logprobs(out: CallOutput, token_text: TokenText) -> dict[str, Any]:
-    content = []
-    for token_id, lp in zip(out.token_ids, out.logprobs):
-        text = token_text(token_id)
-        content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
-    return {"content": content}
+    ids, lps = out.shown
+    tops = out.top_logprobs or ((),) * len(ids)
+    return {"content": [{**_entry(t, lp, token_text), "top_logprobs": [_entry(a, alp, token_text) for a, alp in top]}
+                        for t, lp, top in zip(ids, lps, tops)]}
 
 
-def chat_body(out: CallOutput, logprobs: bool, token_text: TokenText) -> dict[str, Any]:
+def _usage(outs: Sequence[CallOutput]) -> dict[str, int]:
+    """One prompt, every choice's tokens (as OpenAI counts n > 1)."""
+    prompt, completion = outs[0].prompt_tokens, sum(len(o.token_ids) for o in outs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def chat_body(outs: Sequence[CallOutput], logprobs: bool, token_text: TokenText) -> dict[str, Any]:
+    first = outs[0]
     return {
-        "id": out.id,
+        "id": first.id,
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": out.model,
+        "model": first.model,
         "choices": [{
-            "index": 0,
+            "index": out.index,
             "message": out.message(),
             "finish_reason": out.openai_finish,
             "logprobs": _chat_logprobs(out, token_text) if logprobs else None,
-        }],
-        "usage": out.usage(),
+        } for out in outs],
+        "usage": _usage(outs),
     }
 
 
-def chat_chunks(out: CallOutput, logprobs: bool, include_usage: bool, token_text: TokenText) -> Iterator[dict[str, Any]]:
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None, **extra}
-        return {"id": out.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": out.model,
+def chat_chunks(outs: Sequence[CallOutput], logprobs: bool, include_usage: bool,
+                token_text: TokenText) -> Iterator[dict[str, Any]]:
+    first = outs[0]
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None, **extra}
+        return {"id": first.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": first.model,
                 "choices": [choice]}
 
-    message = out.message()
-    yield chunk({"role": "assistant", "content": ""})
-    if message["content"]:
-        yield chunk({"content": message["content"]},
-                    **({"logprobs": _chat_logprobs(out, token_text)} if logprobs else {}))
-    for i, call in enumerate(message.get("tool_calls", ())):
-        yield chunk({"tool_calls": [{"index": i, **call}]})
-    yield chunk({}, out.openai_finish)
+    for out in outs:
+        message = out.message()
+        yield chunk(out.index, {"role": "assistant", "content": ""})
+        if message["content"]:
+            yield chunk(out.index, {"content": message["content"]},
+                        **({"logprobs": _chat_logprobs(out, token_text)} if logprobs else {}))
+        for i, call in enumerate(message.get("tool_calls", ())):
+            yield chunk(out.index, {"tool_calls": [{"index": i, **call}]})
+        yield chunk(out.index, {}, out.openai_finish)
     if include_usage:
-        yield {"id": out.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": out.model,
-               "choices": [], "usage": out.usage()}
+        yield {"id": first.id, "object": "chat.completion.chunk", "created": int(time.time()), "model": first.model,
+               "choices": [], "usage": _usage(outs)}
 
 
 def _completion_logprobs(out: CallOutput, token_text: TokenText) -> dict[str, Any]:
-    tokens = [token_text(t) for t in out.token_ids]
+    ids, logprobs = out.shown
+    tokens = [token_text(t) for t in ids]
     offsets, pos = [], 0
     for text in tokens:
         offsets.append(pos)
         pos += len(text)
-    return {"tokens": tokens, "token_logprobs": list(out.logprobs), "top_logprobs": None, "text_offset": offsets}
+    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": None, "text_offset": offsets}
 
 
 def completion_body(out: CallOutput, logprobs: bool, token_text: TokenText) -> dict[str, Any]:

@@ -58,6 +58,16 @@ class CallPlan:
     tools_key: str = ""
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One of a call's n generations, with what the agent is shown of it."""
+
+    result: GenerationResult
+    action: str
+    returned: TemplateMessage | None
+    malformed: str
+
+
 @dataclass
 class AgentSession:
     trajectory_id: str
@@ -66,33 +76,37 @@ class AgentSession:
     limits: SessionLimits
     turns: list[Turn] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("calls", "segments_branched", "malformed_tool_calls", "generate_time_s"), 0.0))
+        ("calls", "segments_branched", "malformed_tool_calls", "generate_time_s", "choices_dropped"), 0.0))
     truncated: str = ""  # why a call was refused for a limit ('' while none was)
     _context: tuple[int, ...] = ()
     _segment: int = 0
     _last_response: tuple[int, ...] = ()
     _previous: tuple[TemplateMessage, ...] | None = None  # last call's messages + the returned assistant message
     _previous_tools: str = ""
+    _pending: tuple[CallPlan, tuple[Choice, ...], tuple[Span, ...]] | None = None  # a call of n > 1 choices
 
     # --- planning --------------------------------------------------------------------------------------
-    def plan_chat(self, messages: Sequence[TemplateMessage], tools: Sequence[Mapping[str, Any]]) -> CallPlan:
+    def plan_chat(self, messages: Sequence[TemplateMessage], tools: Sequence[Mapping[str, Any]],
+                  thinking: bool | None = None) -> CallPlan:
         self._check_calls()
+        self.resolve_choices(messages)
         key = tools_key(tools)
         prev = self._previous
         if prev is not None and key == self._previous_tools and len(messages) >= len(prev) and all(
             message_key(a) == message_key(b) for a, b in zip(messages, prev)
         ):
-            before = self._render(messages[: len(prev)], False, tools)
-            after = self._render(messages, True, tools)
+            before = self._render(messages[: len(prev)], False, tools, thinking)
+            after = self._render(messages, True, tools, thinking)
             if after.startswith(before) and before.endswith(self.chat.message_close):
                 text = self.chat.closing_after(self._last_response) + after[len(before) :]
                 return self._plan(self.chat.encode(text), False, observation_text(messages[len(prev) :]),
                                   tuple(messages), key)
-        ids = self.chat.encode(self._render(messages, True, tools))
+        ids = self.chat.encode(self._render(messages, True, tools, thinking))
         return self._plan(ids, True, observation_text(messages), tuple(messages), key)
 
     def plan_completion(self, prompt: Any) -> CallPlan:
         self._check_calls()
+        self.resolve_choices()
         if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
             if len(prompt) != 1:
                 raise unsupported("prompt", f"{len(prompt)} prompts", "one prompt per request")
@@ -138,15 +152,15 @@ class AgentSession:
             raise self.too_long(f"the request holds at least {tokens} tokens", param)
 
     def _render(self, messages: Sequence[TemplateMessage], generation_prompt: bool,
-                tools: Sequence[Mapping[str, Any]]) -> str:
+                tools: Sequence[Mapping[str, Any]], thinking: bool | None = None) -> str:
         try:
-            return self.chat.render(messages, generation_prompt, tools)
+            return self.chat.render(messages, generation_prompt, tools, thinking)
         except Exception as exc:  # the template's own checks (role order, …) or a value it cannot render
             raise bad_request(f"messages: the model's chat template refused them ({type(exc).__name__}: "
                               f"{str(exc)[:200]})", "messages") from None
 
     def _check_calls(self) -> None:
-        if len(self.turns) >= self.limits.max_calls:
+        if len(self.turns) + (self._pending is not None) >= self.limits.max_calls:
             self.truncated = f"max_turns ({self.limits.max_calls}) reached"
             raise GatewayError(400, f"this trajectory may make at most {self.limits.max_calls} model calls "
                                "(domains.<name>.max_turns)", code="max_turns_exceeded")
@@ -207,6 +221,29 @@ class AgentSession:
         else:
             self._previous, self._previous_tools = None, ""
         return turn
+
+    def record_choices(self, plan: CallPlan, choices: Sequence[Choice], spans: Sequence[Span]) -> None:
+        """A call of n > 1 choices: kept pending until the agent's next call shows which one it continued
+        (that one becomes the turn; the others are counted in `choices_dropped` and dropped), or until the
+        session ends (`resolve_choices`: the first choice)."""
+        self._pending = (plan, tuple(choices), tuple(spans))
+
+    def resolve_choices(self, messages: Sequence[TemplateMessage] | None = None) -> None:
+        """Record the pending call's choice that `messages` continue (the first choice if none or no messages)."""
+        if self._pending is None:
+            return
+        plan, choices, spans = self._pending
+        self._pending = None
+        chosen = choices[0]
+        if messages is not None and plan.messages is not None:
+            for choice in choices:
+                prev = plan.messages + ((choice.returned,) if choice.returned is not None else ())
+                if len(messages) >= len(prev) and all(message_key(a) == message_key(b) for a, b in zip(messages, prev)):
+                    chosen = choice
+                    break
+        self.counters["choices_dropped"] += len(choices) - 1
+        self.record(plan, chosen.result, action=chosen.action, returned=chosen.returned, malformed=chosen.malformed,
+                    spans=spans)
 
     def oldest_version(self) -> int | None:
         versions = [v for t in list(self.turns) for v in t.versions]

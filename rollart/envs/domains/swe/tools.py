@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from rollart.envs.domains.swe.generator import TEST_COMMAND
 from rollart.envs.domains.swe.patch import PatchError, apply_patch
-from rollart.envs.tool_calls import parse_hermes
+from rollart.envs.tool_calls.hermes import parse as parse_hermes
 
 _UNITTEST_TIME = re.compile(r"(Ran \d+ tests?) in [0-9.]+s")
 TOOL_NAMES = ("bash", "read_file", "write_file", "apply_patch", "run_tests", "submit")
