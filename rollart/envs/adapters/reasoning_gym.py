@@ -67,7 +67,7 @@ class ReasoningGymEnv:
     """One reasoning-gym item per episode, scored by the dataset's own `score_answer` (see the module docstring)."""
 
     FORM = "reasoning_gym:<dataset>"
-    EXAMPLE = "reasoning_gym:basic_arithmetic"
+    EXAMPLE = "reasoning_gym:basic_arithmetic (options: the dataset's config fields, e.g. max_terms: 2)"
 
     @classmethod
     def check_id(cls, name: str) -> None:

@@ -119,7 +119,7 @@ class VerifiersEnv:
     """A verifiers v1 environment played through the trajectory's gateway (see the module docstring)."""
 
     FORM = "verifiers:<taskset>"
-    EXAMPLE = "verifiers:addition_v1 (examples/verifiers/)"
+    EXAMPLE = "verifiers:vf_reverse (examples/verifiers/: cd there first)"
     RUNS_AGENT = True
 
     @classmethod
