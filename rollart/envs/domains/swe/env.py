@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from rollart.config import WorkspaceConfig
@@ -75,10 +76,21 @@ class SweEnv:
     def prepare(self) -> None:
         """Open the trajectory's (empty) workspace and the one its submit will be scored in: the seed-free, slow
         part of a reset (a container start each, with a container backend)."""
-        if self._workspace is None:
-            self._workspace = self.open_workspace({})
-        if self._scorer is None:
-            self._scorer = self.open_workspace({})
+        missing = [name for name in ("_workspace", "_scorer") if getattr(self, name) is None]
+        if len(missing) < 2:
+            for name in missing:
+                setattr(self, name, self.open_workspace({}))
+            return
+        with ThreadPoolExecutor(2) as opener:  # the two at once: a container start mostly waits on the engine
+            futures = [opener.submit(self.open_workspace, {}) for _ in missing]
+        opened = [f.result() if f.exception() is None else f.exception() for f in futures]
+        failed = [o for o in opened if isinstance(o, BaseException)]
+        if failed:
+            for workspace in opened:
+                if not isinstance(workspace, BaseException):
+                    workspace.close()
+            raise failed[0]
+        self._workspace, self._scorer = opened
 
     def preload(self, seed: int) -> None:
         """Write the task of `seed` into a fresh workspace ahead of its reset (the seed's part of a reset)."""
