@@ -20,7 +20,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-vllm demo test test-vllm bench-smoke docs lint clean
+.PHONY: install install-vllm demo test test-vllm bench-smoke docs lint clean env-image
 
 # pip's own lines (Collecting …, Downloading … with sizes, Installing …) are the progress: about 2 GB and a
 # few minutes on a fresh machine.
@@ -69,7 +69,18 @@ demo: install
 	$(BIN)/rollart train run_dir=runs/demo-$$(date +%Y%m%d-%H%M%S) inference.engine=$(ENGINE)
 endif
 
+# The default image of container workspaces (envs.workspace.backend=podman|docker; rollart/sandbox/image.py):
+# Debian's python3 and git from the mirror apt already uses, no registry; a minute or two, then skipped until
+# its recipe changes. Needs root, debootstrap and the engine (Debian: apt-get install podman runc debootstrap).
+CONTAINER_ENGINE ?= podman
+env-image: install
+	$(BIN)/python -m rollart.sandbox.image --engine $(CONTAINER_ENGINE)
+
+# Where podman is installed, the container backend's tests run too (its image is built first, once; where it
+# cannot be built, e.g. not as root, they skip — unless ROLLART_REQUIRE_CONTAINERS=1, as CI sets).
 test: install $(AGENTS_STAMP)
+	@if command -v podman >/dev/null 2>&1; then $(MAKE) --no-print-directory env-image || \
+		echo "==> the env image was not built: the container backend's tests will skip"; fi
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -ra --durations=25 tests
 

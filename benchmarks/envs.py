@@ -29,6 +29,13 @@ Measured side by side in one run:
   found within its caps — every hunk's header line wrong, so every hunk is searched for: `MAX_HUNKS` one-line
   hunks over 13,000 unique lines, and `MAX_HUNKS` hunks of 235 lines over 32,000 near-matching lines (the
   most of either shape; it runs in the env worker's thread, where no timeout can stop it).
+
+The same figures for the container backend, `podman_...` (where podman answers and the env image is built;
+`--backends` chooses): every SWE workspace is a container, its pool prepares `concurrency` envs at once (a
+prepare waits on a container start), and `podman_sandbox_create_ms` is a container start. Also
+`podman_exec_ms_p50` (`run("true")`: one command's round trip) and `podman_exec_overhead_ms_p50` (minus the
+native one's, interleaved), and `podman_leftover_containers_after_<N>` with the processes left
+(benchmarks/envs_podman.py).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from benchmarks import envs_podman
 from benchmarks.common import BenchResult
 
 
@@ -50,17 +58,26 @@ def _ms(values: list[float], q: int) -> float:
     return round(quantile(sorted(values), q) * 1e3, 2)
 
 
-async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_size: int,
-                       forecast: bool = False) -> list[float]:
-    """Reset latencies of `concurrency` loops × `episodes`; with `forecast`, the pool is told each group when
-    the one before it starts (what the scheduler does when admission stops to wait: `UpcomingGroup`)."""
-    from rollart.envs.domains.swe import env as swe_env
+def _swe(backend: str, owner: str = "swe") -> Any:
+    """A factory of SWE envs whose workspaces use `backend`."""
     from rollart.envs.domains.swe.env import SweEnv
+
+    return lambda: SweEnv(workspace={"backend": backend}, owner=owner)
+
+
+async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_size: int,
+                       forecast: bool = False, backend: str = "native") -> list[float]:
+    """Reset latencies of `concurrency` loops × `episodes`; with `forecast`, the pool is told each group when
+    the one before it starts (what the scheduler does when admission stops to wait: `UpcomingGroup`). The pool
+    prepares `concurrency` envs at once for a container backend (a prepare waits on a container start)."""
+    from rollart.envs.domains.swe import env as swe_env
     from rollart.envs.warm_pool import WarmPool, build_prepared
 
     swe_env._task.cache_clear()  # each arm generates its tasks anew
     executor = ThreadPoolExecutor(max(4, concurrency * 2))
-    pool = WarmPool("swe", SweEnv, pool_size, executor=executor) if pool_size else None
+    factory = _swe(backend)
+    parallel = concurrency if backend != "native" else 1
+    pool = WarmPool("swe", factory, pool_size, executor=executor, parallel=parallel) if pool_size else None
     if pool is not None:  # a warm start: the pool filled before the first trajectory, as at worker start
         if forecast:
             pool.expect(0, concurrency)  # the first group, forecast when the run's admission began
@@ -76,7 +93,7 @@ async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_s
                 told.add(k + 1)
                 pool.expect(k + 1, concurrency)
             start = time.perf_counter()
-            env = (await pool.acquire(k))[0] if pool else await build_prepared(SweEnv, executor, 60.0)
+            env = (await pool.acquire(k))[0] if pool else await build_prepared(factory, executor, 60.0)
             await env.reset(k)  # the loops' k-th episodes are one GRPO group: one seed
             latencies.append(time.perf_counter() - start)
             await asyncio.sleep(episode_s)
@@ -89,14 +106,15 @@ async def _reset_loops(concurrency: int, episodes: int, episode_s: float, pool_s
     return latencies
 
 
-def _sandbox_costs(count: int) -> tuple[list[float], list[float]]:
+def _sandbox_costs(count: int, backend: str = "native") -> tuple[list[float], list[float]]:
+    """`open_workspace` (a container start, for a container backend) and `close` of an empty workspace."""
     from rollart.config import WorkspaceConfig
     from rollart.sandbox.workspace import open_workspace
 
     create, destroy = [], []
     for _ in range(count):
         t0 = time.perf_counter()
-        ws = open_workspace(WorkspaceConfig(), {}, owner="bench")
+        ws = open_workspace(WorkspaceConfig(backend=backend), {}, owner="bench")
         t1 = time.perf_counter()
         ws.close()
         create.append(t1 - t0)
@@ -148,17 +166,17 @@ UIDS: set[int] = set()  # every workspace uid this run used: a process of one of
 OWNER = f"bench-envs-{os.getpid()}"
 
 
-def _tracked_swe() -> Any:
+def _tracked_swe(backend: str) -> Any:
     from rollart.envs.domains.swe.env import SweEnv
 
     class TrackedSweEnv(SweEnv):
         def open_workspace(self, files: Any) -> Any:
             workspace = super().open_workspace(files)
-            if workspace._uid is not None:
+            if getattr(workspace, "_uid", None) is not None:
                 UIDS.add(workspace._uid)
             return workspace
 
-    return lambda: TrackedSweEnv(owner=OWNER)
+    return lambda: TrackedSweEnv(owner=OWNER, workspace={"backend": backend})
 
 
 class _ExpertLLM:
@@ -195,7 +213,7 @@ class _ExpertLLM:
         pass
 
 
-async def _trajectories(count: int, concurrency: int) -> tuple[float, float, int]:
+async def _trajectories(count: int, concurrency: int, backend: str = "native") -> tuple[float, float, int]:
     """(trajectories/s, solve rate over those not cancelled, cancelled) of `count` SWE trajectories."""
     from rollart.config import DomainConfig, EnvsConfig
     from rollart.envs.chat import ChatTokens
@@ -206,8 +224,8 @@ async def _trajectories(count: int, concurrency: int) -> tuple[float, float, int
 
     chat = ChatTokens(build_tokenizer())
     executor = ThreadPoolExecutor(concurrency * 2)
-    factory = _tracked_swe()
-    pool = WarmPool("swe", factory, concurrency, executor=executor)
+    factory = _tracked_swe(backend)
+    pool = WarmPool("swe", factory, concurrency, executor=executor, parallel=concurrency if backend != "native" else 1)
     llm = _ExpertLLM(chat.tokenizer, difficulty=1)
     domain = DomainConfig(env="swe", max_turns=4, max_new_tokens=4096, max_total_tokens=1 << 16)
     sampling = SamplingParams(max_new_tokens=4096, stop_token_ids=chat.stop_token_ids)
@@ -238,26 +256,27 @@ async def _trajectories(count: int, concurrency: int) -> tuple[float, float, int
     return count / wall, solved / max(1, len(scored)), len(results) - len(scored)
 
 
-def _leftovers() -> tuple[int, int]:
-    """(processes of this run's workspace uids, entries left in this run's workspace directory)."""
+def _leftovers(backend: str = "native") -> tuple[int, int]:
+    """(processes left, things left on disk) by this run's workspaces: natively, processes of their uids and
+    entries of their directory; in containers, `envs_podman.leftovers`."""
     import psutil
 
     from rollart.sandbox.workspace import BASE
 
+    if backend != "native":
+        return envs_podman.leftovers(backend, OWNER)
     processes = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in UIDS]
     parent = BASE / OWNER
-    files = list(parent.iterdir()) if parent.exists() else []
-    return len(processes), len(files)
+    return len(processes), len(list(parent.iterdir()) if parent.exists() else [])
 
 
-def _cross_reads(pairs: int) -> tuple[int, int]:
+def _cross_reads(pairs: int, backend: str = "native") -> tuple[int, int]:
     """(reads that leaked, attempts) of trajectory A reading trajectory B's workspace on purpose."""
-    from rollart.envs.domains.swe.env import SweEnv
     from rollart.envs.domains.swe.tools import call_text
 
     leaks = attempts = 0
     for k in range(pairs):
-        a, b = SweEnv(), SweEnv()
+        a, b = _swe(backend)(), _swe(backend)()
         a.reset(2 * k)
         b.reset(2 * k + 1)
         try:
@@ -269,6 +288,8 @@ def _cross_reads(pairs: int) -> tuple[int, int]:
                 call_text("bash", command=f"cat {target} 2>&1"),
                 call_text("bash", command=f"find / -name notes.txt -exec cat {{}} \\; 2>/dev/null"),
                 call_text("bash", command="cat /proc/*/root/workspace/notes.txt 2>/dev/null; ls /proc/*/root/ 2>/dev/null"),
+                call_text("bash", command=f"cat /var/lib/containers/storage/overlay/*/diff/workspace/notes.txt "
+                                          f"/proc/1/root/workspace/notes.txt {target}; ls / 2>&1"),
                 call_text("bash", command=f"cat {target} {target.parent.parent} 2>&1"),
                 call_text("read_file", path=str(target)),
                 call_text("read_file", path=os.path.relpath(target, a._workspace.root)),
@@ -282,20 +303,20 @@ def _cross_reads(pairs: int) -> tuple[int, int]:
     return leaks, attempts
 
 
-def run(quick: bool = False) -> BenchResult:
-    concurrency = 4
+def _arm(backend: str, quick: bool, concurrency: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """One workspace backend's figures: resets without a pool, with a pool told nothing and with a pool told
+    each group ahead; workspace create/destroy; SWE trajectories with their leftovers; cross-trajectory reads.
+    Container arms (named `<backend>_...`) also time a command's round trip beside the native one's."""
     episodes, episode_s = (5, 0.5) if quick else (25, 1.0)
-    isolation = _isolation()  # probes the machine once, before anything is timed
-    cold = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=0))
-    seed_free = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency))
-    warm = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency, forecast=True))
-    create, destroy = _sandbox_costs(10 if quick else 50)
-    overhead = asyncio.run(_remote_overhead(100 if quick else 1000))
+    cold = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=0, backend=backend))
+    seed_free = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency, backend=backend))
+    warm = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency, forecast=True,
+                                    backend=backend))
+    create, destroy = _sandbox_costs(10 if quick else 50, backend)
     count = 100 if quick else 1000
-    per_s, solve_rate, cancelled = asyncio.run(_trajectories(count, concurrency))
-    processes, files = _leftovers()
-    leaks, attempts = _cross_reads(3 if quick else 20)
-    patch_cpu = _patch_worst()
+    per_s, solve_rate, cancelled = asyncio.run(_trajectories(count, concurrency, backend))
+    processes, files = _leftovers(backend)
+    leaks, attempts = _cross_reads(3 if quick else 20, backend)
     ratios = {
         "warm_pool_reset_p99_reduction": round(_ms(cold, 99) / _ms(warm, 99), 2),
         "warm_pool_reset_p50_reduction": round(_ms(cold, 50) / _ms(warm, 50), 2),
@@ -305,27 +326,63 @@ def run(quick: bool = False) -> BenchResult:
         "reset_ms_p50_with_unforecast_pool": _ms(seed_free, 50), "reset_ms_p99_with_unforecast_pool": _ms(seed_free, 99),
         "sandbox_create_ms_p50": _ms(create, 50), "sandbox_create_ms_p99": _ms(create, 99),
         "sandbox_destroy_ms_p50": _ms(destroy, 50), "sandbox_destroy_ms_p99": _ms(destroy, 99),
-        "remote_step_overhead_ms_p50": _ms(overhead, 50), "remote_step_overhead_ms_p99": _ms(overhead, 99),
         "swe_trajectories_per_s": round(per_s, 2),
         "expert_solve_rate": round(solve_rate, 4),
         f"leftover_processes_after_{count}": float(processes),
-        f"leftover_files_after_{count}": float(files),
+        f"leftover_{'files' if backend == 'native' else 'containers'}_after_{count}": float(files),
         "cross_trajectory_reads": float(leaks),
-        "apply_patch_worst_cpu_s": round(max(patch_cpu.values()), 3),
     }
+    if backend != "native":
+        there, native = envs_podman.exec_costs(20 if quick else 200, backend)
+        ratios["exec_ms_p50"] = _ms(there, 50)
+        ratios["exec_overhead_ms_p50"] = round(_ms(there, 50) - _ms(native, 50), 2)
+        ratios = {f"{backend}_{k}": v for k, v in ratios.items()}
     rows = [
-        {"what": "resets", "without_pool": len(cold), "with_unforecast_pool": len(seed_free), "with_pool": len(warm),
-         "concurrency": concurrency, "episode_s": episode_s},
-        {"what": "trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
-        {"what": "cross-trajectory reads", "attempts": attempts, "leaked": leaks},
-        {"what": "apply_patch worst shapes (CPU s)", **{k: round(v, 3) for k, v in patch_cpu.items()}},
+        {"what": f"{backend}: resets", "without_pool": len(cold), "with_unforecast_pool": len(seed_free),
+         "with_pool": len(warm), "concurrency": concurrency, "episode_s": episode_s},
+        {"what": f"{backend}: trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
+        {"what": f"{backend}: cross-trajectory reads", "attempts": attempts, "leaked": leaks},
     ]
+    return ratios, rows
+
+
+def run(quick: bool = False, backends: str = "") -> BenchResult:
+    """The native arm, and a podman arm where podman and the env image are there (`backends` chooses:
+    e.g. "native", "podman", "native,podman")."""
+    concurrency = 4
+    isolation = _isolation()  # probes the machine once, before anything is timed
+    chosen = [b.strip() for b in backends.split(",") if b.strip()] or ["native", "podman"]
+    unknown = set(chosen) - {"native", "podman", "docker"}
+    if unknown:
+        raise ValueError(f"--backends: {sorted(unknown)} is not a workspace backend (native, podman, docker)")
     notes = [
         "the SWE trajectories' model is the scripted expert (apply the fix, submit); their throughput is the env "
         "side's: workspaces, tools, hidden-test scoring in fresh sandboxes",
         f"workspace isolation here: {isolation}",
         "remote: the env server runs in this process on its own thread (one machine: loopback HTTP)",
     ]
+    ratios: dict[str, float] = {}
+    rows: list[dict[str, Any]] = []
+    for backend in chosen:
+        missing = envs_podman.missing(backend)
+        if missing:
+            if backends:  # asked for by name: not a silent skip
+                raise RuntimeError(f"--backends {backend}: {missing}")
+            notes.append(f"no {backend} arm: {missing}")
+            continue
+        arm_ratios, arm_rows = _arm(backend, quick, concurrency)
+        ratios.update(arm_ratios)
+        rows += arm_rows
+        if backend != "native":
+            notes.append(f"{backend}: each workspace is a container of the env image (`make env-image`); its pool "
+                         f"prepares {concurrency} envs at once (envs.warm_pool.parallel): a prepare waits on a "
+                         "container start")
+    overhead = asyncio.run(_remote_overhead(100 if quick else 1000))
+    ratios["remote_step_overhead_ms_p50"] = _ms(overhead, 50)
+    ratios["remote_step_overhead_ms_p99"] = _ms(overhead, 99)
+    patch_cpu = _patch_worst()
+    ratios["apply_patch_worst_cpu_s"] = round(max(patch_cpu.values()), 3)
+    rows.append({"what": "apply_patch worst shapes (CPU s)", **{k: round(v, 3) for k, v in patch_cpu.items()}})
     return BenchResult("envs", ratios, rows, notes)
 
 

@@ -111,7 +111,10 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("sandbox", "benchmarks.sandbox",
               "what the sandbox costs per run at each isolation level, a cgroup and a workspace, side by side"),
     Benchmark("envs", "benchmarks.envs",
-              "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers"),
+              "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers; "
+              "native and podman workspaces",
+              (Option("--backends", "workspace backends to measure, comma-separated (default native,podman: podman "
+                      "where it and the env image are there)", metavar="native,podman"),)),
     Benchmark("trainer", "benchmarks.trainer",
               "the trainer's strategies (ddp, fsdp2), bf16, activation checkpointing, packing, chunked log-probs",
               (Option("--rows", "measure only these parts, comma-separated (setting rows, packing, equality, "

@@ -155,6 +155,9 @@ REWARD_ROLES = {"math": ("answer",), "exact": ("answer",), "regex": ("answer",),
 # verl's Parquet layout (its data preprocessing scripts): the chat in `prompt`, the ground truth inside
 # `reward_model`; `data_source`, `ability` and `extra_info` are columns a reward reads by name
 VERL_COLUMNS = {"messages": "prompt", "answer": "reward_model.ground_truth"}
+# env kinds whose trajectories a program runs through the agent gateway (their adapter `RUNS_AGENT`; a unit test
+# keeps this equal to rollart/envs/spec.py's registry)
+AGENT_ENV_KINDS = ("verifiers",)
 
 
 class DatasetConfig(Section):
@@ -251,7 +254,8 @@ class DomainConfig(Section):
     """One task domain: its environment (or agent), sampling weight, generation pool and reward."""
 
     env: str = Field(
-        "", description="built-in name, gem:<id>, gym:<id> or module.path:Class (or set `agent`)",
+        "", description="built-in name, an adapter (gem:<id>, gym:<id>, remote:<url>, reasoning_gym:<dataset>, "
+        "openenv, verifiers:<taskset>: `rollart env list`) or module.path:Class (or set `agent`)",
         json_schema_extra=TRUST_IMPORT,
     )
     agent: str = Field(
@@ -315,16 +319,22 @@ class DomainConfig(Section):
     def _reward_shorthand(cls, value: Any) -> Any:
         return {"fn": value} if isinstance(value, str) else value
 
+    @property
+    def runs_agent(self) -> bool:
+        """Whether a program runs this domain's trajectories through the agent gateway: an `agent`, or an env
+        kind that is one (`AGENT_ENV_KINDS`, e.g. verifiers:<taskset>)."""
+        return bool(self.agent) or self.env.strip().partition(":")[0] in AGENT_ENV_KINDS
+
     @model_validator(mode="after")
     def _env_or_agent(self) -> DomainConfig:
         if bool(self.env) == bool(self.agent):
             raise ValueError("a domain needs exactly one of `env` (an environment) and `agent` "
                              f"(module.path:function); got env={self.env!r}, agent={self.agent!r}")
-        if self.env_servers and (self.agent or self.env.startswith("remote:") or self.env.strip() == "dataset"):
+        if self.env_servers and (self.runs_agent or self.env.startswith("remote:") or self.env.strip() == "dataset"):
             raise ValueError("`env_servers` serves an env of this config (not an agent, not a dataset, whose rows "
                              f"run in process, not remote:<url>, served already); got env={self.env!r}, "
                              f"agent={self.agent!r}")
-        if self.demonstrations and not self.agent:
+        if self.demonstrations and not self.runs_agent:
             raise ValueError("`demonstrations` is for agent domains (env domains are demonstrated by their "
                              "env's expert_action)")
         if (self.env == "dataset") != (self.data is not None):

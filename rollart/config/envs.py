@@ -84,6 +84,10 @@ class WarmPoolConfig(Section):
         "domains have no env)"
     )
     prepare_timeout_s: float = Field(60.0, gt=0, le=DAY_S, description="bound on building and preparing one env")
+    parallel: int = Field(
+        1, ge=1, le=64, description="envs the pool prepares at once: more where a prepare mostly waits (a container "
+        "start: envs.workspace.backend=podman), so a group's envs are ready within one prepare time"
+    )
 
 
 class EnvServerConfig(Section):
@@ -124,11 +128,12 @@ class EnvsConfig(Section):
     threads: int = Field(4, ge=1, le=MAX_THREADS, description="thread pool for CPU-heavy env calls")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="the agent gateway's limits")
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig, description="each trajectory's workspace "
-                                       "sandbox (domains whose tools run commands)")
+                                       "sandbox (domains whose tools run commands, e.g. swe): the keys a run sets "
+                                       "apply under a domain's own options.workspace")
     warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig, description="prepared envs kept ready")
     server: EnvServerConfig = Field(default_factory=EnvServerConfig, description="`rollart env serve`")
 
     def pooled(self, domain: str, domain_cfg: DomainConfig) -> bool:
         """Whether `domain` gets a warm pool."""
-        return self.warm_pool.size > 0 and not domain_cfg.agent and (
+        return self.warm_pool.size > 0 and not domain_cfg.runs_agent and (
             not self.warm_pool.domains or domain in self.warm_pool.domains)

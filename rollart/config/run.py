@@ -119,8 +119,8 @@ class RunConfig(Section):
                 if p not in self.pools:
                     problems.append(f"roles.{role}: pool '{p}' is not a declared pool (declared: {pools})")
         for name in self.envs.warm_pool.domains:
-            if name not in self.domains or self.domains[name].agent:
-                env_domains = sorted(d for d, dc in self.domains.items() if not dc.agent)
+            if name not in self.domains or self.domains[name].runs_agent:
+                env_domains = sorted(d for d, dc in self.domains.items() if not dc.runs_agent)
                 problems.append(f"envs.warm_pool.domains: '{name}' is not an env domain (env domains: {env_domains})")
         if not self.domains:
             problems.append("domains: at least one task domain is needed")

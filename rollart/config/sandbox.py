@@ -90,8 +90,15 @@ class WorkspaceConfig(SandboxLimits):
     )
     backend: Literal["native", "docker", "podman"] = Field(
         "native", description="native: rollart's own sandbox (namespaces, private root, cgroups); docker/podman: "
-        "one container per workspace through that CLI (where installed)"
+        "one container per workspace through that CLI (rollart/sandbox/container.py)"
     )
     image: str = Field(
-        "python:3.11-slim", description="container image of the docker/podman backend", json_schema_extra=TRUST_CODE
+        "localhost/rollart-env:bookworm", description="container image of the docker/podman backend; it must be in "
+        "the engine's local store (nothing is pulled): the default is built from Debian's packages by `make "
+        "env-image`", json_schema_extra=TRUST_CODE
+    )
+    container_runtime: str = Field(
+        "", max_length=256, pattern=r"^[A-Za-z0-9_./-]*$", description="OCI runtime the docker/podman backend "
+        "asks for (`--runtime`); empty = the engine's default (runc where crun refuses a hybrid cgroup layout)",
+        json_schema_extra=TRUST_CODE,
     )

@@ -228,10 +228,19 @@ class EnvRouter:
                                      lambda i, exc: self._report_dead(handles[i], exc))
         return list(answers.values())
 
-    def shutdown(self) -> None:
-        """Kill the placed workers and env servers, and free their pool slots (only for a router made by
-        `place`)."""
+    def shutdown(self, close_timeout_s: float = 30.0) -> None:
+        """Let the placed workers close what they hold (their trajectories, warm pools — workspaces and their
+        containers — and gateways; at most `close_timeout_s` together), then kill them and the env servers and
+        free their pool slots (only for a router made by `place`). A worker that does not close in time is killed
+        anyway: what it held is reaped by the next env worker (`reap_leftovers`)."""
         if self.worker_set is not None:
+            import ray
+
+            refs = [handle.shutdown.remote() for _, handle in self.members()]
+            try:
+                ray.wait(refs, num_returns=len(refs), timeout=close_timeout_s)
+            except Exception as exc:  # a worker already gone: nothing of it to close
+                log.warning("env workers' shutdown: %s: %s", type(exc).__name__, exc)
             self.worker_set.shutdown()
             self.worker_set = None
         for fleet in self.fleets.values():

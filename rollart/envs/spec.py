@@ -3,16 +3,20 @@
 In: a spec string and keyword options (`domains.<name>.options`). Accepted forms:
 - a built-in name: see `BUILTIN_ENVS` (frozenlake, sokoban, math, code, guess_number, swe, and `dataset`, whose
   episodes are the rows of `domains.<name>.data`: `domain_env_factory` builds it);
-- `remote:<url>`: the envs an env server (`rollart env serve DOMAIN`) serves at that URL, e.g.
-  `remote:http://127.0.0.1:8710` (options: `urls` for more servers, `token_env`, `timeout_s`);
-- `gem:<id>`: any GEM env id, e.g. `gem:game:Minesweeper-v0-easy`;
-- `gym:<id>`: a gymnasium env with a discrete action space, e.g. `gym:FrozenLake-v1`;
+- an adapter's kind (`ADAPTERS`, one file each in envs/adapters/): `<kind>:<id>` — e.g. `gem:<GEM id>`,
+  `gym:<gymnasium id>`, `remote:<url of rollart env serve>`, `reasoning_gym:<dataset>` — or the bare kind of an
+  adapter that takes no id (its options say what to reach);
 - `module.path:Class`: the user's own env class — a class with the env protocol's `reset` and `step`
   (protocol.py), never any other callable (`os:system` is refused); the current directory is importable,
   so `my_envs:MyEnv` finds `./my_envs.py`.
 Out: `EnvFactory`, a zero-argument callable returning a new env. The spec is checked here (module and
-class imported, class found) so a typo fails at start-up with an error listing the accepted forms;
-envs themselves are built lazily, one per trajectory.
+class imported, class found; an adapter's id by its own `check_id`) so a typo fails at start-up with an error
+listing the accepted forms; envs themselves are built lazily, one per trajectory.
+
+The adapter seam: an adapter is a class registered in `ADAPTERS` under its kind, built as `Class(id, **options)`
+(or `Class(**options)` when its `TAKES_ID` is False); an optional `check_id(id)` classmethod raises ValueError
+for an id that names nothing; `RUNS_AGENT = True` marks a kind whose trajectories a program runs through the
+agent gateway (the env worker runs it as an agent domain: `adapter_agent`), not through reset/step.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import inspect
 import logging
 from typing import Any, Callable, Mapping
 
-from rollart.config import DomainConfig
+from rollart.config import DomainConfig, WorkspaceConfig
 from rollart.envs.dataset import DatasetEnv, open_dataset_domain
 from rollart.envs.dataset.rows import PromptMeter
 from rollart.envs.domains.code_env import CodeEnv
@@ -32,11 +36,14 @@ from rollart.envs.domains.guess_number import GuessNumberEnv
 from rollart.envs.domains.math_env import MathEnv
 from rollart.envs.domains.sokoban import SokobanEnv
 from rollart.envs.domains.swe.env import SweEnv
-from rollart.envs.adapters.gem import GemEnv, registered_gem_ids
+from rollart.envs.adapters.gem import GemEnv
 from rollart.envs.adapters.gym import GymEnv
-from rollart.envs.protocol import EnvFactory
+from rollart.envs.adapters.openenv import OpenEnvEnv
+from rollart.envs.adapters.reasoning_gym import ReasoningGymEnv
+from rollart.envs.adapters.verifiers import VerifiersEnv
 from rollart.envs.adapters.remote import RemoteEnv
 from rollart.envs.adapters.user_object import import_user_object
+from rollart.envs.protocol import EnvFactory
 
 log = logging.getLogger("rollart.envs")
 
@@ -51,10 +58,27 @@ BUILTIN_ENVS: dict[str, Callable[..., Any]] = {
 }
 DATASET_ENV = "dataset"
 
+# env kinds that bring someone else's environment (envs/adapters/): kind → adapter class
+ADAPTERS: dict[str, type] = {
+    "gem": GemEnv,
+    "gym": GymEnv,
+    "remote": RemoteEnv,
+    "reasoning_gym": ReasoningGymEnv,
+    "openenv": OpenEnvEnv,
+    "verifiers": VerifiersEnv,
+}
+
+
+def _form(kind: str) -> str:
+    """How a spec of the adapter reads (its `FORM`, e.g. remote:<url>)."""
+    default = f"{kind}:<id>" if getattr(ADAPTERS[kind], "TAKES_ID", True) else kind
+    return f"'{getattr(ADAPTERS[kind], 'FORM', default)}'"
+
+
 ACCEPTED_FORMS = (
-    f"a built-in name ({', '.join(BUILTIN_ENVS)}), 'gem:<id>' (e.g. gem:game:Minesweeper-v0-easy), "
-    "'gym:<id>' (e.g. gym:FrozenLake-v1), 'remote:<url>' (an env server: `rollart env serve`) or "
-    "'module.path:Class' (your own class; the current directory is importable)"
+    f"a built-in name ({', '.join(BUILTIN_ENVS)}), an adapter ({', '.join(_form(k) for k in ADAPTERS)}; "
+    "`rollart env list` shows each with an example) or 'module.path:Class' (your own class; the current "
+    "directory is importable)"
 )
 
 ENV_METHODS = "reset(seed) -> (obs, info) and step(action) -> (obs, reward, terminated, truncated, info)"
@@ -70,15 +94,17 @@ def env_constructor(spec: str) -> Callable[..., Any]:
     if spec in BUILTIN_ENVS:
         return BUILTIN_ENVS[spec]
     kind, sep, rest = spec.partition(":")
-    if sep and rest:
-        if kind == "gem":
-            return functools.partial(GemEnv, rest)
-        if kind == "gym":
-            return functools.partial(GymEnv, rest)
-        if kind == "remote":
-            return functools.partial(RemoteEnv, rest)
-        if kind and all(p.isidentifier() for p in kind.split(".")):
-            return _env_class(spec, import_user_object(spec, "env spec", ACCEPTED_FORMS, EnvSpecError))
+    adapter = ADAPTERS.get(kind)
+    if adapter is not None and getattr(adapter, "TAKES_ID", True):
+        if sep and rest:
+            return functools.partial(adapter, rest)
+    elif adapter is not None:
+        if not sep:
+            return adapter
+        raise EnvSpecError(f"env spec {spec!r}: the {kind} adapter takes no id; write `env: {kind}` and say what "
+                           f"to reach in the domain's options")
+    elif sep and rest and kind and all(p.isidentifier() for p in kind.split(".")):
+        return _env_class(spec, import_user_object(spec, "env spec", ACCEPTED_FORMS, EnvSpecError))
     raise EnvSpecError(f"unknown env spec {spec!r}. Accepted: {ACCEPTED_FORMS}")
 
 
@@ -94,24 +120,32 @@ def _env_class(spec: str, target: Any) -> type:
 
 def check_env_spec(spec: str) -> None:
     """Raise `EnvSpecError` unless `spec` names something that can be built: a built-in, a user class that
-    imports, or an id GEM or gymnasium has registered (checking one imports that package: seconds for GEM).
-    Nothing is constructed."""
+    imports, or an id its adapter knows (checking one imports that package: seconds for GEM). Nothing is
+    constructed."""
     env_constructor(spec)
     kind, _, env_id = spec.strip().partition(":")
-    if kind == "gem":
-        known = registered_gem_ids()
-        if env_id not in known:
-            close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
-            hint = f"did you mean {', '.join('gem:' + c for c in close)}? " if close else ""
-            raise EnvSpecError(f"env spec {spec!r}: GEM has no env {env_id!r}; {hint}ids start with game:, rg:, "
-                               f"math:, code:, qa: ({len(known)} registered)")
-    elif kind == "gym":
-        import gymnasium
-
+    check_id = getattr(ADAPTERS.get(kind), "check_id", None)
+    if env_id and callable(check_id):
         try:
-            gymnasium.spec(env_id)
-        except gymnasium.error.Error as exc:
-            raise EnvSpecError(f"env spec {spec!r}: gymnasium has no env {env_id!r} ({exc})") from None
+            check_id(env_id)
+        except ValueError as exc:
+            raise EnvSpecError(f"env spec {spec!r}: {exc}") from None
+
+
+def adapter_of(spec: str) -> type | None:
+    """The adapter class of an adapter spec (`kind:<id>` or a bare kind), else None."""
+    kind = spec.strip().partition(":")[0]
+    return ADAPTERS.get(kind) if spec.strip() not in BUILTIN_ENVS else None
+
+
+def adapter_agent(domain_cfg: DomainConfig) -> Callable[..., Any]:
+    """The agent function of a domain whose env kind runs as an agent (its adapter `RUNS_AGENT`: e.g.
+    verifiers:<taskset>): the `run(base_url, api_key, task)` of the adapter built with the domain's options."""
+    adapter = adapter_of(domain_cfg.env)
+    if adapter is None or not getattr(adapter, "RUNS_AGENT", False):
+        raise EnvSpecError(f"env spec {domain_cfg.env!r} is not an agent-run kind (those are: "
+                           f"{', '.join(k for k, c in ADAPTERS.items() if getattr(c, 'RUNS_AGENT', False))})")
+    return make_env(domain_cfg.env, domain_cfg.options).run
 
 
 def env_class(spec: str) -> type | None:
@@ -140,17 +174,24 @@ def resolve_env(spec: str, options: Mapping[str, Any] | None = None) -> EnvFacto
     return functools.partial(env_constructor(spec), **dict(options or {}))
 
 
-def domain_env_factory(name: str, domain_cfg: DomainConfig, meter: PromptMeter | None, seed: int) -> EnvFactory:
+def domain_env_factory(name: str, domain_cfg: DomainConfig, meter: PromptMeter | None, seed: int,
+                       workspace: WorkspaceConfig | None = None) -> EnvFactory:
     """The env factory of a domain: its spec with its options, or for a dataset domain its rows — read,
     filtered with `meter` (the domain's chat template; needed for a dataset domain) and ordered by `seed`
-    once, here."""
+    once, here. An env that takes a `workspace` option (the SWE domain) gets the run's `envs.workspace`: the
+    keys the run sets (e.g. `backend: podman`), under the domain's own `options.workspace`."""
     if domain_cfg.env.strip() == DATASET_ENV:
         if meter is None:
             raise ValueError(f"domain {name!r}: a dataset domain's rows are measured with the model's chat template")
         domain = open_dataset_domain(name, domain_cfg, meter, seed)
         log.info("%s", domain.report())
         return domain.make_env
-    return resolve_env(domain_cfg.env, domain_cfg.options)
+    options = dict(domain_cfg.options)
+    run_set = workspace.model_dump(exclude_unset=True) if workspace is not None else {}
+    cls = env_class(domain_cfg.env)
+    if run_set and cls is not None and "workspace" in inspect.signature(cls).parameters:
+        options["workspace"] = {**run_set, **dict(options.get("workspace") or {})}
+    return resolve_env(domain_cfg.env, options)
 
 
 def make_env(spec: str, options: Mapping[str, Any] | None = None) -> Any:

@@ -16,7 +16,9 @@ Two depths of "prepared":
   that seed (counted in `staged_hits`), then a seed-free one, then builds one (a miss).
 
 Guarantees: at most `size` envs are ready, staged or being prepared at once (bounded memory, bounded
-leftovers); refill is one env at a time, after every acquire and every `expect` — once no acquire came for
+leftovers); refill prepares up to `parallel` envs at once (1 by default: envs that prepare in milliseconds;
+more for envs whose prepare waits on something else — a container start, a server — so a group's worth is
+ready within one prepare time), after every acquire and every `expect` — once no acquire came for
 `QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
 (in the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
 not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
@@ -45,18 +47,21 @@ QUIET_S = 0.05
 class WarmPool:
     def __init__(self, domain: str, factory: EnvFactory, size: int, *, executor: Executor | None = None,
                  prepare_timeout_s: float = 60.0, backoff_s: float = 0.2, backoff_max_s: float = 5.0,
-                 quiet_s: float = QUIET_S) -> None:
+                 quiet_s: float = QUIET_S, parallel: int = 1) -> None:
         if size < 1:
             raise ValueError(f"a warm pool holds at least 1 env, got size={size}")
-        self.domain, self.size = domain, size
+        if parallel < 1:
+            raise ValueError(f"a warm pool prepares at least 1 env at a time, got parallel={parallel}")
+        self.domain, self.size, self.parallel = domain, size, parallel
         self._factory, self._executor = factory, executor
         self.prepare_timeout_s, self.backoff_s, self.backoff_max_s = prepare_timeout_s, backoff_s, backoff_max_s
         self._ready: deque[AsyncEnv] = deque()  # prepared, seed-free
         self._staged: OrderedDict[int, deque[AsyncEnv]] = OrderedDict()  # seed → envs staged for it, oldest first
         self._expected: OrderedDict[int, int] = OrderedDict()  # seed → envs still to stage for it, oldest first
-        self._preparing = 0  # envs being built or staged by the refill (0 or 1)
+        self._staging: dict[int, int] = {}  # seed → envs being staged for it now
+        self._preparing = 0  # envs being built or staged by the refill (at most `parallel`)
         self.quiet_s, self._last_acquire = quiet_s, float("-inf")
-        self._refill: asyncio.Task[None] | None = None
+        self._refills: list[asyncio.Task[None]] = []
         self._closed = False
         self.counts = {"hits": 0, "staged_hits": 0, "misses": 0, "prepared": 0, "staged": 0, "staged_unused": 0,
                        "prepare_failures": 0}
@@ -72,8 +77,9 @@ class WarmPool:
 
     def start(self) -> None:
         """Begin filling (on the running event loop); acquire() and expect() call it too."""
-        if not self._closed and (self._refill is None or self._refill.done()) and self._work():
-            self._refill = asyncio.ensure_future(self._fill())
+        self._refills = [task for task in self._refills if not task.done()]
+        while not self._closed and len(self._refills) < self.parallel and self._work():
+            self._refills.append(asyncio.ensure_future(self._fill()))
 
     def expect(self, seed: int, count: int) -> None:
         """`count` resets with `seed` are forecast (a group to come): stage envs for them ahead, at most `size`
@@ -124,11 +130,17 @@ class WarmPool:
     def _held(self) -> int:
         return self.ready + self._preparing
 
+    def _next_seed(self) -> int | None:
+        """The oldest expected seed with envs still to stage beyond those being staged for it now."""
+        return next((seed for seed, count in self._expected.items() if count > self._staging.get(seed, 0)), None)
+
     def _work(self) -> bool:
         """Whether the refill has something to do: an expected seed to stage (with room, a seed-free env to
         stage, or an env staged for another seed to replace), or room for a seed-free env."""
-        if self._expected:
-            seed = next(iter(self._expected))
+        if self._preparing >= self.parallel:
+            return False
+        seed = self._next_seed()
+        if seed is not None:
             if self._held() < self.size or self._ready or self._replaceable(seed) is not None:
                 return True
         return self._held() < self.size
@@ -147,8 +159,9 @@ class WarmPool:
                 continue
             self._preparing += 1
             try:
-                if self._expected:
-                    await self._stage_next()
+                seed = self._next_seed()
+                if seed is not None:
+                    await self._stage_next(seed)
                 else:
                     await self._keep(await self.build(), None)
             except asyncio.CancelledError:
@@ -165,10 +178,18 @@ class WarmPool:
                 self._preparing -= 1
             failures = 0
 
-    async def _stage_next(self) -> None:
-        """Stage one env for the oldest expected seed: a seed-free env the pool holds, else a new one (room
-        made, if need be, by closing the env staged longest for another, older forecast)."""
-        seed = next(iter(self._expected))
+    async def _stage_next(self, seed: int) -> None:
+        """Stage one env for `seed` (the oldest expected one): a seed-free env the pool holds, else a new one
+        (room made, if need be, by closing the env staged longest for another, older forecast)."""
+        self._staging[seed] = self._staging.get(seed, 0) + 1
+        try:
+            await self._stage(seed)
+        finally:
+            self._staging[seed] -= 1
+            if not self._staging[seed]:
+                del self._staging[seed]
+
+    async def _stage(self, seed: int) -> None:
         if self._ready:
             env = self._ready.popleft()
         else:
@@ -208,10 +229,10 @@ class WarmPool:
     async def close(self) -> None:
         """Stop refilling and close every prepared env (idempotent)."""
         self._closed = True
-        refill, self._refill = self._refill, None
-        if refill is not None and not refill.done():
+        refills, self._refills = self._refills, []
+        for refill in refills:
             refill.cancel()
-            await asyncio.gather(refill, return_exceptions=True)
+        await asyncio.gather(*refills, return_exceptions=True)
         envs = [*self._ready, *(env for staged in self._staged.values() for env in staged)]
         self._ready.clear()
         self._staged.clear()

@@ -9,7 +9,7 @@ the finished `Trajectory` — scored already when its domain is the end scorer's
 Each `run` is one `EnvManager` driven as an asyncio task on the actor's event loop (Ray runs async actor
 methods concurrently), so one worker holds many environment lifecycles; sync env calls go to a thread
 pool of `envs.threads` threads so a CPU-heavy env does not stall the others. A task of an agent domain
-(`domains.<name>.agent`) runs an `AgentManager` instead: the worker serves those agents an OpenAI-compatible
+(`domains.<name>.agent`, or an env kind that runs as one: `verifiers:<taskset>`) runs an `AgentManager` instead: the worker serves those agents an OpenAI-compatible
 `AgentGateway` on 127.0.0.1 (started with the worker when the config has an agent domain). The class is
 plain Python, placed as a Ray actor by the resource plane (`Resources.place(EnvWorker, ...)`, see
 `EnvRouter.place`) and
@@ -42,7 +42,7 @@ from rollart.envs.adapters.remote import RemoteEnv
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.seeds import episode_seed
-from rollart.envs.spec import domain_env_factory, resolve_env
+from rollart.envs.spec import adapter_agent, domain_env_factory, resolve_env
 from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
 from rollart.resources import affinity
@@ -111,16 +111,18 @@ class EnvWorker:
         tokenizer = load_tokenizer(path, cfg.model.trust_remote_code)
         self.chat = ChatTokens(tokenizer)  # agents bring their own messages (and system prompts)
         self.chats = {d: ChatTokens(tokenizer, c.system_prompt, c.thinking) for d, c in cfg.domains.items()
-                      if not c.agent}
+                      if not c.runs_agent}
         self.executor = ThreadPoolExecutor(cfg.envs.threads, thread_name_prefix=name.replace("/", "-"))
         reap_leftovers()  # workspace sandboxes a dead predecessor (a worker killed mid-trajectory) left
         # checked now, so a bad spec (or a dataset with no row left) fails at start-up rather than mid-run
         self._factories: dict[str, EnvFactory] = {
-            d: domain_env_factory(d, c, self.chats[d], cfg.seed) for d, c in cfg.domains.items() if not c.agent
+            d: domain_env_factory(d, c, self.chats[d], cfg.seed, cfg.envs.workspace) for d, c in cfg.domains.items() if not c.runs_agent
         }
         for domain, directory in (env_servers or {}).items():  # rollart's own env servers (rollart/envs/serving/fleet.py)
             self._factories[domain] = functools.partial(RemoteEnv, directory=directory, domain=domain)
-        self._agents = {d: resolve_agent(c.agent) for d, c in cfg.domains.items() if c.agent}
+        # agent domains: a user's function, or an env kind whose trajectories a program runs (verifiers:<taskset>)
+        self._agents = {d: resolve_agent(c.agent) if c.agent else adapter_agent(c)
+                        for d, c in cfg.domains.items() if c.runs_agent}
         self.gateway = (
             AgentGateway(self.llm, self.chat, cfg.envs.gateway, worker=name,
                          generate_timeout_s=self._generate_timeout_s()).start()
@@ -129,7 +131,8 @@ class EnvWorker:
         pool_cfg = cfg.envs.warm_pool
         self.pools = {
             d: WarmPool(d, factory, pool_cfg.size, executor=self.executor, prepare_timeout_s=pool_cfg.prepare_timeout_s,
-                        backoff_s=cfg.envs.retry_backoff_s, backoff_max_s=cfg.envs.retry_backoff_max_s)
+                        backoff_s=cfg.envs.retry_backoff_s, backoff_max_s=cfg.envs.retry_backoff_max_s,
+                        parallel=pool_cfg.parallel)
             for d, factory in self._factories.items()
             if cfg.envs.pooled(d, cfg.domains[d]) and d not in (env_servers or {})  # those servers pool themselves
         }

@@ -168,7 +168,7 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
                 resolve_agent(dom.agent)
             else:
                 check_env_spec(dom.env)
-                if problem := env_class_problem(name, dom, cfg, demonstrated):
+                if not dom.runs_agent and (problem := env_class_problem(name, dom, cfg, demonstrated)):
                     problems.append(problem)
         except (EnvSpecError, AgentSpecError) as exc:
             problems.append(f"domains.{name}.{'agent' if dom.agent else 'env'}: {exc}")

@@ -45,16 +45,16 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
     if not domains or not steps:
         return
     tokenizer = load_tokenizer(model_path, cfg.model.trust_remote_code)
-    chats = {d: ChatTokens(tokenizer) if cfg.domains[d].agent else
+    chats = {d: ChatTokens(tokenizer) if cfg.domains[d].runs_agent else
              ChatTokens(tokenizer, cfg.domains[d].system_prompt, cfg.domains[d].thinking) for d in domains}
-    factories = {d: domain_env_factory(d, cfg.domains[d], chats[d], cfg.seed) for d in domains
-                 if not cfg.domains[d].agent}
+    factories = {d: domain_env_factory(d, cfg.domains[d], chats[d], cfg.seed, cfg.envs.workspace) for d in domains
+                 if not cfg.domains[d].runs_agent}
     picks = [domains[i % len(domains)] for i in range(ws.batch_size)]
     rng = random.Random(cfg.seed)
 
     def sample(domain: str) -> Any:
         domain_cfg, seed = cfg.domains[domain], rng.randrange(10**9)
-        if domain_cfg.agent:
+        if domain_cfg.runs_agent:
             return demonstrate_agent(domain, domain_cfg, chats[domain], seed, ws.expert_prob,
                                      cfg.envs.gateway.model_name)
         return demonstrate(domain, domain_cfg, seed, "train", ws.expert_prob, factories[domain]).sample(chats[domain])
@@ -66,12 +66,12 @@ def demonstration_batches(cfg: RunConfig, model_path: str | Path) -> Iterator[li
 def demonstrated(cfg: RunConfig) -> list[str]:
     """The domains the warm start demonstrates: the trained ones, agent domains only when they name
     `demonstrations`."""
-    return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.agent or c.demonstrations))
+    return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and (not c.runs_agent or c.demonstrations))
 
 
 def undemonstrated(cfg: RunConfig) -> list[str]:
     """The trained agent domains the warm start leaves out: they name no `demonstrations`."""
-    return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and c.agent and not c.demonstrations)
+    return sorted(d for d, c in cfg.domains.items() if c.weight > 0 and c.runs_agent and not c.demonstrations)
 
 
 def warm_start_line(cfg: RunConfig) -> str:

@@ -16,7 +16,9 @@ Public API:
   `ContainerWorkspace` (container.py, `envs.workspace.backend: docker | podman`).
 Modules: isolation.py (probing, levels, the launcher's spec), launch.py (the sandbox's first process),
 cgroups.py (whole-tree limits), process.py (one-shot runs), workspace.py (native workspaces),
-container.py (container workspaces), workspace_api.py (what both share).
+container.py (container workspaces; container_engine.py the engine's CLI, container_scripts.py what runs in the
+container), image.py (the containers' default image, from Debian's packages), workspace_api.py (what both
+kinds of workspace share), servers.py (servers a process starts for itself: a local ASGI app or a container).
 """
 
 from __future__ import annotations

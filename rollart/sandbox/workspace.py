@@ -10,6 +10,7 @@ API (what environments use; stable):
     ws.run(command, *, timeout_s=None, stdin="") -> CommandResult   # `bash -c command` in /workspace
     ws.read_file(path, max_bytes) -> str        # text (UTF-8, invalid bytes replaced), "[truncated ...]" past max
     ws.write_file(path, text) -> None           # creates parent dirs; counts against the disk cap
+    ws.write_files({path: text, ...}) -> None   # several at once (one round trip in a container)
     ws.snapshot(max_bytes) -> dict[str, str]    # every text file of the tree, for a fresh scoring workspace
     ws.close() -> None                          # kill everything, unmount, delete; idempotent
     reap_leftovers(owner=None) -> int           # at worker start: remove what dead processes' workspaces left
@@ -43,8 +44,8 @@ SIGKILL) leaves its tmpfs, cgroup and directory: its running commands die with i
 pipe only that process held), and `reap_leftovers` — called by the first `open_workspace` of every
 process, and by env workers at start — removes the rest of every workspace whose creator is gone.
 
-Backends: `native` (above; the one these tests run). `docker`/`podman` need that CLI and an engine, and are
-refused with a clear error where neither is installed (container.py).
+Backends: `native` (above) and `podman`/`docker` (container.py: one container per workspace, the same
+contract — tests/contracts/test_workspace_contract.py runs both native and podman).
 """
 
 from __future__ import annotations
@@ -269,6 +270,11 @@ class NativeWorkspace:
         finally:
             os.close(fd)
 
+    def write_files(self, files: Mapping[str, str]) -> None:
+        """`write_file` of each (path → text), in order; the first refusal raises (those before it are written)."""
+        for path, text in files.items():
+            self.write_file(path, text)
+
     def snapshot(self, max_bytes: int) -> dict[str, str]:
         """Every regular file of the tree that is valid UTF-8 text, by relative path (symlinks, other kinds
         of file and binary files left out) — for a fresh workspace that scores the policy's work. ValueError
@@ -367,8 +373,7 @@ def open_workspace(limits: WorkspaceConfig, files: Mapping[str, str], *, owner: 
         _destroy(directory, group)
         raise
     try:
-        for name, text in files.items():
-            ws.write_file(name, text)
+        ws.write_files(files)
     except BaseException:
         ws.close()
         raise
@@ -377,12 +382,15 @@ def open_workspace(limits: WorkspaceConfig, files: Mapping[str, str], *, owner: 
 
 def reap_leftovers(owner: str | None = None) -> int:
     """Remove every workspace (of `owner`, or of all owners) whose creating process is gone: its commands'
-    processes and cgroup, its tmpfs, its directory. Returns how many. Safe while other processes' workspaces
-    are in use (theirs are left alone)."""
+    processes and cgroup, its tmpfs, its directory — and the containers of the container backend, where podman
+    or docker answers. Returns how many. Safe while other processes' workspaces are in use (theirs are left
+    alone)."""
+    from rollart.sandbox.container_engine import reap_containers
+
+    removed = sum(reap_containers(engine, owner) for engine in ("podman", "docker"))
     if not BASE.is_dir():
-        return 0
+        return removed
     parents = [BASE / owner] if owner else [p for p in BASE.iterdir() if p.is_dir() and not p.is_symlink()]
-    removed = 0
     for parent in parents:
         if not parent.is_dir():
             continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Mapping, Protocol
 
 OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -44,6 +44,8 @@ class Workspace(Protocol):
     def read_file(self, path: str, max_bytes: int) -> str: ...
 
     def write_file(self, path: str, text: str) -> None: ...
+
+    def write_files(self, files: Mapping[str, str]) -> None: ...
 
     def snapshot(self, max_bytes: int) -> dict[str, str]: ...
 

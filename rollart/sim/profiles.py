@@ -28,7 +28,7 @@ class MissingProfiles(ValueError):
 
 def kind_of(domain: DomainConfig) -> str | None:
     """The task kind of `TASKS` a domain is, or None (agents, gymnasium envs, user classes)."""
-    if domain.agent:
+    if domain.runs_agent:
         return None
     if domain.env in _KIND_OF_ENV:
         return _KIND_OF_ENV[domain.env]

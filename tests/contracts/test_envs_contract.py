@@ -2,12 +2,14 @@
 seeded determinism, well-formed random actions, an idempotent-enough close. The `remote` kind meets it
 over HTTP: `remote:<domain>` below is an env server (rollart/envs/serving/server.py) serving that built-in domain
 on 127.0.0.1, reached by `remote:<its url>` exactly as a run would. The `dataset` kind is built from a domain's
-rows, not from a name: here a small GSM8K-style file."""
+rows, not from a name: here a small GSM8K-style file. The `openenv` kind plays examples/openenv/guess_env (made
+from OpenEnv's own template) through a server rollart starts itself (options.app)."""
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,9 +25,14 @@ SPECS = [
     "gem:game:Minesweeper-v0-easy",
     "gym:FrozenLake-v1",
     "gym:CliffWalking-v1",
+    "reasoning_gym:basic_arithmetic",
+    "reasoning_gym:word_ladder",  # a finite dataset: its last tenth is held out for validation
     *REMOTE,
+    "openenv",
 ]
 TOKEN = "contract-test-token"
+OPTIONS = {"openenv": {"app": "guess_env.server.app:app"}}
+OPENENV_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openenv"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,6 +40,8 @@ def env_servers():
     """One env server per remote domain, and the token the remote envs read."""
     previous = os.environ.get("ROLLART_ENV_TOKEN")
     os.environ["ROLLART_ENV_TOKEN"] = TOKEN
+    python_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(OPENENV_EXAMPLE), python_path) if p)
     servers = {}
     for spec in REMOTE:
         domain = spec.split(":", 1)[1]
@@ -45,6 +54,10 @@ def env_servers():
         os.environ.pop("ROLLART_ENV_TOKEN", None)
     else:
         os.environ["ROLLART_ENV_TOKEN"] = previous
+    if python_path is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = python_path
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +83,7 @@ def servers(env_servers, dataset_env):
 def build(spec: str, servers: dict) -> object:
     if spec == "dataset":
         return servers["dataset"]()
-    return make_env(f"remote:{servers[spec].url}" if spec in servers else spec)
+    return make_env(f"remote:{servers[spec].url}" if spec in servers else spec, OPTIONS.get(spec))
 
 
 def episode(spec: str, seed: int, servers: dict, steps: int = 3) -> list:

@@ -198,3 +198,22 @@ def test_cli_play_with_a_model_runs_the_rollout_path(capsys, tiny_model_path):
     assert "-- observation 1" in out and "-- action 1 (" in out and "\n== end: " in out
     assert main(["env", "play", "frozenlake", "--policy", "model"]) == 2  # which model?
     assert "--policy model needs --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("example, domain", [("reasoning_gym", "arith"), ("openenv", "guess"), ("verifiers", "reverse")])
+def test_the_examples_of_the_env_adapters_pass_the_preflight(example, domain, monkeypatch):
+    """examples/<adapter>/run.yaml as a user runs it (from its directory): the config loads and the checks that
+    run before anything starts pass — the env spec resolves (a verifiers taskset imports), no warm start is asked
+    of a kind with no expert."""
+    from pathlib import Path
+
+    from rollart.config.loader import load_config
+    from rollart.job.preflight import check_config
+
+    here = Path(__file__).resolve().parents[2] / "examples" / example
+    monkeypatch.chdir(here)
+    monkeypatch.syspath_prepend(str(here))
+    cfg = load_config(here / "run.yaml")
+    assert list(cfg.domains) == [domain]
+    check_config(cfg)
+    assert cfg.domains[domain].runs_agent == (example == "verifiers")

@@ -234,3 +234,36 @@ def test_warm_pool_config_names_env_domains_only():
     assert cfg.envs.pooled("math", cfg.domains["math"]) and not cfg.envs.pooled("frozenlake", cfg.domains["frozenlake"])
     with pytest.raises(ValueError, match=r"envs.warm_pool.domains: 'nope' is not an env domain .*frozenlake"):
         RunConfig(envs={"warm_pool": {"size": 1, "domains": ["nope"]}})
+
+
+def test_a_parallel_refill_prepares_a_group_at_once_and_stays_bounded():
+    """Prepares that mostly wait (a container start) overlap with `parallel`: four 0.4-s prepares fill the pool
+    in about one prepare time, never more than `size` envs held, and a forecast group is staged once, not twice."""
+    Prepared.prepare_s = 0.4
+
+    async def main():
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = WarmPool("d", Prepared, 4, executor=ThreadPoolExecutor(8), parallel=4)
+        t0 = time.monotonic()
+        pool.start()
+        await until(lambda: pool.ready == 4)
+        filled_s = time.monotonic() - t0
+        assert len(Prepared.made) == 4 and pool._preparing == 0
+        pool.expect(7, 4)  # four resets of seed 7 to come: the four seed-free envs are staged for it
+        await until(lambda: pool.staged == 4)
+        assert pool.counts["staged"] == 4 and pool.counts["staged_unused"] == 0 and len(Prepared.made) == 4
+        envs = [(await pool.acquire(7))[0] for _ in range(4)]
+        assert all(e.inner.preloaded == 7 for e in envs) and pool.counts["staged_hits"] == 4
+        await until(lambda: pool.ready == 4)
+        assert len(Prepared.made) == 8 and max(pool.ready, 0) <= 4
+        await pool.close()
+        for env in envs:
+            await env.close()
+        assert all(p.closed for p in Prepared.made)
+        return filled_s
+
+    filled_s = asyncio.run(main())
+    assert filled_s < 1.2, f"4 prepares of 0.4 s in parallel took {filled_s:.2f}s"
+    with pytest.raises(ValueError, match="parallel"):
+        WarmPool("d", Prepared, 2, parallel=0)

@@ -5,8 +5,10 @@ otherwise; the protocol is in rollart/envs/serving/server.py) until Ctrl-C or SI
 other machines can use it. A domain pooled by `envs.warm_pool` is served from prepared envs. The server
 token comes from `$envs.server.token_env` (default ROLLART_ENV_TOKEN); unset, a fresh one is printed.
 
-`play` runs one episode of any env spec (built-in, `gem:<id>`, `gym:<id>`, `module.path:Class`, with the
-current directory importable) and prints each observation, action, reward and the end status. Actions
+`play` runs one episode of any env spec (built-in, an adapter — `gem:<id>`, `gym:<id>`, `reasoning_gym:<dataset>`,
+`openenv` with `--option url=...|app=...` —, `module.path:Class`, with the current directory importable) and
+prints each observation, action, reward and the end status; for `verifiers:<taskset>` you answer each model
+call (env_play_agent.py). Actions
 come from `--actions 'a;b;c'`, from `--policy expert|random`, or from the prompt. A bare action such as
 `Right` is sent as `\\boxed{Right}` (the format the built-ins and GEM expect); `--raw` sends it verbatim.
 For math and code the env's reference (answer, hidden tests) is shown: scoring is the reward plane's.
@@ -64,19 +66,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     import inspect
+    import sys as _sys
     import textwrap
 
-    from rollart.envs.spec import ACCEPTED_FORMS, BUILTIN_ENVS
+    from rollart.envs.spec import ACCEPTED_FORMS, ADAPTERS, BUILTIN_ENVS
 
     indent = " " * 15
-    for name, ctor in BUILTIN_ENVS.items():
-        summary = " ".join(inspect.getdoc(ctor).split("\n\n")[0].split()) if ctor.__doc__ else ""
-        print(textwrap.fill(summary, 110, initial_indent=f"{name:14s} ", subsequent_indent=indent))
-        options = [f"{p.name}={p.default!r}" for p in inspect.signature(ctor).parameters.values()
-                   if p.default is not inspect.Parameter.empty]
+
+    def options_of(ctor: Any, skip: int = 0) -> None:
+        params = list(inspect.signature(ctor).parameters.values())[skip:]
+        options = [f"{p.name}={p.default!r}" for p in params if p.default is not inspect.Parameter.empty]
         if options:
             print(textwrap.fill("options: " + ", ".join(options), 110, initial_indent=indent,
                                 subsequent_indent=indent + "  "))
+
+    for name, ctor in BUILTIN_ENVS.items():
+        summary = " ".join(inspect.getdoc(ctor).split("\n\n")[0].split()) if ctor.__doc__ else ""
+        print(textwrap.fill(summary, 110, initial_indent=f"{name:14s} ", subsequent_indent=indent))
+        options_of(ctor)
+    print("\nAdapters (environments you bring; one file each in rollart/envs/adapters/):")
+    for kind, cls in ADAPTERS.items():
+        doc = inspect.getdoc(_sys.modules[cls.__module__]) or ""
+        summary = " ".join(doc.split("\n\n")[0].split())
+        print(textwrap.fill(summary, 110, initial_indent=f"{kind:14s} ", subsequent_indent=indent))
+        print(f"{indent}example: env: {getattr(cls, 'EXAMPLE', getattr(cls, 'FORM', kind))}")
+        options_of(cls, skip=1 if getattr(cls, "TAKES_ID", True) else 0)
     print("\n" + textwrap.fill(f"An env spec is {ACCEPTED_FORMS}.", 110))
     return 0
 
@@ -123,9 +137,13 @@ async def _episode(args: argparse.Namespace) -> int:
     from rollart.config import EnvsConfig
     from rollart.envs.protocol import FORMAT_ERROR_KEY, REFERENCE_KEY, AsyncEnv
     from rollart.envs.seeds import episode_seed
-    from rollart.envs.spec import EnvSpecError, make_env
+    from rollart.envs.spec import EnvSpecError, adapter_of, make_env
     from rollart.types import Task
 
+    if getattr(adapter_of(args.spec), "RUNS_AGENT", False):  # you are the model of a verifiers:<taskset> episode
+        from rollart.cli.commands.env_play_agent import play_agent
+
+        return await play_agent(args, _options(args.option))
     try:
         raw_env = make_env(args.spec, _options(args.option))
     except EnvSpecError as exc:
@@ -261,8 +279,8 @@ def _serve(args: argparse.Namespace) -> int:
     server_cfg = cfg.envs.server.model_copy(update={k: v for k, v in (("host", args.host), ("port", args.port))
                                                     if v is not None})
     domain_cfg = cfg.domains.get(args.domain)
-    if domain_cfg is None or domain_cfg.agent or domain_cfg.env.strip() == DATASET_ENV:
-        env_domains = sorted(d for d, dc in cfg.domains.items() if not dc.agent)
+    if domain_cfg is None or domain_cfg.runs_agent or domain_cfg.env.strip() == DATASET_ENV:
+        env_domains = sorted(d for d, dc in cfg.domains.items() if not dc.runs_agent)
         raise ConfigError(f"rollart env serve: {args.domain!r} is not an env domain of this config (dataset "
                           f"domains are served in process; env domains: {env_domains})")
     if not is_loopback_host(server_cfg.host) and not server_cfg.allow_non_loopback:
@@ -280,8 +298,8 @@ def _serve(args: argparse.Namespace) -> int:
         chat = ChatTokens(tokenizer, domain_cfg.system_prompt, domain_cfg.thinking)
     token = os.environ.get(server_cfg.token_env) or secrets.token_urlsafe(24)
     pool = cfg.envs.warm_pool.size if cfg.envs.pooled(args.domain, domain_cfg) else 0
-    server = EnvServer(args.domain, domain_cfg.env, domain_env_factory(args.domain, domain_cfg, chat, cfg.seed),
-                       server_cfg, cfg.envs, token=token, pool_size=pool).start()
+    factory = domain_env_factory(args.domain, domain_cfg, chat, cfg.seed, cfg.envs.workspace)
+    server = EnvServer(args.domain, domain_cfg.env, factory, server_cfg, cfg.envs, token=token, pool_size=pool).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"env server: domain {args.domain} ({domain_cfg.env}) at {server.url}"

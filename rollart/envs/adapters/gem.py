@@ -52,6 +52,21 @@ def registered_gem_ids() -> list[str]:
 class GemEnv:
     """A GEM env made by `gem.make(env_id, **options)`."""
 
+    FORM = "gem:<id>"
+    EXAMPLE = "gem:game:GuessTheNumber-v0-easy"
+
+    @classmethod
+    def check_id(cls, env_id: str) -> None:
+        """ValueError unless GEM has registered `env_id` (imports GEM: seconds)."""
+        import difflib
+
+        known = registered_gem_ids()
+        if env_id not in known:
+            close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join('gem:' + c for c in close)}? " if close else ""
+            raise ValueError(f"GEM has no env {env_id!r}; {hint}ids start with game:, rg:, math:, code:, qa: "
+                             f"({len(known)} registered)")
+
     def __init__(self, env_id: str, **options: Any) -> None:
         gem = _import_gem()
         try:

@@ -24,6 +24,19 @@ _HIGHLIGHT = re.compile(r"\x1b\[4[0-7](?:;[0-9]+)*m(.*?)\x1b\[0m")
 class GymEnv:
     """`gymnasium.make(env_id, **options)` with a Discrete action space."""
 
+    FORM = "gym:<id>"
+    EXAMPLE = "gym:FrozenLake-v1"
+
+    @classmethod
+    def check_id(cls, env_id: str) -> None:
+        """ValueError unless gymnasium has registered `env_id`."""
+        import gymnasium
+
+        try:
+            gymnasium.spec(env_id)
+        except gymnasium.error.Error as exc:
+            raise ValueError(f"gymnasium has no env {env_id!r} ({exc})") from None
+
     def __init__(self, env_id: str, action_names: list[str] | None = None, **options: Any) -> None:
         import gymnasium as gym
 

@@ -49,6 +49,9 @@ def _client() -> httpx.Client:
 class RemoteEnv:
     """An env of a remote env server (see the module docstring)."""
 
+    FORM = "remote:<url>"
+    EXAMPLE = "remote:http://127.0.0.1:8710"
+
     def __init__(self, url: str = "", urls: list[str] | tuple[str, ...] = (), token_env: str = "ROLLART_ENV_TOKEN",
                  timeout_s: float = 120.0, directory: Any = None, domain: str = "") -> None:
         self.timeout_s, self._directory, self._domain = timeout_s, directory, domain

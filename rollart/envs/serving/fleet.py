@@ -42,8 +42,9 @@ class EnvServerActor:
         server_cfg = cfg.envs.server.model_copy(update={"host": ray.util.get_node_ip_address(), "port": 0})
         pool = cfg.envs.warm_pool.size if cfg.envs.pooled(domain, domain_cfg) else 0
         self.name = name
-        self.server = EnvServer(domain, domain_cfg.env, domain_env_factory(domain, domain_cfg, None, cfg.seed),
-                                server_cfg, cfg.envs, token=token, pool_size=pool).start()
+        factory = domain_env_factory(domain, domain_cfg, None, cfg.seed, cfg.envs.workspace)
+        self.server = EnvServer(domain, domain_cfg.env, factory, server_cfg, cfg.envs, token=token,
+                                pool_size=pool).start()
 
     def url(self) -> str:
         return self.server.url

@@ -81,7 +81,8 @@ class EnvServer:
         self._factory, self._token = factory, token
         self._executor = ThreadPoolExecutor(cfg.threads, thread_name_prefix=f"env-server-{domain}")
         self.pool = (WarmPool(domain, factory, pool_size, executor=self._executor,
-                              prepare_timeout_s=envs.warm_pool.prepare_timeout_s) if pool_size else None)
+                              prepare_timeout_s=envs.warm_pool.prepare_timeout_s, parallel=envs.warm_pool.parallel)
+                     if pool_size else None)
         self._sessions: dict[str, _Session] = {}
         self._reaper: Any = None
         self._http: ThreadedServer | None = None

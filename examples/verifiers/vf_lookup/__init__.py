@@ -1,0 +1,3 @@
+from vf_lookup.taskset import LookupTaskset
+
+__all__ = ["LookupTaskset"]

@@ -1,0 +1,3 @@
+from vf_reverse.taskset import ReverseTaskset
+
+__all__ = ["ReverseTaskset"]
