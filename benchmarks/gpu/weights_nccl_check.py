@@ -81,7 +81,7 @@ def sender_main(rank: int, world: int, work: str, spec: dict) -> None:
     pools = {**default_pools(), "train": PoolConfig(kind="gpu", device="cuda", capacity=world)}
     cfg = RunConfig(model={"path": f"{work}/model"}, pools=pools,
                     train={"workers": world, "strategy": "fsdp2", "precision": "bf16", "lr": 1e-5})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train), rank=rank, world_size=world, device=f"cuda:{rank}")
+    trainer = Trainer(cfg, PolicyObjective.of(cfg), rank=rank, world_size=world, device=f"cuda:{rank}")
     trainer.train_step(batch([512, 512], 0, 0, QWEN3_0_6B["vocab_size"]))
     shard = sum(c.numel() * c.element_size() for c in trainer.row_chunks())
     publisher = CollectivePublisher(WeightGroupSpec(**spec), store=None)

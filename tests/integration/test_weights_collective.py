@@ -123,7 +123,7 @@ def test_trainer_ranks_send_their_rows_and_fall_back_to_the_store_when_a_worker_
     sub = store.subscriber()
     try:
         assert asyncio.run(sub.latest_version()) == -1  # (starts receiving: the ranks' first publish waits for it)
-        with TrainerRanks(cfg, connect(cfg), PolicyObjective.from_config(cfg.train), store.publisher()) as group:
+        with TrainerRanks(cfg, connect(cfg), PolicyObjective.of(cfg), store.publisher()) as group:
             v0 = asyncio.run(sub.pull(0))
             before = group.weights()
             metrics = group.train_step(synthetic_batch(version=0, n=8))

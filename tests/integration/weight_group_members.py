@@ -48,7 +48,7 @@ def trainer_sender(rank: int, world: int, spec: Any, model_path: str, strategy: 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     pools = {**default_pools(), "train": PoolConfig(kind="cpu", capacity=world)}
     cfg = RunConfig(model={"path": model_path}, pools=pools, train={"workers": world, "strategy": strategy})
-    trainer = Trainer(cfg, PolicyObjective.from_config(cfg.train), rank=rank, world_size=world)
+    trainer = Trainer(cfg, PolicyObjective.of(cfg), rank=rank, world_size=world)
     publisher = CollectivePublisher(spec, NoStore())
     metrics = []
     for version in (0, 1):
