@@ -114,18 +114,21 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "envs with slow, failing resets and sandboxed tools: the SWE domain, the warm pool, env servers; "
               "native and podman workspaces",
               (Option("--backends", "workspace backends to measure, comma-separated (default native,podman: podman "
-                      "where it and the env image are there)", metavar="native,podman"),)),
+                      "where it and the env image are there)", metavar="native,podman"),),
+              smoke_timeout_s=600),  # (the podman arm's containers, where podman is)
     Benchmark("trainer", "benchmarks.trainer",
               "the trainer's strategies (ddp, fsdp2), bf16, activation checkpointing, packing, chunked log-probs",
               (Option("--rows", "measure only these parts, comma-separated (setting rows, packing, equality, "
                       "logprobs, confirmation); the ratios they give are reported", metavar="A,B,…"),)),
     Benchmark("overhead", "benchmarks.overhead",
-              "the cost of a trajectory: single-turn math through rollart beside TRL's GRPOTrainer, CPU by role"),
+              "the cost of a trajectory: single-turn math through rollart beside TRL's GRPOTrainer, CPU by role",
+              smoke_timeout_s=600),
     Benchmark("data", "benchmarks.data",
               "a dataset domain of a 100,000-row Parquet file vs a built-in one: start-up, peak RSS, the preview"),
     Benchmark("algos", "benchmarks.algos",
               "every registered algorithm (train.algorithm) on the default job over seeds: score, gain, time-to-score, "
-              "tokens/s, groups filtered, mismatch KL (resumable study)", STUDY_OPTIONS, study=True),
+              "tokens/s, groups filtered, mismatch KL (resumable study)", STUDY_OPTIONS, study=True,
+              smoke_timeout_s=900),  # (--quick: a warm-started base, then three algorithms of 10 steps each)
 )
 
 

@@ -16,8 +16,7 @@ of the step —, the trainer pool's busy share (training, and generating while l
 stale, turns taken back from the trainer's GPUs, and the invariants (ledger, staleness). Ratios:
 `<arm>_vs_sync_throughput`, `get_batch_idle_share_<arm>`, `trainer_pool_busy_<arm>`.
 
-Admission paced by measured rollout throughput and an adaptive batch (the issue's items b and c) are not built
-yet: they change the control plane's admission and buffer, which another change is reshaping at this time.
+Admission paced by measured rollout throughput and an adaptive batch (the issue's items b and c) are not built.
 
 `--quick`: a tenth of the cluster and of the batch, 6 steps measured over 2–5.
 """

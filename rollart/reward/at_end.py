@@ -6,10 +6,11 @@ for no backend. The composition root hands one to each env worker; the worker ca
 own process and `await score(trajectory)` as each trajectory of those domains ends.
 
 Why there: such a reward takes milliseconds, and sending it anywhere costs more than scoring it — a request
-through Ray Serve's proxy to a replica and the claim book was ~0.6 s a trajectory at p50 and as much CPU as the
-trainer (`rollart bench overhead`). Scored in the env worker it costs the worker a call, and math-verify a
-trip to its process pool there (it bounds its own time with `signal.alarm`, which only a process's main
-thread may use: a pool worker's is, an async actor's thread is not — see math_reward.py).
+through Ray Serve's proxy to a replica and the claim book was ~0.6 s a trajectory at p50 in the measurement
+issue 40 was opened with (`rollart bench overhead` has no recorded figures yet). Scored in the env worker it
+costs the worker a call, and math-verify a trip to its process pool there (it bounds its own time with
+`signal.alarm`, which only a process's main thread may use: a pool worker's is, an async actor's thread is not
+— see math_reward.py).
 
 What holds, as for the `local` backend (it is the same `LocalRewardClient`): each try bounded by
 `reward.timeout_s`, `reward.retries` more tries with jittered backoff, then `ok=False` with the last error

@@ -20,8 +20,8 @@ root's stay gathered from its forward to the end of its backward.
   under DDP.
 - One rank in float32 without offload has nothing to shard, gather or reduce: the module stays plain (no
   `fully_shard`, no DTensors) and the step costs what plain PyTorch's does — FSDP2's hooks, DTensor dispatch in
-  every optimizer op and a one-rank all-reduce per norm made it 1.8× a plain step on the default job's model
-  (`rollart bench overhead`). The arithmetic is the same, and checkpoints are the same files (a plain
+  every optimizer op and a one-rank all-reduce per norm made it slower than a plain step on the default job's
+  model (issue 40; no figure is recorded). The arithmetic is the same, and checkpoints are the same files (a plain
   tensor is rank 0's whole rows), so a run resumes across world sizes as before. bf16 keeps FSDP2 on one
   rank too: its mixed precision (bfloat16 copies of the parameters) is not autocast's, and a one-rank run
   computes as its N-rank run would.
