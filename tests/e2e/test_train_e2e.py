@@ -1,8 +1,7 @@
 """Short real training runs through the CLI, each in its own embedded Ray (a subprocess, as a user runs it).
 
-- RL (decoupled PPO, four mini-batches per batch, two fsdp2 trainer ranks sending their shards to the inference
-  worker over the weight group, `weights.transport=collective`) raises the validation score of a trivially
-  learnable user environment (`module.path:Class`), and the clip acts.
+- RL (decoupled PPO, four mini-batches per batch, two fsdp2 trainer ranks) raises the validation score of a
+  trivially learnable user environment (`module.path:Class`), and the clip acts.
 - α = 0 with no barrier produces the same samples and losses as the batch-synchronous loop (α = 0,
   barrier=batch): the async pipeline degenerates exactly to sync.
 - Injected env faults and redundancy lose and duplicate nothing; every socket that run listens on, Serve's
@@ -100,16 +99,13 @@ def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_
         run, *PICK,
         "train.steps=12", "train.lr=1e-3", "train.aggregation=seq_mean", "train.warm_start.steps=20",
         "train.mini_batches=4", "rollout.batch_size=16", "eval.episodes_per_domain=32", "eval.temperature=1.0",
-        "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2",
-        "weights.transport=collective", cwd=USERENV,
+        "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2", cwd=USERENV,
     )
     assert summary["steps"] == 12
     assert summary["eval_last"] - summary["eval_first"] >= 0.25, summary
     m = metrics_by_step(run)
     assert all(m[s]["train/updates"] == 4 and m[s]["train/padding"] == 0 for s in range(12))
     assert [m[s]["train/version"] for s in (0, 11)] == [21.0, 32.0]  # 20 warm-start steps, then one per batch
-    # every version went from the two ranks' shards over the weight group (half the weights each), never the store
-    assert all(m[s]["weights/wire_mb"] > 0 and "weights/collective_fallback" not in m[s] for s in range(12))
     assert max(m[s]["train/clip_frac"] for s in range(12)) > 0, [m[s]["train/clip_frac"] for s in range(12)]
     assert all(m[s]["train/ratio_max"] > 1 and m[s]["train/approx_kl"] > 0 for s in range(12))
     # checkpoints are named by RL step: the 20 warm-start steps (versions 1–20) do not count
