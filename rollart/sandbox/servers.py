@@ -10,11 +10,13 @@ Out: the server's URL once `GET /health` answers 200; `ServerError` naming what 
 log tail) otherwise, within `start_timeout_s`.
 
 Guarantees: one server per (app, image, engine) per process, started on first use; `restart_dead=True` starts
-it again when the one it had is gone. Nothing outlives the process: a local server watches a pipe only its
-starter holds and exits when it closes (a SIGKILLed starter included); a container carries the labels
-`rollart.owner=<owner>` and `rollart.creator=<pid>-<start time>`, is removed at exit, and after a SIGKILL by the
-next `reap_leftovers` / `reap_containers(engine, owner)` (rollart/sandbox/container_engine.py). A container
-server gets the engine's default network (only 127.0.0.1 reaches its published port).
+it again when the one it had is gone. A local server's stdout and stderr are read for as long as it runs (a
+server whose pipe fills blocks), their last bytes kept for error messages. Nothing outlives the process: a local
+server watches a pipe only its starter holds and exits when it closes (a SIGKILLed starter included); a
+container carries the labels `rollart.owner=<owner>` and `rollart.creator=<pid>-<start time>`, is removed at
+exit, and after a SIGKILL by the next `reap_leftovers` / `reap_containers(engine, owner)`
+(rollart/sandbox/container_engine.py). A container server gets the engine's default network (only 127.0.0.1
+reaches its published port).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from collections import deque
+from typing import Any, Callable
 
 import httpx
 
@@ -47,6 +50,7 @@ class _Server:
     def __init__(self, app: str, image: str, engine: str, owner: str, start_timeout_s: float) -> None:
         self.app, self.image, self.engine, self.owner = app, image, engine, owner
         self.proc: subprocess.Popen | None = None
+        self.output: _Output | None = None
         self.container = ""
         self.url = self._start_container(start_timeout_s) if image else self._start_local(start_timeout_s)
 
@@ -54,7 +58,8 @@ class _Server:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen([sys.executable, "-m", __name__, self.app], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
-        line = _readline(self.proc, timeout_s)
+        self.output = _Output(self.proc)
+        line = self.output.first_line(timeout_s)
         if not line.startswith("port "):
             self.stop()
             raise ServerError(f"the server of app {self.app!r} did not start: {line or self._log()}")
@@ -99,7 +104,7 @@ class _Server:
         if self.proc is not None:
             if self.proc.poll() is None:
                 return "(still running)"
-            return (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace")[-800:]
+            return self.output.tail() if self.output is not None else ""
         from rollart.sandbox.container_engine import engine_cli
 
         logs = subprocess.run([engine_cli(self.engine), "logs", self.container], capture_output=True, text=True,
@@ -118,14 +123,55 @@ class _Server:
                 remove_container(cli, self.engine, self.container)
 
 
-def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
-    """The server process's first stdout line, within `timeout_s` ('' if none)."""
-    out: list[str] = []
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: out.append(proc.stdout.readline().decode(errors="replace")), daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    return out[0].strip() if out else ""
+class _Output:
+    """A local server's stdout and stderr, read to their ends by daemon threads for as long as it runs: its first
+    stdout line (the port) for its starter, the last `KEEP` bytes of both for its log tail. Pipes nobody reads
+    block the server once one fills (64 KiB): uvicorn logs a traceback of thousands of bytes per error, e.g. one
+    per WebSocket session that ends (openenv-core's endpoint closes a socket its client already closed)."""
+
+    KEEP = 16384
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self._first = ""
+        self._first_seen = threading.Event()
+        self._tail: deque[bytes] = deque()
+        self._kept = 0
+        self._lock = threading.Lock()
+        self._readers = [threading.Thread(target=self._drain, args=(pipe, first), daemon=True,
+                                          name=f"server-{'stdout' if first else 'stderr'}-{proc.pid}")
+                         for pipe, first in ((proc.stdout, True), (proc.stderr, False))]
+        for reader in self._readers:
+            reader.start()
+
+    def _drain(self, pipe: Any, first: bool) -> None:
+        try:
+            if first:
+                self._first = pipe.readline().decode(errors="replace")
+                self._first_seen.set()
+            for chunk in iter(lambda: pipe.read1(65536), b""):
+                with self._lock:
+                    self._tail.append(chunk)
+                    self._kept += len(chunk)
+                    while self._kept - len(self._tail[0]) >= self.KEEP:
+                        self._kept -= len(self._tail.popleft())
+        except (OSError, ValueError):  # the pipe was closed under us
+            pass
+        finally:
+            if first:
+                self._first_seen.set()
+
+    def first_line(self, timeout_s: float) -> str:
+        """The first stdout line, within `timeout_s` ('' if none)."""
+        self._first_seen.wait(timeout_s)
+        return self._first.strip()
+
+    def tail(self, chars: int = 800) -> str:
+        """The last `chars` characters the server wrote (up to now; all its last ones once it has exited)."""
+        for reader in self._readers:
+            reader.join(timeout=2)
+        with self._lock:
+            return b"".join(self._tail).decode(errors="replace")[-chars:]
 
 
 def _wait_healthy(url: str, timeout_s: float, alive: Callable[[], bool], log: Callable[[], str]) -> None:

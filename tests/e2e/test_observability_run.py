@@ -90,7 +90,8 @@ def test_report_has_every_section_and_no_missing_inputs(run):
     assert "<th>gen_prefill</th><td>0 in, 1 out" in page
     assert "<th>frozenlake</th><td>16 resets," in page and "from the warm pool" in page
     assert "<th>math</th><td>16 resets," in page and "no warm pool" in page
-    assert page.count('src="data:image/png;base64,') == 9
+    # 9 plots, and the mismatch section's three (KL, importance-weight quantiles, tokens truncated or masked)
+    assert page.count('src="data:image/png;base64,') == 12
     assert "http://" not in page and "https://" not in page  # self-contained
 
 
