@@ -21,3 +21,17 @@ def test_rollarts_lines_at_the_run_level_other_libraries_from_warning_each_with_
     assert out.returncode == 0 and len(lines) == 2, out.stderr
     assert lines[0].endswith(" INFO rollart.envs: env started")
     assert lines[1].endswith(" WARNING calculator_agent: an agent's warning")
+
+
+def test_a_log_line_shows_control_characters_as_escapes_and_keeps_newlines():
+    """What a policy or a user's file wrote reaches a log line as data: a terminal escape or a bidi override is
+    shown, never obeyed; a traceback's newlines stay."""
+    import logging
+
+    from rollart.resources.logs import LOG_FORMAT, EscapingFormatter
+
+    record = logging.LogRecord("rollart.envs", logging.WARNING, __file__, 1, "answer %s",
+                               ("\x1b[2J\u202eevil\nnext line\tcol",), None)
+    line = EscapingFormatter(LOG_FORMAT).format(record)
+    assert "\\x1b[2J" in line and "\\u202e" in line and "\x1b" not in line and "\u202e" not in line
+    assert "evil\nnext line\tcol" in line

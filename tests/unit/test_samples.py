@@ -120,6 +120,12 @@ def test_rollart_samples_prints_them(tmp_path: Path, capsys) -> None:  # noqa: A
     assert main(["samples", str(tmp_path), "--domain", "lake"]) == 2
     assert "--domain lake: " in capsys.readouterr().err
     assert main(["samples", str(tmp_path / "nowhere")]) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "samples.jsonl").write_text("")  # a run before its first step: nothing to show, said so
+    capsys.readouterr()
+    assert main(["samples", str(empty)]) == 2
+    assert "holds no samples yet" in capsys.readouterr().err
 
 
 def sample_line(step: int = 0, **fields) -> dict:
