@@ -66,9 +66,12 @@ def _run(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"rollart: {exc}", file=sys.stderr)
             return 1
-        for resources in nodes[1:]:
-            cluster.add(resources)
         try:
+            for resources in nodes[1:]:
+                # one at a time: raylets registering with the head's GCS at once on a small machine time out
+                # in Ray's own start-up ("Failed to get node info: Deadline Exceeded")
+                cluster.wait_started()
+                cluster.add(resources)
             cluster.wait_started()
         except RuntimeError as exc:
             print(f"rollart: {exc}", file=sys.stderr)
