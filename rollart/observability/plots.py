@@ -57,7 +57,13 @@ def to_png(fig: Figure) -> bytes:
     for text in fig.findobj(Text):  # labels are data (metric names): never mathtext
         text.set_parse_math(False)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    try:
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    except (ValueError, TypeError, OverflowError):
+        # a crafted run directory can put a label at an absurd coordinate: the tight box would span millions of
+        # pixels (matplotlib refuses) — the figure's own size then, the outlier clipped
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
     return buf.getvalue()
 
 

@@ -58,7 +58,8 @@ def span_window(spans: Iterable[Span]) -> tuple[float, float] | None:
 def worker_utilisation(
     spans: Iterable[Span], window: tuple[float, float] | None = None, workers: Iterable[str] = ()
 ) -> dict[str, float]:
-    spans = [s for s in spans if is_busy(s)]
+    # a span that ends before it starts (or not at all: NaN) is not a measurement — a crafted timeline holds them
+    spans = [s for s in spans if is_busy(s) and s.end >= s.start]
     window = window or span_window(spans)
     if window is None:
         return {w: 0.0 for w in workers}

@@ -19,6 +19,7 @@ import asyncio
 import multiprocessing
 import re
 import threading
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -65,6 +66,11 @@ class MathReward:
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
+                # spawn's resource tracker (a child of this process) goes with the job's other processes when a
+                # job is stopped (Ctrl-C); a pool made after that relaunches it with a UserWarning on the console
+                # ("process died unexpectedly") that says nothing about the run: that one line is not shown
+                warnings.filterwarnings("ignore", message="resource_tracker: process died unexpectedly",
+                                        category=UserWarning)
                 # spawn: never fork a process that may hold threads (Serve replicas, the driver's loop)
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
             return self._pool

@@ -156,7 +156,8 @@ def test_report_loads_without_errors_and_shows_every_image(tmp_path, browser):
     assert browser.errors() == []
     assert [img["alt"] for img in images] == [  # every chart the report draws, in page order
         "validation score per domain", "training reward per domain", "success rate per domain",
-        "step-time breakdown", "utilisation per pool", "staleness histogram", "reset p99 per domain",
+        "step-time breakdown", "utilisation per pool", "staleness histogram", "train-inference mismatch KL",
+        "importance-weight quantiles", "fraction of tokens truncated or masked", "reset p99 per domain",
         "trajectory Gantt chart", "worker Gantt chart"]
     for img in images:
         assert img["complete"] and img["natural"] > 0 and img["shown"] > 0, img

@@ -217,7 +217,11 @@ def test_an_agent_that_errs_after_it_was_cancelled_leaves_no_unretrieved_excepti
     unretrieved: list[str] = []
 
     async def scenario():
-        asyncio.get_running_loop().set_exception_handler(lambda loop, context: unretrieved.append(context["message"]))
+        # only this agent's own error counts: in the full suite, tasks other tests left behind (Ray's, SDKs')
+        # may be collected by the gc.collect() below too
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: unretrieved.append(context["message"])
+            if "cleanup failed" in repr(context.get("exception")) else None)
         manager = AgentManager(task, 0, agent=stubborn, domain_cfg=domain, gateway=gateway,
                                sampling=SamplingParams(max_new_tokens=8, stop_token_ids=chat.stop_token_ids))
         traj = await manager.run()
