@@ -14,6 +14,7 @@ name, which the run directory's files hold — `$\\frac{a}$` there is shown, not
 from __future__ import annotations
 
 import io
+import math
 from collections import defaultdict
 from typing import Mapping, Sequence
 
@@ -61,9 +62,13 @@ def to_png(fig: Figure) -> bytes:
         fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     except (ValueError, TypeError, OverflowError):
         # a crafted run directory can put a label at an absurd coordinate: the tight box would span millions of
-        # pixels (matplotlib refuses) — the figure's own size then, the outlier clipped
+        # pixels (matplotlib refuses) — the figure's own size then, the outlier clipped; and if even that cannot
+        # be drawn, no image (b"": the report says the chart is missing, it never fails)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
+        try:
+            fig.savefig(buf, format="png", dpi=100)
+        except (ValueError, TypeError, OverflowError):
+            return b""
     return buf.getvalue()
 
 
@@ -286,7 +291,7 @@ def _gantt(rows: list[tuple[str, list[TraceSpan]]], title: str, alpha: float, ma
     pad = 0.02 * max(last - min(starts), 1e-3)
     lo, hi = min(starts) - pad, last + pad
     ax.set_xlim(lo, hi)
-    if capped_at is not None:
+    if capped_at is not None and math.isfinite(capped_at) and capped_at <= hi:  # (a cap past the run's end: none)
         ax.axvspan(max(capped_at, lo), hi, color="#999999", alpha=0.15, hatch="//", linewidth=0)
         ax.annotate(f"trace cap reached at {capped_at:.0f} s: later trajectories are not recorded\n"
                     "(observability.timeline_max_trajectories)", (max(capped_at, lo), 1.0),
