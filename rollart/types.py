@@ -590,11 +590,14 @@ class ShardPublisher(Protocol):
     `publish_rows(version, rank, world_size, specs, chunks)` — `specs` (checkpoint names, dtype, full shape)
     per tensor, `chunks` this rank's rows of each along dim 0, in the same order — raises when it cannot
     carry the version; `fell_back()` says (non-empty) that the run's weights go through `store` from now on;
-    `store` is the `WeightPublisher` of that fallback (rank 0 publishes full tensors, as ever)."""
+    `receivers_joined()` whether the group can form now (until then a version goes through `store`, and the
+    group forms at a later one); `store` is the `WeightPublisher` of both (rank 0 publishes full tensors)."""
 
     store: WeightPublisher
 
     def fell_back(self) -> str: ...
+
+    def receivers_joined(self) -> bool: ...
 
     def publish_rows(self, version: int, rank: int, world_size: int,
                      specs: Sequence[tuple[tuple[str, ...], str, tuple[int, ...]]],

@@ -63,7 +63,9 @@ from typing import Mapping
 
 from rollart.config import WorkspaceConfig
 from rollart.sandbox import cgroups
-from rollart.sandbox.container_engine import container_args, engine_cli, reap_once, remove_container, start_error
+from rollart.sandbox.container_engine import (
+    container_args, engine_cli, engine_cwd, reap_once, remove_container, start_error,
+)
 from rollart.sandbox.container_scripts import (
     REPORT, RESOLVE, SUPERVISOR, WRITER, Counters, limit_hit, split_trailer,
 )
@@ -99,7 +101,7 @@ class ContainerWorkspace:
     def _exec(self, args: list[str], stdin: bytes = b"", timeout_s: float = 60) -> subprocess.CompletedProcess:
         try:
             return subprocess.run([self._cli, "exec", "-i", "--user", USER, self.name, *args], input=stdin, capture_output=True,
-                                  timeout=timeout_s)
+                                  timeout=timeout_s, cwd=engine_cwd())
         except subprocess.TimeoutExpired:
             raise OSError(f"workspace {self.name}: `{self._cli} exec` did not answer in {timeout_s:g}s") from None
 
@@ -123,7 +125,8 @@ class ContainerWorkspace:
             proc = subprocess.Popen(
                 [self._cli, "exec", "-i", "--user", USER, "-w", "/workspace", self.name, "sh", "-c", SUPERVISOR, "sh", f"{wall:g}",
                  command, str(cpu), self._mark],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                cwd=engine_cwd())
             run = Launched(proc, Path(), self.isolation, None, False, None, self.limits.cpu_time_s)
             timed_out, capped, _ = pump([run], self.limits, data, wall_s=wall + 5)
             stderr, status, after = split_trailer(bytes(run.streams.get("stderr", b"")), self._mark)
@@ -276,7 +279,7 @@ def open_container_workspace(limits: WorkspaceConfig, files: Mapping[str, str], 
     name = f"rollart-ws-{owner}-{creator}-{next(_counter)}-{secrets.token_hex(3)}"
     try:
         started = subprocess.run([cli, *container_args(limits, name, owner, creator)], capture_output=True,
-                                 timeout=300)
+                                 timeout=300, cwd=engine_cwd())
     except subprocess.TimeoutExpired:
         remove_container(cli, limits.backend, name)
         raise SandboxUnavailable(f"envs.workspace.backend={limits.backend}: the container did not start in 300s") from None

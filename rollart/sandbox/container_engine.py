@@ -1,15 +1,17 @@
 """The container engine's CLI for the container backend (podman or docker): whether it answers, the `run`
 arguments of a workspace's container, removing one, and reaping those whose creator is gone. In: the
 workspace's limits (`WorkspaceConfig`). Out: `engine_cli`, `container_args`, `ULIMITS`, `remove_container`,
-`reap_containers`, `start_error`. Why each argument is there: container.py's docstring.
+`reap_containers`, `start_error`, `engine_cwd`. Why each argument is there: container.py's docstring.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import re
 import shutil
 import subprocess
+import tempfile
 
 from rollart.config import WorkspaceConfig
 from rollart.sandbox import cgroups
@@ -39,6 +41,17 @@ def container_args(limits: WorkspaceConfig, name: str, owner: str, creator: str)
     if limits.network == "deny":
         args += ["--network", "none"]
     return args + [limits.image, "sleep", "infinity"]
+
+
+@functools.cache
+def engine_cwd() -> str:
+    """The working directory of every engine call that starts a container or a process in one: a private, empty
+    directory of this process. podman's conmon, which stays beside each container and exec session, creates an
+    empty file named `oom` in its working directory when a command of the container is OOM-killed — run from
+    the caller's directory it would leave that file in a checkout or a run directory."""
+    path = tempfile.mkdtemp(prefix="rollart-engine-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @functools.lru_cache(maxsize=None)

@@ -69,7 +69,7 @@ class _Server:
 
     def _start_container(self, timeout_s: float) -> str:
         from rollart.sandbox import cgroups
-        from rollart.sandbox.container_engine import ULIMITS, engine_cli, reap_containers
+        from rollart.sandbox.container_engine import ULIMITS, engine_cli, engine_cwd, reap_containers
 
         cli = engine_cli(self.engine)
         reap_containers(self.engine, self.owner)
@@ -78,7 +78,8 @@ class _Server:
         started = subprocess.run(
             [cli, "run", "-d", "--rm", "--pull", "never", "--init", "--name", self.container, "--label",
              f"rollart.owner={self.owner}", "--label", f"rollart.creator={cgroups.owner_tag()}", *ULIMITS, "-p",
-             "127.0.0.1::8000", self.image, *command], capture_output=True, text=True, timeout=timeout_s)
+             "127.0.0.1::8000", self.image, *command], capture_output=True, text=True, timeout=timeout_s,
+            cwd=engine_cwd())
         if started.returncode != 0:
             self.stop()
             raise ServerError(f"the container of image {self.image!r} did not start: {started.stderr.strip()[-400:]}")

@@ -7,7 +7,9 @@ the adapter alone) after every update (and at setup: version 0, or the version a
 rank takes part, since under fsdp2 each tensor is gathered from all the shards as rank 0 streams it out.
 With a `ShardPublisher` (`weights.transport=collective`, full weights) every rank sends its own rows instead
 and nothing is gathered; if any rank cannot, all of them publish that version and every later one through
-the publisher's store, as above (`weights/collective_fallback` in that step's metrics).
+the publisher's store, as above (`weights/collective_fallback` in that step's metrics); until every inference
+worker has come, a version goes through the store too and the group forms at a later one
+(`weights/collective_pending`).
 A group rebuilt after a rank died is set up with `publish_after` = the newest version the store holds: it
 replays steps whose versions were published already, and publishes those again with `replace=True` (the
 dead rank 0's buckets died with it) if the store may still hold them (the last `weights.keep_versions`).
@@ -67,6 +69,7 @@ class TrainerWorker:
         self.trainer: Trainer | None = None
         self._published = -1  # the newest version the store holds from this group (or an earlier one)
         self._collective_broken = False  # the weight group failed once: the store carries every later version
+        self._said_pending = False  # the log said once that the weight group waits for its receivers
 
     def rendezvous(self) -> dict[str, str]:
         """Where the other ranks meet rank 0: a file store on this node (used when every rank runs here:
@@ -123,7 +126,8 @@ class TrainerWorker:
             metrics = self._publish_rows(version)
             if metrics is not None:
                 return metrics
-            return {**self._publish_full(self.publisher.store, version, again), "weights/collective_fallback": 1.0}
+            why = "weights/collective_fallback" if self._collective_broken else "weights/collective_pending"
+            return {**self._publish_full(self.publisher.store, version, again), why: 1.0}
         return self._publish_full(self.publisher, version, again)
 
     def _publish_full(self, publisher: WeightPublisher, version: int, again: bool) -> dict[str, float]:
@@ -137,11 +141,18 @@ class TrainerWorker:
 
     def _publish_rows(self, version: int) -> dict[str, float] | None:
         """Every rank sends its rows over the weight group; None when any rank could not (the group broke, a
-        rank was rebuilt): the ranks agree on that over their own process group, so all fall back together."""
+        rank was rebuilt): the ranks agree on that over their own process group, so all fall back together.
+        None too, without breaking anything, while a receiver has not yet come (the group forms later)."""
         assert isinstance(self.publisher, ShardPublisher)
         ok = not self._collective_broken and not self.publisher.fell_back()
         metrics: dict[str, float] = {}
         if self._all_ok(ok):
+            if not self._all_ok(self.publisher.receivers_joined()):
+                if self.rank == 0 and not self._said_pending:
+                    log.info("%s: v%d goes through the store: the weight group forms once every inference worker "
+                             "has started", self.name, version)
+                    self._said_pending = True
+                return None
             try:
                 metrics = dict(self.publisher.publish_rows(version, self.rank, self.world_size,
                                                            self._t().weight_specs(), self._t().row_chunks()))

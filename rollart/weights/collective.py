@@ -19,6 +19,13 @@ as from the store path: pulled in the background while the engine generates, swa
 Bytes on the wire per version: every receiver gets the whole model once (M × model bytes), every sender
 sends its 1/W of it to M receivers. Memory: a sender holds its shard and at most one packed bucket.
 
+Forming, never waiting on a member that is not there: a receiver counts itself in the store when it starts
+and forms its groups only once the senders announce they form theirs (`forming`); the trainer ranks form
+them only at a version where every receiver has counted itself (`receivers_joined`, agreed over the ranks'
+own group), and until then publish through the object store — the run's first versions when the inference
+workers start after the trainer (a pool they share), counted in `weights/collective_pending`. A receiver
+serves those from the store until the group carries its first version.
+
 Fallback, never silent: the object-store path stays — across clusters (`weights.transport=store`), and
 whenever this one cannot serve. A sender whose group cannot form or whose send fails raises
 `CollectiveFailed`; the trainer ranks agree on it (rollart/trainer/worker.py) and publish that version and
@@ -161,6 +168,15 @@ class CollectivePublisher:
         key = f"{self.spec.prefix}/fallback"
         return kv.get(key).decode() if kv.check([key]) else ""
 
+    def receivers_joined(self) -> bool:
+        """Whether every receiver the group is made for has counted itself in the store (or the group formed):
+        only then can forming it not wait out its timeout on a worker that is still starting."""
+        if self._group is not None:
+            return True
+        kv = self._kv or self.spec.store()
+        self._kv = kv
+        return kv.add(f"{self.spec.prefix}/receivers", 0) >= self.spec.receivers
+
     def publish_rows(self, version: int, rank: int, world: int, specs: Sequence[tuple[tuple[str, ...], str, tuple[int, ...]]],
                      chunks: Iterable[torch.Tensor]) -> dict[str, float]:
         """Send this rank's rows of every tensor (`chunks`, one per spec, in order: rank `rank`'s rows along
@@ -219,6 +235,7 @@ class CollectivePublisher:
             raise CollectiveFailed("rebuilt trainer rank")
         if rank == 0:
             kv.set(f"{spec.prefix}/plan", specs_to_json(specs))
+            kv.set(f"{spec.prefix}/forming", "1")  # the receivers, counted and waiting, form their groups now
         self._plan = plan_buckets(specs, rank, spec.senders, spec.bucket_bytes)
         try:
             self._group = spec.group(kv, rank, 0)
@@ -277,10 +294,11 @@ class CollectiveSubscriber:
 
     async def latest_version(self) -> int:
         self._start()
-        if self._fallback:
-            return await self.store.latest_version()
         with self._lock:
-            return self._ready[0] if self._ready else -1
+            ready = self._ready
+        if self._fallback or ready is None:  # fell back, or the group carries no version yet: the store does
+            return await self.store.latest_version()
+        return ready[0]
 
     async def pull(self, version: int) -> dict[str, Any]:
         if version < self._version:
@@ -289,14 +307,21 @@ class CollectiveSubscriber:
         self._start()
         start = time.perf_counter()
         deadline = start + self.spec.timeout_s
+        next_store_look = start
         while True:
-            if self._fallback:
+            with self._lock:
+                ready = self._ready
+            if not self._fallback and (ready is None or ready[0] > version) and time.perf_counter() >= next_store_look:
+                # the versions before the group formed went through the store (see "Forming" above)
+                next_store_look = time.perf_counter() + POLL_S
+                carried_by_store = await self.store.latest_version() >= version
+            else:
+                carried_by_store = False
+            if self._fallback or carried_by_store:
                 tensors = await self.store.pull(version)
                 self._version = max(self._version, version)
                 self.last_metrics = dict(getattr(self.store, "last_metrics", {}))
                 return tensors
-            with self._lock:
-                ready = self._ready
             if ready is not None and ready[0] >= version:
                 if ready[0] != version:
                     raise ValueError(f"v{version} was replaced by v{ready[0]} before it was taken")
@@ -328,6 +353,8 @@ class CollectiveSubscriber:
             _fallback(kv, spec.prefix, self._fallback)
             return
         try:
+            if not self._wait_for_forming(kv):
+                return
             groups = [spec.group(kv, s, slot + 1) for s in range(spec.senders)]
             kv.wait([f"{spec.prefix}/plan"], datetime.timedelta(seconds=spec.timeout_s))
             specs = specs_from_json(kv.get(f"{spec.prefix}/plan"))
@@ -351,6 +378,18 @@ class CollectiveSubscriber:
                 _fallback(kv, spec.prefix, self._fallback)
             except Exception:  # noqa: BLE001 — the store itself is gone; the fallback flag above is enough here
                 pass
+
+    def _wait_for_forming(self, kv: dist.TCPStore) -> bool:
+        """Wait (as long as the run lasts: the trainer may take its time) until the senders form their groups;
+        False once the run fell back before that, or this subscriber closed."""
+        while not self._stop.is_set():
+            if kv.check([f"{self.spec.prefix}/fallback"]):
+                self._fallback = kv.get(f"{self.spec.prefix}/fallback").decode()
+                return False
+            if kv.check([f"{self.spec.prefix}/forming"]):
+                return True
+            time.sleep(POLL_S / 10)
+        return False
 
     def _headers(self, kv: dist.TCPStore, publish: int) -> list[dict[str, Any]] | None:
         """Every sender's header of publish number `publish`, or None once the run fell back (or closed)."""

@@ -333,14 +333,18 @@ def test_the_disk_cap_holds_for_commands_and_writes(limits):
         ws.write_file("more.txt", "x" * (4 << 20))  # room again
 
 
-def test_the_memory_limit_holds_for_the_whole_workspace(limits):
+def test_the_memory_limit_holds_for_the_whole_workspace(limits, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # podman's conmon once left an empty `oom` file in the caller's directory
     with open_workspace(limits, {}) as ws:
         res = ws.run("python3 -c \"b = bytearray(600 << 20); print('ALLOCATED')\"; echo after")
         assert "ALLOCATED" not in res.stdout and res.stdout.endswith("after\n"), res
         two = "python3 -c \"import time; b = b'x' * (150 << 20); print('HELD', flush=True); time.sleep(3)\""
         res = ws.run(f"{two} & {two} & wait; echo after")
-        assert res.stdout.count("HELD") < 2 and res.limit_hit == "memory", res  # 300 MB together: over 256
+        # 300 MB together: over 256. Both may print HELD — the first killed only as the second allocates (seen
+        # on podman) — but never do both live on
+        assert res.limit_hit == "memory" and (res.stdout.count("HELD") < 2 or "Killed" in res.stderr), res
         assert ws.run("echo ok").stdout == "ok\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_cpu_limit_ends_a_spinning_command(limits):

@@ -93,13 +93,15 @@ def test_the_console_check_catches_each_kind_of_noise():
 
 def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_env(tmp_path):
     """Decoupled PPO with four optimizer steps per batch learns on two sharded trainer ranks (fsdp2, packed
-    micro-batches), and its clip acts (one run checks all three)."""
+    micro-batches), and its clip acts; the ranks send their rows to the inference workers over the weight
+    group, which forms once the workers have started (one run checks all four)."""
     run = tmp_path / "run"
     summary = rollart_train(
         run, *PICK,
         "train.steps=12", "train.lr=1e-3", "train.aggregation=seq_mean", "train.warm_start.steps=20",
         "train.mini_batches=4", "rollout.batch_size=16", "eval.episodes_per_domain=32", "eval.temperature=1.0",
         "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2",
+        "weights.transport=collective",
         # one seed, so a seed that learns: since the engine samples by inverse CDF (other tokens for a seed),
         # seed 0 at this learning rate collapses to malformed answers by step 3 (every reward equal, no gradient
         # after); seeds 1 and 2 gained +0.28 and +0.41 (2026-12-03) — a learning check, not a stability one
@@ -112,6 +114,8 @@ def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_
     assert [m[s]["train/version"] for s in (0, 11)] == [21.0, 32.0]  # 20 warm-start steps, then one per batch
     assert max(m[s]["train/clip_frac"] for s in range(12)) > 0, [m[s]["train/clip_frac"] for s in range(12)]
     assert all(m[s]["train/ratio_max"] > 1 and m[s]["train/approx_kl"] > 0 for s in range(12))
+    # every RL step's version went over the weight group (wire_mb: the group's bytes), none fell back
+    assert all(m[s]["weights/wire_mb"] > 0 and "weights/collective_fallback" not in m[s] for s in range(12)), m[0]
     # checkpoints are named by RL step: the 20 warm-start steps (versions 1–20) do not count
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000010", "step_00000012"]
     # the rollouts as text: the worst, median and best of every step, as the model saw and wrote them

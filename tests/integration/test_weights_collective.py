@@ -142,3 +142,45 @@ def test_trainer_ranks_send_their_rows_and_fall_back_to_the_store_when_a_worker_
                 assert torch.equal(fallback[name], t), name
     finally:
         store.close()
+
+
+@pytest.mark.ray
+def test_a_worker_that_starts_after_the_trainer_takes_the_first_versions_from_the_store_then_the_group(
+        ray_local, tiny_model_path, tmp_path: Path) -> None:  # noqa: ANN001
+    """As in a run whose trainer shares a pool with the inference workers (they start after it): the ranks do not
+    wait out the group's timeout on a receiver that is not there — version 0 goes through the store, nothing
+    falls back, and once the worker has come the next version goes over the group, bit for bit."""
+    import asyncio
+    import uuid
+
+    from rollart.algo import PolicyObjective
+    from rollart.config import WeightsConfig
+    from rollart.trainer import TrainerRanks
+    from rollart.weights import WeightStore
+    from testutil import wait_until
+    from trainer_helpers import connect, synthetic_batch, trainer_config
+
+    cfg = trainer_config(tiny_model_path, tmp_path / "run", workers=2, micro_batch_tokens=64)
+    store = WeightStore(WeightsConfig(transport="collective", timeout_s=30), name=f"ws-{uuid.uuid4().hex[:8]}")
+    store.collective(2, 1, "127.0.0.1", loopback_interface() or "")
+    publisher = store.publisher()
+    sub = store.subscriber()
+    try:
+        with TrainerRanks(cfg, connect(cfg), PolicyObjective.of(cfg), publisher) as group:
+            assert store.latest_version() == 0 and store.fallback_reason() == ""  # pending, not fallen back
+            assert asyncio.run(sub.latest_version()) == 0  # the store's (and the worker counts itself in)
+            v0 = asyncio.run(sub.pull(0))
+            for name, t in group.weights().items():
+                assert torch.equal(v0[name], t), name
+            wait_until(publisher.receivers_joined, "the worker to count itself in the weight group", timeout_s=30)
+            metrics = group.train_step(synthetic_batch(version=0, n=8))
+            assert not {"weights/collective_pending", "weights/collective_fallback"} & set(metrics), metrics
+            assert metrics["weights/publish_mb"] > 0
+            v1 = asyncio.run(sub.pull(1))
+            assert asyncio.run(sub.latest_version()) == 1
+            for name, t in group.weights().items():
+                assert torch.equal(v1[name], t), name
+            assert store.latest_version() == 0 and store.fallback_reason() == ""  # v1 went over the group
+    finally:
+        sub.close()
+        store.close()
