@@ -100,14 +100,18 @@ class WarmPool:
 
     def expect(self, seed: int, count: int) -> None:
         """`count` resets with `seed` are forecast (a group to come): stage envs for them ahead, at most `size`
-        in all (a newer forecast beyond that replaces the oldest)."""
+        in all (a newer forecast beyond that replaces the oldest — but not a group whose resets have begun: its
+        members still to come are staged first)."""
         if self._closed or count < 1:
             return
         have = len(self._staged.get(seed, ())) + self._expected.pop(seed, 0)
         if have < count:
             self._expected[seed] = min(count, self.size) - len(self._staged.get(seed, ()))
+        self._forget_begun()
         while sum(self._expected.values()) > self.size:  # forecasts nobody acted on: the oldest go first
-            oldest = next(iter(self._expected))
+            oldest = next((s for s in self._expected if s not in self._begun), None)
+            if oldest is None:  # only groups resetting now: the refill stages them first, room permitting
+                break
             self._expected[oldest] -= 1
             if self._expected[oldest] <= 0:
                 del self._expected[oldest]

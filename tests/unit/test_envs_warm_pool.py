@@ -194,6 +194,28 @@ def test_envs_staged_for_a_group_that_is_resetting_are_not_given_up_for_the_next
     asyncio.run(scenario())
 
 
+def test_a_group_that_is_resetting_keeps_its_forecast_when_the_next_group_is_forecast():
+    """A group's first member came before its envs were staged; the next group's forecast then dropped what was
+    still expected for this one (the oldest forecast), so its later members found nothing staged for them."""
+    Prepared.prepare_s = 0.2
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 2)
+        pool.expect(1, 2)
+        first, hit = await pool.acquire(1)  # before any prepare began: built on the spot
+        assert not hit
+        pool.expect(2, 2)  # the next group: forecast as this one was admitted
+        await until(lambda: pool.counts["staged"] >= 1)
+        second, hit = await pool.acquire(1)  # the second member: its env was staged, not dropped
+        assert hit and second.inner.preloaded == 1 and pool.counts["staged_unused"] == 0
+        await pool.close()
+        for env in (first, second):
+            await env.close()
+        assert all(p.closed for p in Prepared.made)
+
+    asyncio.run(scenario())
+
+
 def test_a_begun_groups_staged_env_is_given_up_once_its_hold_passes():
     Prepared.prepare_s = 0.05
 
