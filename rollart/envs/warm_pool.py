@@ -7,8 +7,8 @@ forecast of a group to come (the control plane's `UpcomingGroup`, via the env wo
 that finds no env ready joins one the refill is preparing that no other reset has joined — staged for its
 seed, else seed-free (counted in `joined`): it started earlier, so it is ready sooner than a new one, and a
 second prepare beside it would only compete for the same CPUs and leave the first unused (a container start
-is ~0.25 s of CPU). With none in flight (or the one joined failed), a miss builds and prepares an env on the
-spot, so a reset never waits on the pool's backoff or on a prepare not yet begun.
+takes ~0.23 s, much of it the engine's CPU). With none in flight (or the one joined failed), a miss builds and
+prepares an env on the spot, so a reset never waits on the pool's backoff or on a prepare not yet begun.
 
 Two depths of "prepared":
 - seed-free: the env's constructor and its optional `prepare()` (the SWE domain creates its workspace
@@ -27,8 +27,9 @@ ready within one prepare time), after every acquire and every `expect` — once 
 `QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
 (in the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
 not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
-room (not while that seed's group is resetting: until `BEGUN_HOLD_S` after its last reset), or at `close()` — every env the pool made is either handed out by `acquire` or closed, also one
-whose construction or staging was still running in a thread when the pool closed. A reset joins at most one
+room (not while that seed's group is resetting: until `BEGUN_HOLD_S` after its last reset), or at `close()` —
+every env the pool made is either handed out by `acquire` or closed, also one whose construction or staging
+was still running in a thread when the pool closed. A reset joins at most one
 prepare and each prepare serves at most one reset; when a joined prepare fails (or the pool closes) the reset
 builds its own.
 """
@@ -77,7 +78,8 @@ class WarmPool:
         # None (build your own) when the prepare failed or the pool closed
         self._joined: dict[int | None, deque[asyncio.Future[AsyncEnv | None]]] = {}
         self.quiet_s, self._last_acquire = quiet_s, float("-inf")
-        self.begun_hold_s, self._begun = begun_hold_s, OrderedDict[int, float]()  # seed → its last acquire (loop time)
+        self.begun_hold_s = begun_hold_s
+        self._begun: OrderedDict[int, float] = OrderedDict()  # seed → its last acquire (loop time), oldest first
         self._refills: list[asyncio.Task[None]] = []
         self._closed = False
         self.counts = {"hits": 0, "staged_hits": 0, "misses": 0, "prepared": 0, "staged": 0, "staged_unused": 0,
@@ -248,7 +250,7 @@ class WarmPool:
                 failed = exc
             finally:
                 self._preparing -= 1
-                self._release_unbacked()  # a reset that joined a failed prepare builds its own now, not after the backoff
+                self._release_unbacked()  # a reset that joined a failed prepare builds its own now, not after backoff
             if failed is not None:  # a failing prepare: counted, backed off, tried again
                 self.counts["prepare_failures"] += 1
                 delay = min(self.backoff_s * 2**failures, self.backoff_max_s)
