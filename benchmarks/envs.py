@@ -31,8 +31,11 @@ Measured side by side in one run:
   most of either shape; it runs in the env worker's thread, where no timeout can stop it).
 
 The same figures for the container backend, `podman_...` (where podman answers and the env image is built;
-`--backends` chooses): every SWE workspace is a container, its pool prepares `concurrency` envs at once (a
-prepare waits on a container start), and `podman_sandbox_create_ms` is a container start. Also
+`--backends podman` runs only that arm): every SWE workspace is a container, its pool prepares `concurrency`
+envs at once (a prepare waits on a container start), and `podman_sandbox_create_ms` is a container start; the
+reset arms are the native ones' (the same loops, the pool told each group ahead, the no-pool arm paying two
+container starts per reset: the SWE env's workspace and its scoring one). Target of
+`podman_warm_pool_reset_p99_reduction`: ≥ 10 (issue 37). Also
 `podman_exec_ms_p50` (`run("true")`: one command's round trip) and `podman_exec_overhead_ms_p50` (minus the
 native one's, interleaved), and `podman_leftover_containers_after_<N>` with the processes left
 (benchmarks/envs_podman.py).

@@ -3,8 +3,12 @@
 In: the domain's env factory, how many prepared envs to keep (`envs.warm_pool.size`), the thread pool
 sync env calls run in, and bounds (prepare timeout, backoff after failures); `expect(seed, count)`: the
 forecast of a group to come (the control plane's `UpcomingGroup`, via the env worker). Out:
-`acquire(seed)` → (an `AsyncEnv` ready to be reset with `seed`, whether it came from the pool). A miss
-(pool empty) builds and prepares an env on the spot, so a reset never waits on the pool's refill.
+`acquire(seed)` → (an `AsyncEnv` ready to be reset with `seed`, whether it came from the pool). A reset
+that finds no env ready joins one the refill is preparing that no other reset has joined — staged for its
+seed, else seed-free (counted in `joined`): it started earlier, so it is ready sooner than a new one, and a
+second prepare beside it would only compete for the same CPUs and leave the first unused (a container start
+takes ~0.23 s, much of it the engine's CPU). With none in flight (or the one joined failed), a miss builds and
+prepares an env on the spot, so a reset never waits on the pool's backoff or on a prepare not yet begun.
 
 Two depths of "prepared":
 - seed-free: the env's constructor and its optional `prepare()` (the SWE domain creates its workspace
@@ -13,7 +17,8 @@ Two depths of "prepared":
 - staged for a seed: also the env's optional `preload(seed)`, the seed-dependent part of a reset done
   ahead (the SWE domain writes that seed's package into the workspace); `reset(seed)` then finds it done.
   The pool stages envs only for seeds it was told to expect, and `acquire(seed)` prefers one staged for
-  that seed (counted in `staged_hits`), then a seed-free one, then builds one (a miss).
+  that seed (counted in `staged_hits`), then a seed-free one, then one being staged for that seed, then one
+  being prepared seed-free (`joined`), then builds one (a miss).
 
 Guarantees: at most `size` envs are ready, staged or being prepared at once (bounded memory, bounded
 leftovers); refill prepares up to `parallel` envs at once (1 by default: envs that prepare in milliseconds;
@@ -22,8 +27,11 @@ ready within one prepare time), after every acquire and every `expect` — once 
 `QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
 (in the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
 not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
-room, or at `close()` — every env the pool made is either handed out by `acquire` or closed, also one
-whose construction or staging was still running in a thread when the pool closed.
+room (not while that seed's group is resetting: until `BEGUN_HOLD_S` after its last reset), or at `close()` —
+every env the pool made is either handed out by `acquire` or closed, also one whose construction or staging
+was still running in a thread when the pool closed. A reset joins at most one
+prepare and each prepare serves at most one reset; when a joined prepare fails (or the pool closes) the reset
+builds its own.
 """
 
 from __future__ import annotations
@@ -42,12 +50,18 @@ log = logging.getLogger(__name__)
 # beside them (Python work that holds the GIL for its 5 ms switch interval) would slow the very resets the
 # pool is there to speed up.
 QUIET_S = 0.05
+# An env staged for a seed whose resets have begun is not given up for a newer forecast for this long after the
+# seed's last reset: a group's members are admitted together but reach the pool seconds apart when prepares are
+# slow (a container start under load), and the scheduler forecasts the next group as this one is admitted — so
+# on a container domain the laggards' staged envs were closed for the next group's, and the laggards built their
+# own. Past it, the members still to come are taken as not coming (cancelled before their reset).
+BEGUN_HOLD_S = 10.0
 
 
 class WarmPool:
     def __init__(self, domain: str, factory: EnvFactory, size: int, *, executor: Executor | None = None,
                  prepare_timeout_s: float = 60.0, backoff_s: float = 0.2, backoff_max_s: float = 5.0,
-                 quiet_s: float = QUIET_S, parallel: int = 1) -> None:
+                 quiet_s: float = QUIET_S, parallel: int = 1, begun_hold_s: float = BEGUN_HOLD_S) -> None:
         if size < 1:
             raise ValueError(f"a warm pool holds at least 1 env, got size={size}")
         if parallel < 1:
@@ -60,11 +74,16 @@ class WarmPool:
         self._expected: OrderedDict[int, int] = OrderedDict()  # seed → envs still to stage for it, oldest first
         self._staging: dict[int, int] = {}  # seed → envs being staged for it now
         self._preparing = 0  # envs being built or staged by the refill (at most `parallel`)
+        # resets waiting on a prepare in flight, by the seed it stages (None: seed-free); each gets the env, or
+        # None (build your own) when the prepare failed or the pool closed
+        self._joined: dict[int | None, deque[asyncio.Future[AsyncEnv | None]]] = {}
         self.quiet_s, self._last_acquire = quiet_s, float("-inf")
+        self.begun_hold_s = begun_hold_s
+        self._begun: OrderedDict[int, float] = OrderedDict()  # seed → its last acquire (loop time), oldest first
         self._refills: list[asyncio.Task[None]] = []
         self._closed = False
         self.counts = {"hits": 0, "staged_hits": 0, "misses": 0, "prepared": 0, "staged": 0, "staged_unused": 0,
-                       "prepare_failures": 0}
+                       "prepare_failures": 0, "joined": 0}
 
     @property
     def ready(self) -> int:
@@ -83,25 +102,33 @@ class WarmPool:
 
     def expect(self, seed: int, count: int) -> None:
         """`count` resets with `seed` are forecast (a group to come): stage envs for them ahead, at most `size`
-        in all (a newer forecast beyond that replaces the oldest)."""
+        in all (a newer forecast beyond that replaces the oldest — but not a group whose resets have begun: its
+        members still to come are staged first)."""
         if self._closed or count < 1:
             return
         have = len(self._staged.get(seed, ())) + self._expected.pop(seed, 0)
         if have < count:
             self._expected[seed] = min(count, self.size) - len(self._staged.get(seed, ()))
+        self._forget_begun()
         while sum(self._expected.values()) > self.size:  # forecasts nobody acted on: the oldest go first
-            oldest = next(iter(self._expected))
+            oldest = next((s for s in self._expected if s not in self._begun), None)
+            if oldest is None:  # only groups resetting now: the refill stages them first, room permitting
+                break
             self._expected[oldest] -= 1
             if self._expected[oldest] <= 0:
                 del self._expected[oldest]
         self.start()
 
     async def acquire(self, seed: int | None = None) -> tuple[AsyncEnv, bool]:
-        """A prepared env for a reset with `seed`: staged for it or seed-free from the pool (True), or built
-        now (False); the pool refills behind it."""
+        """A prepared env for a reset with `seed`: staged for it or seed-free from the pool, or the one of a
+        prepare in flight that it joins (True), or built now (False); the pool refills behind it."""
         if self._closed:
             raise RuntimeError(f"the warm pool of {self.domain!r} is closed")
         self._last_acquire = asyncio.get_running_loop().time()
+        if seed is not None:
+            self._forget_begun()
+            self._begun[seed] = self._last_acquire
+            self._begun.move_to_end(seed)
         staged = self._staged.get(seed) if seed is not None else None
         if staged:
             env = staged.popleft()
@@ -120,9 +147,54 @@ class WarmPool:
             self.counts["hits"] += 1
             self.start()
             return env, True
+        joined = await self._join(seed)
+        if joined is not None:
+            self.counts["joined"] += 1
+            return joined, True
         self.counts["misses"] += 1
         self.start()
         return await self.build(), False
+
+    async def _join(self, seed: int | None) -> AsyncEnv | None:
+        """The env of a prepare in flight that no other reset joined (staged for `seed`, else seed-free), once
+        it is ready; None when there is none, or it failed."""
+        key: int | None
+        if seed is not None and self._staging.get(seed, 0) > self._waiting(seed):
+            key = seed
+        elif self._preparing - sum(self._staging.values()) > self._waiting(None):
+            key = None
+        else:
+            return None
+        waiter: asyncio.Future[AsyncEnv | None] = asyncio.get_running_loop().create_future()
+        self._joined.setdefault(key, deque()).append(waiter)
+        return await waiter
+
+    def _waiting(self, key: int | None) -> int:
+        return sum(not waiter.done() for waiter in self._joined.get(key, ()))
+
+    def _hand_over(self, env: AsyncEnv, seed: int | None) -> bool:
+        """Give a just-prepared env to the reset waiting longest on a prepare of its kind, if any."""
+        waiters = self._joined.get(seed)
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():  # (a cancelled reset's waiter is done)
+                waiter.set_result(env)
+                return True
+        self._joined.pop(seed, None)
+        return False
+
+    def _release_unbacked(self) -> None:
+        """Wake, to build their own, the resets waiting on more prepares than are in flight (one failed)."""
+        for key in list(self._joined):
+            in_flight = (self._staging.get(key, 0) if key is not None
+                         else self._preparing - sum(self._staging.values()))
+            waiters = deque(w for w in self._joined[key] if not w.done())
+            while len(waiters) > in_flight:
+                waiters.pop().set_result(None)
+            if waiters:
+                self._joined[key] = waiters
+            else:
+                del self._joined[key]
 
     async def build(self) -> AsyncEnv:
         return await build_prepared(self._factory, self._executor, self.prepare_timeout_s)
@@ -146,8 +218,15 @@ class WarmPool:
         return self._held() < self.size
 
     def _replaceable(self, seed: int) -> int | None:
-        """The oldest seed other than `seed` with an env staged for it."""
-        return next((other for other in self._staged if other != seed), None)
+        """The oldest seed other than `seed` with an env staged for it, whose group is not resetting now."""
+        self._forget_begun()
+        return next((other for other in self._staged if other != seed and other not in self._begun), None)
+
+    def _forget_begun(self) -> None:
+        """Forget the seeds whose last reset is older than `begun_hold_s` (bounded: one entry per recent seed)."""
+        held_until = asyncio.get_running_loop().time() - self.begun_hold_s
+        while self._begun and next(iter(self._begun.values())) < held_until:  # (oldest acquire first)
+            self._begun.popitem(last=False)
 
     async def _fill(self) -> None:
         failures = 0
@@ -158,6 +237,7 @@ class WarmPool:
                 await asyncio.sleep(quiet)
                 continue
             self._preparing += 1
+            failed: Exception | None = None
             try:
                 seed = self._next_seed()
                 if seed is not None:
@@ -166,16 +246,19 @@ class WarmPool:
                     await self._keep(await self.build(), None)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a failing prepare: counted, backed off, tried again
+            except Exception as exc:
+                failed = exc
+            finally:
+                self._preparing -= 1
+                self._release_unbacked()  # a reset that joined a failed prepare builds its own now, not after backoff
+            if failed is not None:  # a failing prepare: counted, backed off, tried again
                 self.counts["prepare_failures"] += 1
                 delay = min(self.backoff_s * 2**failures, self.backoff_max_s)
                 failures += 1
                 log.warning("warm pool %s: prepare failed (%s: %s); next try in %.2fs", self.domain,
-                            type(exc).__name__, exc, delay)
+                            type(failed).__name__, failed, delay)
                 await asyncio.sleep(delay)
                 continue
-            finally:
-                self._preparing -= 1
             failures = 0
 
     async def _stage_next(self, seed: int) -> None:
@@ -213,6 +296,8 @@ class WarmPool:
         every reset forecast for its seed came while it was being staged (nobody will ask for it)."""
         if self._closed:
             await _close_quietly(env)
+        elif self._hand_over(env, seed):  # a reset joined this prepare (it is no longer expected: acquire counted it)
+            pass
         elif seed is None:
             self._ready.append(env)
             self.counts["prepared"] += 1
@@ -229,6 +314,11 @@ class WarmPool:
     async def close(self) -> None:
         """Stop refilling and close every prepared env (idempotent)."""
         self._closed = True
+        for waiters in self._joined.values():  # resets waiting on a prepare build their own
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        self._joined.clear()
         refills, self._refills = self._refills, []
         for refill in refills:
             refill.cancel()

@@ -82,7 +82,7 @@ def test_hits_after_the_fill_misses_when_empty_and_the_bound_holds():
         assert all(hit for _, hit in got) and all(e.inner.prepared for e, _ in got)
         await until(lambda: pool.ready == 3)
         assert pool.counts == {"hits": 3, "staged_hits": 0, "misses": 1, "prepared": 6, "staged": 0, "staged_unused": 0,
-                               "prepare_failures": 0}
+                               "prepare_failures": 0, "joined": 0}
         await pool.close()
         await pool.close()  # idempotent
         ready = [p for p in Prepared.made if p not in {env.inner, *(e.inner for e, _ in got)}]
@@ -120,18 +120,137 @@ def test_forecast_seeds_are_staged_ahead_newer_forecasts_replace_older_and_nothi
     asyncio.run(scenario())
 
 
-def test_resets_that_come_before_their_staged_envs_take_others_and_the_late_ones_are_closed():
+def test_a_reset_before_any_prepare_builds_one_and_a_reset_during_its_staging_joins_it():
     Prepared.prepare_s = 0.1
 
     async def scenario():
         pool = WarmPool("d", Prepared, 2)
-        pool.expect(5, 2)  # nothing is ready yet: both members come while the first env is being staged
-        first, second = await pool.acquire(5), await pool.acquire(5)
-        assert not first[1] and not second[1]  # built on the spot
-        await until(lambda: pool.counts["staged_unused"] == 1 and pool.ready == 2)
-        assert pool.staged == 0 and pool.counts["staged"] == 0  # what was staged late went, seed-free ones came
+        pool.expect(5, 2)  # nothing is ready yet: the first member comes before the refill began
+        first = await pool.acquire(5)
+        assert not first[1]  # built on the spot; the refill stages the second member's env meanwhile
+        second = await pool.acquire(5)  # while that env is being staged: it waits for it, builds no other
+        assert second[1] and second[0].inner.preloaded == 5
+        await until(lambda: pool.ready == 2)
+        assert pool.counts["misses"] == 1 and pool.counts["joined"] == 1 and pool.counts["staged_unused"] == 0
+        assert len(Prepared.made) == 4  # the two handed out and two seed-free ones: nothing built twice
         await pool.close()
         assert all(p.closed for p in Prepared.made if p not in {first[0].inner, second[0].inner})
+
+    asyncio.run(scenario())
+
+
+def test_a_group_that_comes_while_its_envs_are_staged_joins_those_prepares_not_new_ones():
+    """Container domains (issue 37): a group whose resets came while the pool was still staging its envs built
+    a second set beside them on the spot — on 2 cores the two sets' container starts competed, and the staged
+    set was closed unused. Now each reset joins one prepare in flight: ready sooner than a new one, none wasted."""
+    Prepared.prepare_s = 0.4
+
+    async def scenario():
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = WarmPool("d", Prepared, 4, executor=ThreadPoolExecutor(8), parallel=4)
+        pool.expect(9, 4)
+        await until(lambda: len(Prepared.made) == 4)  # the four are being staged
+        got = await asyncio.gather(*(pool.acquire(9) for _ in range(4)))
+        assert {e.inner for e, _ in got} == set(Prepared.made[:4])  # the four in flight, none built beside them
+        assert all(hit for _, hit in got) and [e.inner.preloaded for e, _ in got] == [9] * 4
+        assert pool.counts["joined"] == 4 and pool.counts["misses"] == 0 and pool.counts["staged_unused"] == 0
+        await until(lambda: pool.ready == 4)
+        assert len(Prepared.made) == 8  # four handed out, four refilled: no second set
+        await pool.close()
+        for env, _ in got:
+            await env.close()
+        assert all(p.closed for p in Prepared.made)
+
+    asyncio.run(scenario())
+
+
+def test_envs_staged_for_a_group_that_is_resetting_are_not_given_up_for_the_next_forecast():
+    """The next group is forecast as the current one is admitted; on a slow domain the current group's last
+    members reach the pool later than the forecast. Their staged envs were closed for the next group's, and they
+    built their own; now a group whose resets began keeps them (for `begun_hold_s` after its last reset)."""
+    Prepared.prepare_s = 0.1
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 2, parallel=2, begun_hold_s=0.6)
+        pool.expect(1, 2)
+        await until(lambda: len(pool._staged.get(1, ())) == 2)
+        first, _ = await pool.acquire(1)  # group 1 begins
+        pool.expect(2, 2)  # group 2 is forecast before group 1's second member came
+        await until(lambda: len(pool._staged.get(2, ())) == 1)  # the room left: one env for group 2
+        await asyncio.sleep(0.3)
+        second, hit = await pool.acquire(1)  # the laggard: its staged env is still there
+        assert hit and second.inner.preloaded == 1 and pool.counts["staged_hits"] == 2
+        assert pool.counts["staged_unused"] == 0
+        await until(lambda: len(pool._staged.get(2, ())) == 2)
+        pool.expect(3, 2)  # group 2's resets have not begun: a newer forecast still replaces its envs
+        await until(lambda: len(pool._staged.get(3, ())) == 2)
+        assert pool.counts["staged_unused"] == 2
+        await pool.close()
+        for env in (first, second):
+            await env.close()
+        assert all(p.closed for p in Prepared.made)
+
+    asyncio.run(scenario())
+
+
+def test_a_group_that_is_resetting_keeps_its_forecast_when_the_next_group_is_forecast():
+    """A group's first member came before its envs were staged; the next group's forecast then dropped what was
+    still expected for this one (the oldest forecast), so its later members found nothing staged for them."""
+    Prepared.prepare_s = 0.2
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 2)
+        pool.expect(1, 2)
+        first, hit = await pool.acquire(1)  # before any prepare began: built on the spot
+        assert not hit
+        pool.expect(2, 2)  # the next group: forecast as this one was admitted
+        await until(lambda: pool.counts["staged"] >= 1)
+        second, hit = await pool.acquire(1)  # the second member: its env was staged, not dropped
+        assert hit and second.inner.preloaded == 1 and pool.counts["staged_unused"] == 0
+        await pool.close()
+        for env in (first, second):
+            await env.close()
+        assert all(p.closed for p in Prepared.made)
+
+    asyncio.run(scenario())
+
+
+def test_a_begun_groups_staged_env_is_given_up_once_its_hold_passes():
+    Prepared.prepare_s = 0.05
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 2, parallel=2, begun_hold_s=0.2)
+        pool.expect(1, 2)
+        await until(lambda: len(pool._staged.get(1, ())) == 2)
+        first, _ = await pool.acquire(1)  # the other member never comes (cancelled before its reset)
+        pool.expect(2, 2)
+        await until(lambda: len(pool._staged.get(2, ())) == 1)
+        await asyncio.sleep(0.3)
+        pool.start()  # (as the next forecast or reset does: the refill looks at the room again)
+        await until(lambda: len(pool._staged.get(2, ())) == 2 and 1 not in pool._staged)
+        assert pool.counts["staged_unused"] == 1
+        await pool.close()
+        await first.close()
+        assert all(p.closed for p in Prepared.made)
+
+    asyncio.run(scenario())
+
+
+def test_a_reset_whose_joined_prepare_fails_builds_its_own():
+    Prepared.fail_prepares, Prepared.prepare_s = 1, 0.2
+
+    async def scenario():
+        pool = WarmPool("d", Prepared, 1, backoff_s=1.0)
+        pool.start()
+        await until(lambda: len(Prepared.made) == 1)  # the pool's prepare is under way, and will fail
+        t0 = time.monotonic()
+        env, hit = await pool.acquire(3)
+        assert time.monotonic() - t0 < 0.9, "the reset waited out the pool's backoff"
+        assert not hit and env.inner.prepared and env.inner is not Prepared.made[0]
+        assert pool.counts["prepare_failures"] == 1 and pool.counts["misses"] == 1 and pool.counts["joined"] == 0
+        await pool.close()
+        await env.close()
 
     asyncio.run(scenario())
 
