@@ -167,7 +167,12 @@ class WarmPool:
             return None
         waiter: asyncio.Future[AsyncEnv | None] = asyncio.get_running_loop().create_future()
         self._joined.setdefault(key, deque()).append(waiter)
-        return await waiter
+        try:
+            return await waiter
+        except asyncio.CancelledError:  # handed an env as this reset was cancelled (a run ending): close, not leak
+            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                await asyncio.shield(_close_quietly(waiter.result()))
+            raise
 
     def _waiting(self, key: int | None) -> int:
         return sum(not waiter.done() for waiter in self._joined.get(key, ()))

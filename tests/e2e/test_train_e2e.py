@@ -93,15 +93,13 @@ def test_the_console_check_catches_each_kind_of_noise():
 
 def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_env(tmp_path):
     """Decoupled PPO with four optimizer steps per batch learns on two sharded trainer ranks (fsdp2, packed
-    micro-batches), and its clip acts; the ranks send their rows to the inference workers over the weight
-    group, which forms once the workers have started (one run checks all four)."""
+    micro-batches), and its clip acts (one run checks all three)."""
     run = tmp_path / "run"
     summary = rollart_train(
         run, *PICK,
         "train.steps=12", "train.lr=1e-3", "train.aggregation=seq_mean", "train.warm_start.steps=20",
         "train.mini_batches=4", "rollout.batch_size=16", "eval.episodes_per_domain=32", "eval.temperature=1.0",
         "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2",
-        "weights.transport=collective",
         # one seed, so a seed that learns: since the engine samples by inverse CDF (other tokens for a seed),
         # seed 0 at this learning rate collapses to malformed answers by step 3 (every reward equal, no gradient
         # after); seeds 1 and 2 gained +0.28 and +0.41 (2026-12-03) — a learning check, not a stability one
@@ -114,8 +112,6 @@ def test_a_short_run_with_ppo_mini_batches_raises_the_score_of_a_learnable_user_
     assert [m[s]["train/version"] for s in (0, 11)] == [21.0, 32.0]  # 20 warm-start steps, then one per batch
     assert max(m[s]["train/clip_frac"] for s in range(12)) > 0, [m[s]["train/clip_frac"] for s in range(12)]
     assert all(m[s]["train/ratio_max"] > 1 and m[s]["train/approx_kl"] > 0 for s in range(12))
-    # every RL step's version went over the weight group (wire_mb: the group's bytes), none fell back
-    assert all(m[s]["weights/wire_mb"] > 0 and "weights/collective_fallback" not in m[s] for s in range(12)), m[0]
     # checkpoints are named by RL step: the 20 warm-start steps (versions 1–20) do not count
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000010", "step_00000012"]
     # the rollouts as text: the worst, median and best of every step, as the model saw and wrote them
@@ -184,3 +180,19 @@ def test_injected_env_faults_and_redundancy_lose_and_duplicate_nothing(tmp_path)
 
     written = {key.split("/")[0] for rec in metrics_by_step(run).values() for key in rec if "/" in key}
     assert set(NAMESPACES) <= written, f"namespaces never written: {set(NAMESPACES) - written}"
+
+
+def test_two_sharded_ranks_send_every_rl_version_over_the_weight_group(tmp_path):
+    """`weights.transport=collective` in a real run: two fsdp2 ranks on the machine the inference workers share
+    (they start after the trainer, so the first versions go through the store); the group forms once they have
+    started and carries every RL step's version, nothing falling back."""
+    run = tmp_path / "run"
+    summary = rollart_train(
+        run, *PICK, "train.steps=4", "train.warm_start.steps=2", "rollout.batch_size=8", "eval.episodes_per_domain=4",
+        "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2",
+        "weights.transport=collective", cwd=USERENV,
+    )
+    assert summary["steps"] == 4
+    m = metrics_by_step(run)
+    # wire_mb: the bytes the group carried (the store path reports none)
+    assert all(m[s]["weights/wire_mb"] > 0 and "weights/collective_fallback" not in m[s] for s in range(4)), m[0]
