@@ -576,12 +576,15 @@ class WeightPublisher(Protocol):
     """The trainer's side of the weight store: publish one policy version — the named tensors of the full
     weights (a mapping, or (name, tensor) pairs consumed one at a time: a sharded trainer gathers each just
     before it is taken), or a `LoraAdapter` (a LoRA run: only the adapter tensors travel). `replace`: publish
-    again a version published before, with the same tensors (a trainer rebuilt after a rank died)."""
+    again a version published before, with the same tensors (a trainer rebuilt after a rank died); `latest()`:
+    the newest version the store holds (-1: none) — a rank may die after publishing a version it never reported."""
 
     def publish(
         self, version: int, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | LoraAdapter,
         replace: bool = False,
     ) -> Mapping[str, float]: ...
+
+    def latest(self) -> int: ...
 
 
 @runtime_checkable

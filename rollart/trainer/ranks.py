@@ -172,7 +172,9 @@ class TrainerRanks:
                     "(restart %d of %d)", death.worker, death.cause, source, replayed, target, self.restarts, limit)
         self._death = None
         ckpt.remove_partial(self.cfg.run_dir)
-        ready = self._start(publish_after=target)
+        # the dead rank may have published the version of the step it died in (the store holds it, its buckets
+        # died with it): the replayed or retried step publishes it again, replacing them
+        ready = self._start(publish_after=max(target, self.publisher.latest()))
         self.version = self._agree(ready, "version")
         for kind, data in self._replay:
             self._train(data) if kind == "train" else self._sft(data)

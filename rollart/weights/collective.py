@@ -168,6 +168,10 @@ class CollectivePublisher:
         key = f"{self.spec.prefix}/fallback"
         return kv.get(key).decode() if kv.check([key]) else ""
 
+    def latest(self) -> int:
+        """The newest version the object store holds (the versions the group carried are not in it)."""
+        return self.store.latest()
+
     def receivers_joined(self) -> bool:
         """Whether every receiver the group is made for has counted itself in the store (or the group formed):
         only then can forming it not wait out its timeout on a worker that is still starting."""

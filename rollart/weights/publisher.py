@@ -48,3 +48,7 @@ class StorePublisher:
              f"register(v{version})")
         return {PUBLISH: time.perf_counter() - start, "weights/publish_mb": nbytes / 2**20,
                 "weights/buckets": float(len(refs))}
+
+    def latest(self) -> int:
+        """The newest version the store holds (-1: none)."""
+        return int(wait(self.store.latest.remote(), self.timeout_s, "latest()"))

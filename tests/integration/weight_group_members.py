@@ -36,6 +36,9 @@ class NoStore:
     def publish(self, version: int, weights: Any, replace: bool = False) -> dict[str, float]:
         return {}
 
+    def latest(self) -> int:
+        return -1
+
 
 def trainer_sender(rank: int, world: int, spec: Any, model_path: str, strategy: str, out: str,
                    init_file: str) -> None:
