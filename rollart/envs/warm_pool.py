@@ -106,9 +106,11 @@ class WarmPool:
         members still to come are staged first)."""
         if self._closed or count < 1:
             return
-        have = len(self._staged.get(seed, ())) + self._expected.pop(seed, 0)
-        if have < count:
-            self._expected[seed] = min(count, self.size) - len(self._staged.get(seed, ()))
+        to_stage = min(count, self.size) - len(self._staged.get(seed, ()))
+        if to_stage > self._expected.get(seed, 0):  # more than was expected: it becomes the newest forecast
+            self._expected.pop(seed, None)
+            self._expected[seed] = to_stage
+        # (told again with no more to stage: the forecast stands as it was, in its place)
         self._forget_begun()
         while sum(self._expected.values()) > self.size:  # forecasts nobody acted on: the oldest go first
             oldest = next((s for s in self._expected if s not in self._begun), None)

@@ -120,6 +120,23 @@ def test_forecast_seeds_are_staged_ahead_newer_forecasts_replace_older_and_nothi
     asyncio.run(scenario())
 
 
+def test_a_forecast_told_again_with_the_same_count_still_stands():
+    async def scenario():
+        Prepared.prepare_s = 0.3  # the first stage is still running when the group is forecast again
+        pool = WarmPool("d", Prepared, 4)
+        pool.expect(7, 3)
+        pool.expect(7, 3)  # the scheduler forecasts the same group twice (it waited twice before admitting it)
+        assert pool._expected[7] == 3
+        await until(lambda: pool.staged == 3)
+        pool.expect(7, 3)  # told again once all three are staged: nothing more to stage, nothing given up
+        assert 7 not in pool._expected and len(pool._staged[7]) == 3
+        got = [await pool.acquire(7) for _ in range(3)]
+        assert all(hit for _, hit in got) and pool.counts["staged_hits"] == 3 and pool.counts["misses"] == 0
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_reset_before_any_prepare_builds_one_and_a_reset_during_its_staging_joins_it():
     Prepared.prepare_s = 0.1
 
