@@ -13,7 +13,9 @@ On the cluster twin (rollart.sim: the production control plane in virtual time) 
   the time its window has left waits for the next weights (`rollart/control/pacing.py`);
 - `async_adaptive`: async with `rollout.min_batch_fraction=0.5` — once the trainer is idle, a batch of at least
   half the groups goes when taking it makes no running work stale (`rollart/control/buffer.py`, scheduler.py);
-- `async_all`: async with elastic generation, pacing and the adaptive batch together.
+- `async_all`: async with elastic generation, pacing and the adaptive batch together;
+- `async_alpha2`, `async_alpha2_all`: α = 2 (up to three batches' worth in flight), alone and with all three —
+  whether the window, not the mechanisms, bounds the ratio.
 
 Per arm, over the steady steps (the first fills the pipeline): step time, trained trajectories per second,
 `get_batch idle` — the part of each batch wait with no train step in flight (`time/get_batch_idle`) as a share
@@ -56,6 +58,9 @@ ARMS = {
     "async_paced": Arm(1, "none", pacing="measured"),
     "async_adaptive": Arm(1, "none", min_batch_fraction=ADAPTIVE_FLOOR),
     "async_all": Arm(1, "none", elastic=True, pacing="measured", min_batch_fraction=ADAPTIVE_FLOOR),
+    # α = 2: what a wider window (more work in flight) does, alone and with the three mechanisms
+    "async_alpha2": Arm(2, "none"),
+    "async_alpha2_all": Arm(2, "none", elastic=True, pacing="measured", min_batch_fraction=ADAPTIVE_FLOOR),
 }
 
 

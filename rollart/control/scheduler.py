@@ -279,7 +279,8 @@ class RolloutScheduler:
         its start version — in token mode a conservative answer.) A partial batch is taken only then: it
         discards nothing that could still have joined it, so it costs no generation."""
         fresh = self.policy.version_is_fresh
-        return all(fresh(run.start_version, train_version + 1) for g in self.groups.open()
+        # groups in admission order: the oldest first, so a run that would be made stale ends the look early
+        return all(fresh(run.start_version, train_version + 1) for g in self.groups.by_id.values() if not g.closed
                    for run in g.runs.values() if not run.settled)
 
     def _group_completed(self, group: Group) -> None:
