@@ -77,10 +77,11 @@ class RolloutConfig(Section):
         "for the next weights instead; rollart/control/pacing.py)"
     )
     min_batch_fraction: float = Field(
-        1.0, gt=0, le=1, description="adaptive batch: while the trainer is idle, a train step may start with this share "
-        "of rollout.batch_size ready (rounded up to whole groups; stratified selection keeps the domain mix); the "
-        "loss is normalised by the batch actually taken (its tokens / sequences), so the update stays an unbiased "
-        "estimate; rollout/batch_fraction says what was taken. 1.0 = always the full batch"
+        1.0, gt=0, le=1, description="adaptive batch: while the trainer is idle, a train step may start with this "
+        "share of rollout.batch_size ready (rounded up to whole groups; stratified selection keeps the domain mix), "
+        "when taking it makes no running trajectory stale; the loss is normalised by the batch actually taken (its "
+        "tokens / sequences), so the update stays an unbiased estimate; rollout/batch_fraction says what was taken. "
+        "1.0 = always the full batch"
     )
     get_batch_timeout_s: float = Field(
         600.0, gt=0, le=WEEK_S, description="bound on the wait for one batch (and on a turn-barrier wait); then the "

@@ -13,10 +13,11 @@ Guarantees:
 - `take_groups` never waits forever: past `timeout_s` it raises `BatchTimeout` saying what it waits for.
 - The batch is returned in admission order (group sequence number), so equal inputs give equal batches
   whatever the completion timing — what makes α = 0 reproduce the synchronous loop exactly.
-- Adaptive batch (`take_groups(..., min_groups=k, partial_ok=f)`): while `f()` holds (the scheduler's
-  condition: the trainer is idle and no running work would be made stale) and the full batch is not ready, a batch of k or more whole groups is taken as it stands — `first`: every
-  ready group up to `num_groups`; `stratified`: the largest batch whose quotas (the same largest-remainder
-  split, of fewer groups) are all ready, so the domain mix is kept. Its composition then depends on timing.
+- Adaptive batch (`take_groups(..., min_groups=k, partial_ok=f)`): while the full batch is not ready and `f()`
+  holds (the scheduler's condition: the trainer is idle and no running work would be made stale), a batch of
+  k or more whole groups is taken as it stands — `first`: every ready group up to `num_groups`; `stratified`:
+  the largest batch whose quotas (the same largest-remainder split, of fewer groups) are all ready, so the
+  domain mix is kept. Its composition then depends on timing.
 """
 
 from __future__ import annotations

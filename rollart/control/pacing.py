@@ -45,7 +45,6 @@ def ewma(old: float | None, new: float, weight: float) -> float:
 
 @dataclass
 class Pacer:
-    alpha: int
     interval_s: float | None = None
     latency_s: dict[str, float] = field(default_factory=dict)
     last_take: float | None = None

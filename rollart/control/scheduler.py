@@ -35,8 +35,9 @@ Throughput (issue 41): `rollout.pacing=measured` paces admission under the α bo
 (pacing.py: a group that could only end stale waits for the next weights); `rollout.min_batch_fraction` < 1
 lets `get_batch` hand out an adaptive batch — at least that share of the batch, whole groups, the domain
 mix kept — once the trainer is idle (the loop's `trainer_free` event is set) and no running trajectory is
-older than the next batch allows (so the partial batch makes nothing stale that could have joined it): `rollout/batch_fraction` says
-what share each batch held; the trainer normalises the loss by the batch actually taken.
+older than the next batch allows (so the partial batch makes nothing stale that could have joined it):
+`rollout/batch_fraction` says what share each batch held; the trainer normalises the loss by the batch
+actually taken.
 
 Checkpoints: `state_dict()` / `load_state_dict()` (scheduler_state.py): a resumed run puts the scored groups
 back in the buffer as they were, re-admits the running ones with their seeds, and goes on with the next row
@@ -111,7 +112,7 @@ class RolloutScheduler:
         self.ledger = Ledger(ledger_sink, clock)
         self.counts: Counter[str] = Counter()
         self.clock = clock
-        self.pacer = Pacer(rollout.alpha) if rollout.pacing == "measured" else None
+        self.pacer = Pacer() if rollout.pacing == "measured" else None
         self.admission = Admission(rollout, domains, self.groups, buffer, policy, first_version + total_batches,
                                    first_version, seed, pacer=self.pacer, clock=clock)
         self.min_groups = min_batch_groups(rollout)

@@ -7,7 +7,8 @@ way. Rollout never stops; each RL step does, by name: 1 `get_batch`; 2–5 `serv
 1: rollout and training overlap. Between a train step's end and the next one's start the trainer's devices
 are lent to generation (`lend_trainer`, `reclaim_trainer`: the system decides whether they are), and the part
 of each batch wait with no train step in flight is `time/get_batch_idle` (the trainer waiting for rollout);
-`trainer_free` (an event, set exactly then) lets the rollout hand out an adaptive batch (`rollout.min_batch_fraction`). A train step lands (ends, its weights served) before the next starts;
+`trainer_free` (an event, set exactly then) lets the rollout hand out an adaptive batch
+(`rollout.min_batch_fraction`). A train step lands (ends, its weights served) before the next starts;
 without a barrier in the background, the moment it ends (control/staleness.py (2)) — a failed landing
 raises at once. Modes are values, not forks: the α gate keeps a batch of version v to trajectories begun
 at ≥ v − α (α = 0: the synchronous loop); `rollout.barrier=batch` admits nothing while a batch trains.

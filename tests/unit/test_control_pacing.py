@@ -16,7 +16,7 @@ DOMAINS = {"fast": DomainConfig(env="fast", weight=1.0), "slow": DomainConfig(en
 
 
 def test_nothing_measured_admits_and_a_group_too_slow_for_the_time_left_is_held():
-    pacer = Pacer(alpha=1)
+    pacer = Pacer()
     assert pacer.admits("slow", 1, now=0.0)  # no measurement: no guess
     pacer.batch_taken(0.0)
     pacer.batch_taken(60.0)  # one batch a minute
@@ -35,7 +35,7 @@ def test_nothing_measured_admits_and_a_group_too_slow_for_the_time_left_is_held(
 
 
 def test_latency_is_a_high_quantile_of_the_recent_groups_and_unfinished_groups_are_forgotten():
-    pacer = Pacer(alpha=1)
+    pacer = Pacer()
     for i in range(10):
         pacer.admitted(f"g{i}", 0.0)
         pacer.completed(f"g{i}", "math", float(i + 1))  # 1 … 10 s
