@@ -103,7 +103,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("sim", "benchmarks.sim",
               "the paper's scale experiments on the cluster twin, and the twin's own speed and accuracy"),
     Benchmark("throughput", "benchmarks.throughput",
-              "what keeps the trainer from waiting for a batch (elastic generation, ...) side by side on the twin"),
+              "what keeps the trainer from waiting for a batch (elastic generation, admission pacing, the adaptive "
+              "batch, α = 2) side by side on the twin"),
     Benchmark("scale", "benchmarks.scale",
               "the control plane at 10,000 GPUs: the real proxy's cost per turn, the twin at 1k and 10k, proxy shards"),
     Benchmark("gateway", "benchmarks.gateway",

@@ -24,7 +24,8 @@ Where each section lives (a section belongs to the plane that reads it):
     envs.py           envs (env workers, the agent gateway, warm pools, `rollart env serve`)
     inference.py      inference (engines, vLLM, replicas per pool)
     reward.py         reward (backends, retries, the serverless service, an HTTP endpoint)
-    rollout.py        rollout (batch, groups, staleness, barriers, redundancy, circuit breaker, re-mapping)
+    rollout.py        rollout (batch, groups, staleness, barriers, redundancy, circuit breaker, re-mapping,
+                      pacing, the adaptive batch)
     train.py          train (optimizer, loss, parallelism, warm start, LoRA), weights (the weight store)
     algorithm.py      train.algorithm's presets over the train.* settings; train.critic (the value model)
     evaluation.py     eval (validation)
@@ -54,7 +55,7 @@ from rollart.config.model import ModelConfig, TinyModelConfig
 from rollart.config.observability import ObservabilityConfig
 from rollart.config.resources import ClusterConfig, PoolConfig, RoleConfig, device_lacks_bf16
 from rollart.config.reward import HttpRewardConfig, RewardConfig, ServerlessConfig
-from rollart.config.rollout import CircuitBreakerConfig, RedundancyConfig, RolloutConfig
+from rollart.config.rollout import CircuitBreakerConfig, RedundancyConfig, RolloutConfig, min_batch_groups
 from rollart.config.run import RunConfig, default_domains, default_pools
 from rollart.config.sandbox import SandboxConfig, SandboxLimits, WorkspaceConfig
 from rollart.config.train import LoraConfig, TrainConfig, WarmStartConfig, WeightsConfig
@@ -104,5 +105,6 @@ __all__ = [
     "default_pools",
     "device_lacks_bf16",
     "is_loopback_host",
+    "min_batch_groups",
     "reaches_beyond",
 ]

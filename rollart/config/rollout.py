@@ -1,8 +1,8 @@
 """The `rollout` section: the control plane's bounds on rollout (batch and group sizes, staleness α,
-barriers, redundancy, sampling, the circuit breaker, online re-mapping).
+barriers, redundancy, sampling, the circuit breaker, online re-mapping, admission pacing, the adaptive batch).
 
 In: `Section` (`base`), the bounds (`bounds`). Out: `RolloutConfig`, its `RedundancyConfig` and
-`CircuitBreakerConfig`.
+`CircuitBreakerConfig`; `min_batch_groups` (the adaptive batch's floor in whole groups).
 
 Guarantee: every wait and count is bounded; that a batch holds whole groups is checked once the whole config
 is known (`rollart.config.run`).
@@ -10,6 +10,7 @@ is known (`rollart.config.run`).
 
 from __future__ import annotations
 
+from math import ceil
 from typing import Literal
 
 from pydantic import Field
@@ -69,6 +70,19 @@ class RolloutConfig(Section):
         1.0, gt=0, le=1, description="nucleus sampling: keep the smallest set of tokens with this mass"
     )
     top_k: int = Field(0, ge=0, le=MAX_VOCAB, description="sample among the k likeliest tokens; 0 = off")
+    pacing: Literal["off", "measured"] = Field(
+        "off", description="admission pacing under the α bound: off (admit whenever the window has room); measured "
+        "(a group is admitted only if its domain's measured group latency fits in the time left until the last batch "
+        "it could serve is taken, from the measured interval between batches — work that would only end STALE waits "
+        "for the next weights instead; rollart/control/pacing.py)"
+    )
+    min_batch_fraction: float = Field(
+        1.0, gt=0, le=1, description="adaptive batch: while the trainer is idle, a train step may start with this "
+        "share of rollout.batch_size ready (rounded up to whole groups; stratified selection keeps the domain mix), "
+        "when taking it makes no running trajectory stale; the loss is normalised by the batch actually taken (its "
+        "tokens / sequences), so the update stays an unbiased estimate; rollout/batch_fraction says what was taken. "
+        "1.0 = always the full batch"
+    )
     get_batch_timeout_s: float = Field(
         600.0, gt=0, le=WEEK_S, description="bound on the wait for one batch (and on a turn-barrier wait); then the "
         "run stops with what it waited for"
@@ -88,3 +102,10 @@ class RolloutConfig(Section):
         16, ge=1, le=1_000_000, description="episodes a domain's profile is measured over before it is trusted: for a baseline "
         "(a domain without a declared profile) and again, after a drift is first seen, to confirm it"
     )
+
+
+def min_batch_groups(rollout: RolloutConfig) -> int:
+    """The adaptive batch's floor: `min_batch_fraction` of a batch's groups, rounded up, at least one group
+    (`batch_size // group_size` when the fraction is 1: always the full batch)."""
+    groups = rollout.batch_size // rollout.group_size
+    return max(1, min(groups, ceil(rollout.min_batch_fraction * groups - 1e-9)))

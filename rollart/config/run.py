@@ -27,7 +27,7 @@ from rollart.config.model import ModelConfig
 from rollart.config.observability import ObservabilityConfig
 from rollart.config.resources import ClusterConfig, PoolConfig, RoleConfig, device_lacks_bf16
 from rollart.config.reward import RewardConfig
-from rollart.config.rollout import RolloutConfig
+from rollart.config.rollout import RolloutConfig, min_batch_groups
 from rollart.config.train import TINY_WARM_START_STEPS, TrainConfig, WeightsConfig
 
 
@@ -137,6 +137,13 @@ class RunConfig(Section):
                 f"train.mini_batches: a batch of {self.rollout.batch_size} split into {self.train.mini_batches} "
                 f"mini-batches leaves fewer samples than train.workers ({self.train.workers}) in one; make "
                 "rollout.batch_size ≥ train.mini_batches × train.workers"
+            )
+        floor = min_batch_groups(self.rollout) * self.rollout.group_size
+        if floor < self.rollout.batch_size and floor // self.train.mini_batches < self.train.workers:
+            problems.append(
+                f"rollout.min_batch_fraction: {self.rollout.min_batch_fraction} lets a batch start with {floor} "
+                f"trajectories, fewer than train.mini_batches × train.workers ({self.train.mini_batches} × "
+                f"{self.train.workers}); raise it, or use 1.0 (always the full batch)"
             )
         backends = {self.domain_reward_backend(d) for d in self.domains}
         plain = self.reward.plain_http_problem(serving="serverless" in backends, sending="http" in backends)

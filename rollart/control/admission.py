@@ -15,17 +15,21 @@ nothing drawn); the counters a checkpoint keeps (`next_seq`, `rng`, `ordinals`, 
   is started that could only ever be stale. Under `stratified` each domain has its own allowance, window ×
   its share of a batch.
 - After a resume the groups that were running are admitted again first, in order, with their seeds.
+- Pacing (`rollout.pacing=measured`, pacing.py): under the bound, a domain whose measured group latency does
+  not fit in the time its window has left is not drawn now; its group waits for the next weights. Off: the
+  draws are exactly those of the bound alone.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Mapping
+from typing import Callable, Mapping
 
 from rollart.config import DomainConfig, RolloutConfig
 from rollart.control.buffer import SampleBuffer, domain_quotas
 from rollart.control.groups import Groups
+from rollart.control.pacing import Pacer
 from rollart.control.staleness import StalenessPolicy
 
 Admit = tuple[str, int, int]  # (domain, seq, seed)
@@ -34,8 +38,10 @@ Admit = tuple[str, int, int]  # (domain, seq, seed)
 class Admission:
     def __init__(self, rollout: RolloutConfig, domains: Mapping[str, DomainConfig], groups: Groups,
                  buffer: SampleBuffer, policy: StalenessPolicy, end_version: int, first_version: int,
-                 seed: int) -> None:
+                 seed: int, pacer: Pacer | None = None, clock: Callable[[], float] | None = None) -> None:
+        """`pacer`: admission pacing (None: the bound alone); `clock`: its time (needed with a pacer)."""
         self.cfg = rollout
+        self.pacer, self.clock = pacer, clock
         self.domains = {d: c for d, c in domains.items() if c.weight > 0}
         self.weights = {d: c.weight for d, c in self.domains.items()}
         self.groups, self.buffer, self.policy = groups, buffer, policy
@@ -108,14 +114,30 @@ class Admission:
         if self.cfg.redundancy.selection == "first":
             if not self.below_total_bound():
                 return None
+            domains = self.paced(domains, self.window())
+            if not domains:
+                return None
             return self.rng.choices(domains, weights=[self.weights[d] for d in domains])[0]
         # No total check here: a domain still over its allowance (admitted under a wider window) must not
         # block the others; each allowance is ≤ (α + 1) × its quota, so the sum keeps the total bound.
         pending = self.pending_by_domain()
         window = self.window()
         room = {d: window * q - pending[d] for d, q in self.quotas.items()}
-        best = max(domains, key=lambda d: (room[d], -domains.index(d)))
-        return best if room[best] > 0 else None
+        domains = self.paced([d for d in domains if room[d] > 0], window)
+        if not domains:
+            return None
+        return max(domains, key=lambda d: (room[d], -domains.index(d)))
+
+    def paced(self, domains: list[str], window: int) -> list[str]:
+        """Those of `domains` the pacer lets start a group now (all of them without a pacer). Nothing is held
+        unless newer weights are on their way — the next batch's train version is not served yet, so the train
+        step before it is running or landing: a held group then starts under those weights. Otherwise the next
+        batch may need the held group to form at all (and the next weights need that batch)."""
+        if self.pacer is None or window <= 0 or self.inference_version >= self.next_train_version:
+            return domains
+        assert self.clock is not None
+        now = self.clock()
+        return [d for d in domains if self.pacer.admits(d, window, now)]
 
     def forecast(self) -> Admit | None:
         """(domain, seq, seed) of the group `next_group` would admit next if nothing changed meanwhile — a

@@ -13,6 +13,11 @@ Guarantees:
 - `take_groups` never waits forever: past `timeout_s` it raises `BatchTimeout` saying what it waits for.
 - The batch is returned in admission order (group sequence number), so equal inputs give equal batches
   whatever the completion timing — what makes α = 0 reproduce the synchronous loop exactly.
+- Adaptive batch (`take_groups(..., min_groups=k, partial_ok=f)`): while the full batch is not ready and `f()`
+  holds (the scheduler's condition: the trainer is idle and no running work would be made stale), a batch of
+  k or more whole groups is taken as it stands — `first`: every ready group up to `num_groups`; `stratified`:
+  the largest batch whose quotas (the same largest-remainder split, of fewer groups) are all ready, so the
+  domain mix is kept. Its composition then depends on timing.
 """
 
 from __future__ import annotations
@@ -132,14 +137,43 @@ class SampleBuffer:
                 self.on_drop(g, f"stale: trained at version {next_train_version} > behaviour version + α")
         return dropped
 
-    def try_take(self, num_groups: int, train_version: int) -> list[ReadyGroup] | None:
-        """The batch for `train_version` if the buffer holds it now, else None (then only stale groups
-        have been removed)."""
-        self.drop_stale(train_version)
+    def wake(self) -> None:
+        """Look again now (a waiting `take_groups` may take a partial batch: the trainer became idle)."""
+        self._changed.set()
+
+    def partial_size(self, num_groups: int, min_groups: int) -> int:
+        """The most groups (< `num_groups`, ≥ `min_groups`) a batch taken now could hold, or 0 if fewer than
+        `min_groups` fit (`stratified`: every domain's quota of that many groups ready)."""
         if self.selection == "first":
-            chosen = self._ready[:num_groups] if len(self._ready) >= num_groups else None
+            n = min(len(self._ready), num_groups - 1)
+            return n if n >= min_groups else 0
+        # The largest k whose quotas are all ready. Start from the most each domain's ready groups alone
+        # allow (its share of k ≤ its ready groups), then step down: largest-remainder rounding is not
+        # monotone in k, so a few k's are tried — O(domains) each.
+        total = sum(w for w in self.domain_weights.values() if w > 0)
+        bound = min((int(self._ready_by_domain[d] * total / w) + 1 for d, w in self.domain_weights.items() if w > 0),
+                    default=0)
+        for k in range(min(bound, num_groups - 1), min_groups - 1, -1):
+            quotas = domain_quotas(self.domain_weights, k)
+            if all(self._ready_by_domain[d] >= q for d, q in quotas.items()):
+                return k
+        return 0
+
+    def try_take(self, num_groups: int, train_version: int, min_groups: int | None = None,
+                 partial_ok: Callable[[], bool] = lambda: True) -> list[ReadyGroup] | None:
+        """The batch for `train_version` if the buffer holds it now — the full `num_groups`, or with
+        `min_groups` the most groups ≥ it that are ready, if `partial_ok()` (asked only then: the adaptive
+        batch) — else None (then only stale groups have been removed)."""
+        self.drop_stale(train_version)
+        size = num_groups
+        if min_groups is not None and min_groups < num_groups and not self._full_ready(num_groups):
+            size = self.partial_size(num_groups, min_groups)
+            if size == 0 or not partial_ok():
+                return None
+        if self.selection == "first":
+            chosen = self._ready[:size] if len(self._ready) >= size else None
         else:
-            quotas = domain_quotas(self.domain_weights, num_groups)
+            quotas = domain_quotas(self.domain_weights, size)
             if any(self._ready_by_domain[d] < q for d, q in quotas.items()):
                 return None  # O(domains) per look while a quota is short
             picked: list[ReadyGroup] = []
@@ -148,7 +182,7 @@ class SampleBuffer:
                 if used[g.domain] < quotas.get(g.domain, 0):
                     picked.append(g)
                     used[g.domain] += 1
-            chosen = picked if len(picked) == num_groups else None
+            chosen = picked if len(picked) == size else None
         if chosen is None:
             return None
         self._remove({g.group_id for g in chosen})
@@ -159,6 +193,11 @@ class SampleBuffer:
             trajs = tuple(replace(t, spans=t.spans + (wait,)) for t in g.trajectories)
             out.append(replace(g, trajectories=trajs))
         return out
+
+    def _full_ready(self, num_groups: int) -> bool:
+        if self.selection == "first":
+            return len(self._ready) >= num_groups
+        return all(self._ready_by_domain[d] >= q for d, q in domain_quotas(self.domain_weights, num_groups).items())
 
     def missing(self, num_groups: int) -> str:
         """Plain words on what a batch of `num_groups` groups still lacks."""
@@ -175,11 +214,15 @@ class SampleBuffer:
         train_version: int,
         timeout_s: float,
         describe: Callable[[], str] = lambda: "",
+        min_groups: int | None = None,
+        partial_ok: Callable[[], bool] = lambda: False,
     ) -> list[ReadyGroup]:
-        """Block until `num_groups` fresh groups are ready (stratified: in quota), then take them."""
+        """Block until `num_groups` fresh groups are ready (stratified: in quota), then take them — or, while
+        `partial_ok()` holds, at least `min_groups` of them (the adaptive batch; `wake()` when it may have turned
+        true)."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            batch = self.try_take(num_groups, train_version)
+            batch = self.try_take(num_groups, train_version, min_groups, partial_ok)
             if batch is not None:
                 return batch
             self._changed.clear()

@@ -46,7 +46,8 @@ class Collection:
                  wake: Callable[[], None],
                  on_trip: Callable[[Trip], None], turn_barrier: TurnBarrier | None = None,
                  trajectory_timeout_s: float = 3600.0, clock: Callable[[], float], group_filter: GroupFilter | None = None,
-                 max_filtered: int = 0) -> None:
+                 max_filtered: int = 0, on_complete: Callable[[Group], None] | None = None) -> None:
+        """`on_complete(group)`: told when a group completes into the buffer (admission pacing measures it)."""
         self.cfg = rollout
         self.runner, self.scorer, self.buffer, self.policy = runner, scorer, buffer, policy
         self.groups, self.ledger, self.counts = groups, ledger, counts
@@ -55,6 +56,7 @@ class Collection:
         self.trajectory_timeout_s = trajectory_timeout_s
         self.clock = clock
         self.group_filter, self.max_filtered = group_filter, max_filtered
+        self.on_complete = on_complete
         self.filtered_this_batch = 0  # groups the filter dropped while the next batch forms
         self.bypassed_this_batch = 0  # complete groups it would have dropped past the bound, taken anyway
         self.breaker = DomainBreaker(rollout.circuit_breaker)
@@ -176,6 +178,8 @@ class Collection:
             self.ledger.move(t, Fate.READY, expect=Fate.RUNNING)
         self.buffer.put(ReadyGroup(group.group_id, group.seq, group.domain, members))
         self.counts["groups_completed"] += 1
+        if self.on_complete is not None:
+            self.on_complete(group)
         for trajectory_id in group.running():
             self._spawn_cancel(trajectory_id, Status.ABORTED, "redundant: group full")
 

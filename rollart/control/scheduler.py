@@ -31,6 +31,14 @@ and traceback as its cause. A worker's death is not such a failure: the trajecto
 replaced with the same seed. A domain whose own code keeps failing (the per-domain circuit breaker,
 breaker.py: `rollout.circuit_breaker`) stops rollout the same way, with `DomainBroken`.
 
+Throughput (issue 41): `rollout.pacing=measured` paces admission under the α bound by what rollout measured
+(pacing.py: a group that could only end stale waits for the next weights); `rollout.min_batch_fraction` < 1
+lets `get_batch` hand out an adaptive batch — at least that share of the batch, whole groups, the domain
+mix kept — once the trainer is idle (the loop's `trainer_free` event is set) and no running trajectory is
+older than the next batch allows (so the partial batch makes nothing stale that could have joined it):
+`rollout/batch_fraction` says what share each batch held; the trainer normalises the loss by the batch
+actually taken.
+
 Checkpoints: `state_dict()` / `load_state_dict()` (scheduler_state.py): a resumed run puts the scored groups
 back in the buffer as they were, re-admits the running ones with their seeds, and goes on with the next row
 of each dataset.
@@ -45,13 +53,14 @@ from collections import Counter
 from typing import Any, Callable, Mapping, NoReturn
 
 from rollart.base.background import unless_fails
-from rollart.config import DomainConfig, RolloutConfig
+from rollart.config import DomainConfig, RolloutConfig, min_batch_groups
 from rollart.control.admission import Admission
 from rollart.control.breaker import Trip
 from rollart.control.buffer import SampleBuffer, domain_quotas
 from rollart.control.collection import Collection
 from rollart.control.groups import Group, Groups
 from rollart.control.ledger import Fate, Ledger
+from rollart.control.pacing import Pacer
 from rollart.control.scheduler_state import SchedulerState, decode_state
 from rollart.control.staleness import StalenessPolicy
 from rollart.types import (GroupFilter, LedgerSink, RewardScorer, Status, Task, Trajectory, TrajectoryRunner,
@@ -102,13 +111,16 @@ class RolloutScheduler:
         self.groups = Groups()
         self.ledger = Ledger(ledger_sink, clock)
         self.counts: Counter[str] = Counter()
+        self.clock = clock
+        self.pacer = Pacer() if rollout.pacing == "measured" else None
         self.admission = Admission(rollout, domains, self.groups, buffer, policy, first_version + total_batches,
-                                   first_version, seed)
+                                   first_version, seed, pacer=self.pacer, clock=clock)
+        self.min_groups = min_batch_groups(rollout)
         self.collection = Collection(
             rollout, runner, scorer, buffer, policy, self.groups, self.ledger, self.counts, spawn=self._in_background,
             watch=self._watch, wake=self._wake_up, on_trip=self._on_trip, turn_barrier=turn_barrier,
             trajectory_timeout_s=trajectory_timeout_s, clock=clock, group_filter=group_filter,
-            max_filtered=max_filtered_groups,
+            max_filtered=max_filtered_groups, on_complete=self._group_completed,
         )
         self.collection.inference_version = first_version
         self.weights = self.admission.weights
@@ -203,6 +215,8 @@ class RolloutScheduler:
     # --- driver hooks --------------------------------------------------------------------------------
     def set_inference_version(self, version: int) -> None:
         self.admission.inference_version = self.collection.inference_version = version
+        if self.pacer is not None:
+            self.pacer.window_reopened()
         self._wake.set()
 
     def pause_admission(self) -> None:
@@ -212,23 +226,40 @@ class RolloutScheduler:
         self.paused = False
         self._wake.set()
 
-    async def get_batch(self, train_version: int) -> list[Trajectory]:
-        """Steps 1 of the loop: block until batch `train_version` is ready, take it, cancel what is stale."""
+    async def get_batch(self, train_version: int, trainer_free: asyncio.Event | None = None) -> list[Trajectory]:
+        """Steps 1 of the loop: block until batch `train_version` is ready, take it, cancel what is stale.
+
+        `trainer_free` (set while no train step runs): with `rollout.min_batch_fraction` < 1, once it is set a
+        batch of at least that share (whole groups) is taken as soon as it is ready (the adaptive batch)."""
         if self.failure is not None:
             raise self.failure
         n = self.cfg.batch_size // self.cfg.group_size
+        adaptive = trainer_free is not None and self.min_groups < n
         failed = asyncio.ensure_future(self._failure_raised())
+        freed = asyncio.ensure_future(self._wake_buffer_when(trainer_free)) if adaptive else None
         try:
             groups = await unless_fails(self.buffer.take_groups(
-                n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe
+                n, train_version, self.cfg.get_batch_timeout_s, describe=self.describe,
+                min_groups=self.min_groups if adaptive else None,
+                partial_ok=lambda: trainer_free is not None and trainer_free.is_set() and self._none_made_stale(
+                    train_version),
             ), failed)
         finally:
             failed.cancel()
+            if freed is not None:
+                freed.cancel()
         for g in groups:
             for t in g.trajectories:
                 self.ledger.move(t, Fate.TRAINED, expect=Fate.READY, batch=train_version)
+        self.counts["batch_groups"] = len(groups)
+        self.counts["batch_groups_nominal"] = n
+        self.counts["batches_partial"] += len(groups) < n
+        if self.pacer is not None:
+            self.pacer.batch_taken(self.clock())
+            self.pacer.window_reopened()
+            self.pacer.prune(self.groups.by_id)
         mix = Counter(g.domain for g in groups)
-        target = domain_quotas(self.weights, n)
+        target = domain_quotas(self.weights, len(groups))
         for d in self.weights:
             self.counts[f"mix_actual/{d}"] = mix.get(d, 0)
             self.counts[f"mix_target/{d}"] = target.get(d, 0)
@@ -237,6 +268,25 @@ class RolloutScheduler:
         await self.collection.cancel_stale(train_version + 1)
         self._wake.set()
         return [t for g in groups for t in g.trajectories]
+
+    async def _wake_buffer_when(self, event: asyncio.Event | None) -> None:
+        """Let the buffer look again when `event` is set (the trainer became idle: a partial batch may go)."""
+        if event is not None:
+            await event.wait()
+            self.buffer.wake()
+
+    def _none_made_stale(self, train_version: int) -> bool:
+        """Would taking batch `train_version` now leave every running trajectory fresh for the next one? (By
+        its start version — in token mode a conservative answer.) A partial batch is taken only then: it
+        discards nothing that could still have joined it, so it costs no generation."""
+        fresh = self.policy.version_is_fresh
+        # groups in admission order: the oldest first, so a run that would be made stale ends the look early
+        return all(fresh(run.start_version, train_version + 1) for g in self.groups.by_id.values() if not g.closed
+                   for run in g.runs.values() if not run.settled)
+
+    def _group_completed(self, group: Group) -> None:
+        if self.pacer is not None:
+            self.pacer.completed(group.group_id, group.domain, self.clock())
 
     async def _failure_raised(self) -> NoReturn:
         """Raises the scheduler's failure once there is one (what a wait for a batch must not outlive)."""
@@ -251,6 +301,8 @@ class RolloutScheduler:
             admitted = 0
             while not self.paused and (group := self.admission.next_group()) is not None:
                 domain, seq, seed = group
+                if self.pacer is not None:
+                    self.pacer.admitted(f"g{seq:06d}", self.clock())
                 await self.collection.launch_group(domain, self.admission.domains[domain].env, seq, seed,
                                                    self._cohort)
                 admitted += 1
@@ -328,6 +380,11 @@ class RolloutScheduler:
             "buffer/ledger_violations": len(self.ledger.violations),  # 'ends exactly once' broken: must stay 0
             "buffer/wasted_tokens": collection.wasted_tokens,
             "buffer/wasted_env_s": collection.wasted_env_s,
+            # the adaptive batch: the share of rollout.batch_size the last batch held (1.0: a full batch)
+            "rollout/batch_fraction": (c["batch_groups"] / c["batch_groups_nominal"]
+                                       if c["batch_groups_nominal"] else 1.0),
+            "rollout/batches_partial": c["batches_partial"],
+            **(self.pacer.metrics() if self.pacer is not None else {}),
         }
         for d in self.weights:
             out[f"rollout/mix_actual/{d}"] = c[f"mix_actual/{d}"]

@@ -239,7 +239,9 @@ class LLMProxy:
         aborted — each goes on, from the tokens it has, on a worker of its domain's pool (a new request whose
         prompt is the context plus those tokens; the turn's tokens keep their versions). Returns how many."""
         self._router.reclaim(pool)
-        return await self._move({key: list(ts) for key, ts in self._running.items() if key[0] == pool and ts})
+        # sorted: a set's order follows the process's string hashing, and the order of the moves is what the
+        # twin's runs (and a real run's routing) depend on
+        return await self._move({key: sorted(ts) for key, ts in self._running.items() if key[0] == pool and ts})
 
     async def rebalance(self, pool: str) -> int:
         """The lent pool `pool` has just come up: move turns running on the busiest workers there until the

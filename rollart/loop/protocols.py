@@ -11,6 +11,7 @@ The timeline lanes of the loop's own phases are named here too, for both systems
 
 from __future__ import annotations
 
+import asyncio
 from typing import Mapping, Protocol, Sequence
 
 from rollart.types import Evaluation, RunState, TimedMetrics, Trajectory
@@ -22,8 +23,9 @@ TRAINER_LANE = "trainer/train/0"  # train steps
 class Rollout(Protocol):
     """The control plane as the loop drives it (started by `LoopSystem.start_rollout`)."""
 
-    async def get_batch(self, train_version: int) -> list[Trajectory]:
-        """Step 1: wait for the batch that trains `train_version` and take it."""
+    async def get_batch(self, train_version: int, trainer_free: asyncio.Event | None = None) -> list[Trajectory]:
+        """Step 1: wait for the batch that trains `train_version` and take it (`trainer_free`, set while no
+        train step runs: then an adaptive batch may be taken, `rollout.min_batch_fraction`)."""
         ...
 
     def pause_admission(self) -> None:

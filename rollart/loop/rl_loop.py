@@ -6,7 +6,9 @@ way. Rollout never stops; each RL step does, by name: 1 `get_batch`; 2–5 `serv
 (suspend, update, resume, recompute the KV in flight); 6 `start_train_step` in the background, and back to
 1: rollout and training overlap. Between a train step's end and the next one's start the trainer's devices
 are lent to generation (`lend_trainer`, `reclaim_trainer`: the system decides whether they are), and the part
-of each batch wait with no train step in flight is `time/get_batch_idle` (the trainer waiting for rollout). A train step lands (ends, its weights served) before the next starts;
+of each batch wait with no train step in flight is `time/get_batch_idle` (the trainer waiting for rollout);
+`trainer_free` (an event, set exactly then) lets the rollout hand out an adaptive batch
+(`rollout.min_batch_fraction`). A train step lands (ends, its weights served) before the next starts;
 without a barrier in the background, the moment it ends (control/staleness.py (2)) — a failed landing
 raises at once. Modes are values, not forks: the α gate keeps a batch of version v to trajectories begun
 at ≥ v − α (α = 0: the synchronous loop); `rollout.barrier=batch` admits nothing while a batch trains.
@@ -42,6 +44,7 @@ class RLLoop:
         self.training: TrainStepInFlight | None = None
         self.landing: asyncio.Task[None] | None = None  # land_in_background's task
         self.trainer_free_at: float | None = None  # when the last train step ended (None: one is in flight)
+        self.trainer_free = asyncio.Event()  # set while no train step runs: the adaptive batch may start
 
     async def run(self) -> None:
         """The steps; on an error, the train step and landing in flight are cancelled first (the system
@@ -61,6 +64,7 @@ class RLLoop:
         self.rollout = rollout = self.system.start_rollout(steps - first_step)
         self.recorder.rl_starts()  # the steps begin: what came before is start-up
         self.trainer_free_at = self.clock()
+        self.trainer_free.set()
         await self.system.lend_trainer()
         for step in range(first_step, steps):
             version = first_version + (step - first_step)  # the policy version this step trains
@@ -92,7 +96,12 @@ class RLLoop:
     async def get_batch(self, version: int) -> list[Trajectory]:
         """Step 1: the batch that trains `version` (stale work is cancelled as it is taken)."""
         began = self.clock()
-        batch = await unless_fails(self.rollout.get_batch(version), self.landing)  # type: ignore[union-attr]
+        rollout = self.rollout
+        assert rollout is not None
+        # the event only when an adaptive batch can be taken (a rollout without one takes the version alone)
+        taking = (rollout.get_batch(version, self.trainer_free) if self.cfg.rollout.min_batch_fraction < 1
+                  else rollout.get_batch(version))
+        batch = await unless_fails(taking, self.landing)
         ended = self.clock()
         free = self.trainer_free_at
         idle = max(0.0, ended - max(began, free)) if free is not None else 0.0
@@ -121,11 +130,13 @@ class RLLoop:
         """Step 6: train on `batch` at `version` in the background; the loop goes on at once."""
         task = asyncio.create_task(self.system.train_step(batch, version))
         self.trainer_free_at = None
+        self.trainer_free.clear()
         task.add_done_callback(self._trainer_freed)
         self.training = TrainStepInFlight(step, task)
 
     def _trainer_freed(self, _: asyncio.Task[TimedMetrics]) -> None:
         self.trainer_free_at = self.clock()
+        self.trainer_free.set()
 
     async def land_train_step(self) -> None:
         """Wait for the train step in flight, then serve the weights it made (or for the landing that does)."""
