@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from rollart.base.batched_calls import Outbox
 from rollart.envs.router import EnvRouter
 from rollart.types import Status, Task, Trajectory, UpcomingGroup
 
@@ -20,7 +21,14 @@ class FakeWorker:
     def __init__(self) -> None:
         self.expected: list[UpcomingGroup] = []
         self.ran: list[str] = []
-        self.run, self.expect = _Method(self._run), _Method(self._expect)
+        self.outbox = Outbox()
+        self.submit, self.take, self.expect = _Method(self._submit), _Method(self._take), _Method(self._expect)
+
+    async def _submit(self, channel, items):  # the batched `run` (EnvWorker.submit/take)
+        self.outbox.start(channel, [(seq, self._run(*args)) for seq, args in items])
+
+    async def _take(self, channel):
+        return await self.outbox.take(channel, 5.0)
 
     async def _run(self, task, start_version, sampling):
         self.ran.append(task.trajectory_id)
