@@ -24,7 +24,8 @@ Guarantees:
 - A caller that stops waiting (cancelled, timed out) leaves nothing behind: its answer is dropped when it comes.
 - Items are keyed by a per-batcher sequence number, never by the caller's ids: two items with the same request id
   are two calls.
-- The callee's outbox holds only outcomes not yet taken; `forget(channel)` drops a caller's.
+- The callee's outbox holds only outcomes not yet taken; `forget(channel)` drops a caller's. An error that cannot be
+  pickled goes back as a RuntimeError with its text, so it fails its own call only.
 Plain asyncio: Ray stays in the actors that use it.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import pickle
 from typing import Any, Awaitable, Callable, Sequence
 
 Outcome = tuple[int, Any, BaseException | None]  # (sequence number, value, error)
@@ -139,7 +141,7 @@ class Outbox:
         if task.cancelled():
             outcome: Outcome = (seq, None, asyncio.CancelledError(f"call {seq} was cancelled in the callee"))
         elif task.exception() is not None:
-            outcome = (seq, None, task.exception())
+            outcome = (seq, None, _sendable(task.exception()))
         else:
             outcome = (seq, task.result(), None)
         self._done.setdefault(channel, []).append(outcome)
@@ -170,3 +172,13 @@ class Outbox:
     def cancel_all(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _sendable(error: BaseException) -> BaseException:
+    """`error` if it pickles, else a RuntimeError with its text: one outcome that cannot cross to the caller must not
+    fail the whole `take` (and with it every other caller's answer)."""
+    try:
+        pickle.dumps(error)
+    except Exception:  # noqa: BLE001 — any reason it cannot be sent
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error

@@ -122,3 +122,19 @@ def test_the_outbox_answers_an_empty_take_after_its_wait_and_forgets_a_channel()
         assert await box.take("gone", 0.01) == []
 
     asyncio.run(main())
+
+
+def test_an_error_that_cannot_be_pickled_goes_back_as_its_text():
+    class Local(Exception):  # a class defined in a function: pickle cannot find it by name
+        pass
+
+    async def fail():
+        raise Local("the env broke")
+
+    async def main():
+        box = Outbox()
+        box.start("c", [(1, fail())])
+        [(seq, value, error)] = await box.take("c", 1)
+        assert seq == 1 and value is None and type(error) is RuntimeError and "Local: the env broke" in str(error)
+
+    asyncio.run(main())
