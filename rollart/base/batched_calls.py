@@ -40,7 +40,8 @@ Outcome = tuple[int, Any, BaseException | None]  # (sequence number, value, erro
 
 
 class CallBatcher:
-    """The caller's side, bound to the event loop it is first used on (make one per loop)."""
+    """The caller's side, bound to one event loop at a time: used from another, it starts afresh there (the calls
+    of the loop before are dropped with it), so a caller with several loops at once keeps one per loop."""
 
     def __init__(self, submit: Callable[[list[tuple[int, Any]]], Awaitable[Any]],
                  take: Callable[[], Awaitable[Sequence[Outcome]]]) -> None:
@@ -50,6 +51,7 @@ class CallBatcher:
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()  # submits in flight (kept: an unreferenced task may vanish)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def waiting(self) -> int:
@@ -58,13 +60,15 @@ class CallBatcher:
 
     async def call(self, item: Any) -> Any:
         loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or the loop it was bound to has ended with the calls it held
+            self._loop, self._queued, self._waiting, self._poller = loop, [], {}, None
         seq = next(self._seq)
         future: asyncio.Future[Any] = loop.create_future()
         self._waiting[seq] = future
         if not self._queued:
             loop.call_soon(self._flush)  # everything queued in this loop iteration goes as one message
         self._queued.append((seq, item))
-        if self._poller is None or self._poller.get_loop() is not loop:  # (a loop closed under it: start afresh)
+        if self._poller is None:
             self._poller = asyncio.ensure_future(self._poll())
         try:
             return await future

@@ -138,3 +138,20 @@ def test_an_error_that_cannot_be_pickled_goes_back_as_its_text():
         assert seq == 1 and value is None and type(error) is RuntimeError and "Local: the env broke" in str(error)
 
     asyncio.run(main())
+
+
+def test_a_batcher_whose_loop_ended_mid_call_serves_the_next_loop():
+    callee = Callee()
+    calls = batcher(callee)
+
+    async def abandoned():
+        asyncio.ensure_future(calls.call(("never", asyncio.Event())))
+        await asyncio.sleep(0)  # the loop ends with the call queued and its take pending
+
+    async def later():
+        gate = asyncio.Event()
+        gate.set()
+        return await asyncio.wait_for(calls.call(("later", gate)), 1)
+
+    asyncio.run(abandoned())
+    assert asyncio.run(later()) == "later"
