@@ -66,6 +66,9 @@ class EnvRouter:
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
         self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
         self.fleets: dict[str, Any] = {}  # domain → the EnvServerFleet serving it (domains.<d>.env_servers)
+        # the domains whose workers have a warm pool to stage a forecast group's envs in (None: not known, every
+        # forecast is told); for the others a worker's `expect` does nothing, so it is not sent (an actor call)
+        self.staging: frozenset[str] | None = None
         # (domain, split, seed) of a forecast group → the workers told to stage its members' envs, one per member
         self._reserved: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
 
@@ -110,6 +113,7 @@ class EnvRouter:
             actor.ready.remote()  # warm pools begin filling before the first trajectory arrives
         router = cls(list(worker_set.actors), worker_set=worker_set, wait_for_worker_s=wait)
         router.fleets = fleets
+        router.staging = frozenset(d for d, dc in cfg.domains.items() if cfg.envs.pooled(d, dc) and d not in fleets)
         return router
 
     def __getstate__(self) -> dict[str, Any]:
@@ -171,7 +175,8 @@ class EnvRouter:
         """A forecast group (`TrajectoryRunner.expect`): its members are assigned to the least-loaded alive
         workers now, each told how many envs of the task to stage, and its trajectories go there when they
         come (to another worker if that one has died). Bounded: reservations of the last
-        `MAX_RESERVED_GROUPS` forecasts are kept."""
+        `MAX_RESERVED_GROUPS` forecasts are kept. A domain with no warm pool (`staging`) is not told to the workers:
+        there it would stage nothing."""
         members = self.members()
         if not members:
             return
@@ -187,6 +192,8 @@ class EnvRouter:
         self._reserved.move_to_end(key)
         while len(self._reserved) > MAX_RESERVED_GROUPS:
             self._reserved.popitem(last=False)
+        if self.staging is not None and task.domain not in self.staging:
+            return  # no warm pool there: the members still go where they were assigned
         handles = dict(members)
         targets = [(handles[name], count) for name, count in Counter(chosen).items()]
         try:

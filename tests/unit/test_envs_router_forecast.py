@@ -57,3 +57,17 @@ def test_a_forecast_group_is_split_over_the_least_loaded_workers_and_its_members
         assert sum(len(w.ran) for w in workers) == 6 and not router._reserved
 
     asyncio.run(scenario())
+
+
+def test_a_forecast_of_a_domain_without_a_warm_pool_reserves_workers_but_sends_them_nothing():
+    workers = [FakeWorker() for _ in range(2)]
+    router = EnvRouter(workers)
+    router.staging = frozenset({"frozenlake"})  # (as `place` sets it: the pooled domains)
+
+    async def scenario():
+        await router.expect(UpcomingGroup(task("g1", 0, 11), 2))
+        assert [w.expected for w in workers] == [[], []]  # no actor call: the workers would stage nothing
+        await asyncio.gather(*(router.run(task("g1", m, 11), 0) for m in range(2)))
+        assert [len(w.ran) for w in workers] == [1, 1] and not router._reserved  # the reservation still routes
+
+    asyncio.run(scenario())
