@@ -71,3 +71,28 @@ def test_a_forecast_of_a_domain_without_a_warm_pool_reserves_workers_but_sends_t
         assert [len(w.ran) for w in workers] == [1, 1] and not router._reserved  # the reservation still routes
 
     asyncio.run(scenario())
+
+
+def test_a_worker_dying_under_batched_runs_ends_each_of_them_with_worker_died():
+    import ray.exceptions
+
+    from rollart.resources.errors import WorkerDied
+
+    class DyingWorker(FakeWorker):
+        async def _run(self, task, start_version, sampling):
+            self.ran.append(task.trajectory_id)
+            await asyncio.sleep(10)
+
+        async def _take(self, channel):
+            await asyncio.sleep(0.01)
+            raise ray.exceptions.ActorDiedError()  # as Ray raises for a call the actor's death ended
+
+    router = EnvRouter([DyingWorker()])
+
+    async def scenario():
+        runs = [router.run(task("g1", m, 11), 0) for m in range(3)]
+        return await asyncio.gather(*runs, return_exceptions=True)
+
+    outcomes = asyncio.run(scenario())
+    assert len(outcomes) == 3 and all(isinstance(o, WorkerDied) for o in outcomes)
+    assert not router._where and sum(router._load.values()) == 0
