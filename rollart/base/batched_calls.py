@@ -24,8 +24,9 @@ Guarantees:
 - A caller that stops waiting (cancelled, timed out) leaves nothing behind: its answer is dropped when it comes.
 - Items are keyed by a per-batcher sequence number, never by the caller's ids: two items with the same request id
   are two calls.
-- The callee's outbox holds only outcomes not yet taken; `forget(channel)` drops a caller's. An error that cannot be
-  pickled goes back as a RuntimeError with its text, so it fails its own call only.
+- The callee's outbox holds only outcomes not yet taken (a caller that died leaves at most the answers to the calls
+  it had in flight). An error that cannot be pickled goes back as a RuntimeError with its text, so it fails its
+  own call only.
 Plain asyncio: Ray stays in the actors that use it.
 """
 
@@ -167,11 +168,6 @@ class Outbox:
                 return []
         event.clear()
         return self._done.pop(channel, [])
-
-    def forget(self, channel: str) -> None:
-        """Drop a caller's outcomes not taken (the caller is gone)."""
-        self._done.pop(channel, None)
-        self._ready.pop(channel, None)
 
     def cancel_all(self) -> None:
         for task in list(self._tasks):
