@@ -30,6 +30,7 @@ import functools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+INITIAL_CACHE = 256  # first-turn prompts remembered per ChatTokens (a few groups' worth)
 _USER = "rollart-user-sentinel"
 _ASSISTANT = "rollart-assistant-sentinel"
 
@@ -51,6 +52,7 @@ class ChatTokens:
             raise ValueError(f"thinking={thinking}: this model's chat template has no thinking switch "
                              "(enable_thinking); leave the domain's `thinking` unset")
         self.tokenizer = tokenizer
+        self._initial: dict[str, tuple[int, ...]] = {}  # observation → its first turn's ids (`initial`)
         self.system: list[dict[str, str]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
         self.template_kwargs: dict[str, Any] = {"enable_thinking": thinking} if thinking is not None else {}
         closed = self.render([{"role": "user", "content": _USER}, {"role": "assistant", "content": _ASSISTANT}],
@@ -124,8 +126,16 @@ class ChatTokens:
         return max(math.ceil(chars / most_chars), math.ceil(nbytes / most_bytes)) // 2
 
     def initial(self, observation: str) -> list[int]:
-        """Ids of the first turn: (system prompt,) the first user message and the generation prompt."""
-        return self.encode(self.render([{"role": "user", "content": observation}], generation_prompt=True))
+        """Ids of the first turn: (system prompt,) the first user message and the generation prompt. Remembered
+        for the last `INITIAL_CACHE` observations: a group's members start from one observation, and rendering
+        the template and tokenising it was most of an env worker's own work on a single-turn trajectory."""
+        ids = self._initial.get(observation)
+        if ids is None:
+            ids = tuple(self.encode(self.render([{"role": "user", "content": observation}], generation_prompt=True)))
+            if len(self._initial) >= INITIAL_CACHE:
+                self._initial.pop(next(iter(self._initial), None), None)  # the oldest (insertion order)
+            self._initial[observation] = ids
+        return list(ids)
 
     def initial_messages(self, messages: Sequence[Message]) -> list[int]:
         """Ids of a first turn that starts from a whole chat (a dataset row's messages): the chat as the

@@ -239,8 +239,11 @@ class EnvManager:
         self._metrics["reset_attempts"] = float(attempt + 1)
         start = time.time()
         try:
-            self._env = await asyncio.wait_for(self._acquire_env(), self.envs.reset_timeout_s)
-            obs, info = await asyncio.wait_for(self._env.reset(episode_seed(self.task)), self.envs.reset_timeout_s)
+            # (asyncio.timeout, not wait_for: no extra task per call on the hot path of every trajectory)
+            async with asyncio.timeout(self.envs.reset_timeout_s):
+                self._env = await self._acquire_env()
+            async with asyncio.timeout(self.envs.reset_timeout_s):
+                obs, info = await self._env.reset(episode_seed(self.task))
         except Exception:
             self._metrics["env_time_s"] += time.time() - start
             env, self._env = self._env, None
@@ -301,9 +304,8 @@ class EnvManager:
             self._end_with(turn, EpisodeEnds.aborted(self._cancel))
         start = time.time()
         try:
-            observation, reward, terminated, truncated, info = await asyncio.wait_for(
-                self._env.step(action), self.envs.step_timeout_s  # type: ignore[union-attr]
-            )
+            async with asyncio.timeout(self.envs.step_timeout_s):
+                observation, reward, terminated, truncated, info = await self._env.step(action)  # type: ignore[union-attr]
         except TimeoutError:
             self._end_with(turn, EpisodeEnds.step_timed_out(self.envs.step_timeout_s))
         except Exception as exc:
@@ -347,7 +349,8 @@ class EnvManager:
         start = time.time()
         self._phase = "generate"
         try:
-            result = await asyncio.wait_for(self.llm.generate(request), self.generate_timeout_s)
+            async with asyncio.timeout(self.generate_timeout_s):
+                result = await self.llm.generate(request)
         except TimeoutError:
             raise EpisodeEnds.generation_timed_out(self.generate_timeout_s) from None
         except Exception as exc:

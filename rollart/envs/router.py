@@ -6,6 +6,9 @@ whole (a dead worker leaves it, its replacement joins it). Out: `run(task, start
 Trajectory; `cancel(trajectory_id, status, reason)`; `progress()` → {trajectory_id: oldest token version or
 None}; `stats()`.
 
+Calls to a worker: a trajectory's `run` goes in the worker's batched form (`EnvWorker.submit`/`take`: the runs
+started in one loop iteration as one message, each trajectory back as soon as it ends); the rest one call each.
+
 Routing: a new trajectory goes to the alive worker with the fewest trajectories in flight from this router
 object; its id (`Task.trajectory_id`) is remembered until `run` returns, so `cancel` reaches the right
 worker — even if the cancel overtakes the `run` call (the worker remembers it). A forecast group (`expect`) is
@@ -28,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import Counter, OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rollart.base.batched_calls import CallBatcher
 from rollart.config import RunConfig
 from rollart.envs.reset_stats import ResetStats
 from rollart.resources.errors import WorkerDied
@@ -54,9 +59,16 @@ class EnvRouter:
         self.wait_for_worker_s = wait_for_worker_s
         self.worker_set = worker_set  # a rollart.resources WorkerSet when made by `place`: the membership view
         self._where: dict[str, Any] = {}  # trajectory id → the handle running it
+        # worker name → (its handle, the batcher of the runs sent to it); a replacement (same name, new handle) gets
+        # a batcher of its own
+        self._batchers: dict[str, tuple[Any, CallBatcher]] = {}
+        self._channel = uuid.uuid4().hex
         self._load: Counter[str] = Counter()  # worker name → trajectories in flight from here
         self.reset_stats = ResetStats()  # every worker's resets, drained into it by reset_metrics()
         self.fleets: dict[str, Any] = {}  # domain → the EnvServerFleet serving it (domains.<d>.env_servers)
+        # the domains whose workers have a warm pool to stage a forecast group's envs in (None: not known, every
+        # forecast is told); for the others a worker's `expect` does nothing, so it is not sent (an actor call)
+        self.staging: frozenset[str] | None = None
         # (domain, split, seed) of a forecast group → the workers told to stage its members' envs, one per member
         self._reserved: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
 
@@ -101,11 +113,13 @@ class EnvRouter:
             actor.ready.remote()  # warm pools begin filling before the first trajectory arrives
         router = cls(list(worker_set.actors), worker_set=worker_set, wait_for_worker_s=wait)
         router.fleets = fleets
+        router.staging = frozenset(d for d, dc in cfg.domains.items() if cfg.envs.pooled(d, dc) and d not in fleets)
         return router
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(worker_set=None, _where={}, _load=Counter(), fleets={}, _reserved=OrderedDict())
+        state.update(worker_set=None, _where={}, _load=Counter(), fleets={}, _reserved=OrderedDict(), _batchers={},
+                     _channel=uuid.uuid4().hex)  # a copy is a caller of its own
         return state
 
     def members(self) -> list[tuple[str, Any]]:
@@ -124,7 +138,7 @@ class EnvRouter:
         self._where[trajectory_id] = handle
         self._load[name] += 1
         try:
-            return await handle.run.remote(task, start_version, sampling)
+            return await self._batcher(name, handle).call((task, start_version, sampling))
         except Exception as exc:
             if not is_worker_death(exc):
                 raise
@@ -133,6 +147,17 @@ class EnvRouter:
         finally:
             self._where.pop(trajectory_id, None)
             self._load[name] -= 1
+
+    def _batcher(self, name: str, handle: Any) -> CallBatcher:
+        """The runs sent to one worker in one loop iteration go as one message, each trajectory coming back
+        with the first `take` after it ends (`rollart.base.batched_calls`): an actor call per trajectory cost the
+        driver and the worker more CPU than the rest of a single-turn trajectory's bookkeeping."""
+        entry = self._batchers.get(name)
+        if entry is None or entry[0] is not handle:
+            channel = self._channel
+            entry = self._batchers[name] = (handle, CallBatcher(lambda items: handle.submit.remote(channel, items),
+                                                                lambda: handle.take.remote(channel)))
+        return entry[1]
 
     def _reserved_for(self, task: Task, members: list[tuple[str, Any]]) -> tuple[str, Any] | None:
         """An alive worker that was told to stage this task's env (`expect`), taken off the reservation."""
@@ -150,7 +175,8 @@ class EnvRouter:
         """A forecast group (`TrajectoryRunner.expect`): its members are assigned to the least-loaded alive
         workers now, each told how many envs of the task to stage, and its trajectories go there when they
         come (to another worker if that one has died). Bounded: reservations of the last
-        `MAX_RESERVED_GROUPS` forecasts are kept."""
+        `MAX_RESERVED_GROUPS` forecasts are kept. A domain with no warm pool (`staging`) is not told to the workers:
+        there it would stage nothing."""
         members = self.members()
         if not members:
             return
@@ -166,6 +192,8 @@ class EnvRouter:
         self._reserved.move_to_end(key)
         while len(self._reserved) > MAX_RESERVED_GROUPS:
             self._reserved.popitem(last=False)
+        if self.staging is not None and task.domain not in self.staging:
+            return  # no warm pool there: the members still go where they were assigned
         handles = dict(members)
         targets = [(handles[name], count) for name, count in Counter(chosen).items()]
         try:

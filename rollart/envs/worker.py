@@ -16,6 +16,10 @@ plain Python, placed as a Ray actor by the resource plane (`Resources.place(EnvW
 usable without Ray in tests. Domains with a warm pool (`envs.warm_pool`) reset from envs the worker
 prepared in the background — staged with the task of a group the router said is coming (`expect`); every reset is recorded in `reset_stats` (drained by the router's metrics).
 
+Calls: `run`, or its batched form (`submit(channel, items)` + `take(channel)`, many runs per message, each
+trajectory handed back with the first `take` after it ends: `rollart.base.batched_calls`), which the env router
+uses; `cancel`, `progress`, `expect`, `stats`, `drain_reset_stats`, `ready`, `shutdown`.
+
 Guarantees: a trajectory id runs at most once per worker at a time; a cancel that arrives before its
 `run` (a race between two actor calls) is remembered, and that `run` returns at once with the cancel's
 status; `run` never raises for env or LLM errors (the trajectory is FAILED with the reason).
@@ -26,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from rollart.base.batched_calls import CallBatcher, Outbox, Outcome
 from rollart.config import DomainConfig, RunConfig
 from rollart.envs.agents.function import resolve_agent
 from rollart.envs.agents.gateway import AgentGateway
@@ -62,18 +68,39 @@ from rollart.types import (
 )
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
+TAKE_WAIT_S = 30.0  # how long one `take` waits for a finished trajectory before it answers [] (the router asks again)
 
 
 class ActorLLMClient:
     """The `LLMClient` over a Ray actor handle whose `generate`/`abort` take the same arguments — how env
     workers reach the inference plane's LLMProxy actor (planes never import each other, so the wrapper
-    lives with its user and takes any handle). Picklable."""
+    lives with its user and takes any handle). Picklable. When the handle offers the batched form
+    (`submit`/`take`, as the LLMProxy does), the requests made in one event-loop iteration go as one message and
+    each result comes back with the first `take` after it exists (`rollart.base.batched_calls`): one actor call
+    per request cost more CPU than the rest of a single-turn trajectory's env work."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
+        self._batched = hasattr(handle, "submit") and hasattr(handle, "take")
+        self._channel = uuid.uuid4().hex
+        self._batchers: dict[asyncio.AbstractEventLoop, CallBatcher] = {}  # one per loop (an agent gateway has its own)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"handle": self.handle}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["handle"])  # type: ignore[misc]  # a copy is a caller of its own: a new channel
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        return await self.handle.generate.remote(request)
+        if not self._batched:
+            return await self.handle.generate.remote(request)
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            handle, channel = self.handle, self._channel + f"-{len(self._batchers)}"
+            batcher = self._batchers[loop] = CallBatcher(lambda items: handle.submit.remote(channel, items),
+                                                         lambda: handle.take.remote(channel))
+        return await batcher.call(request)
 
     async def abort(self, trajectory_id: str) -> None:
         await self.handle.abort.remote(trajectory_id)
@@ -140,6 +167,7 @@ class EnvWorker:
         self._managers: dict[str, EnvManager | AgentManager] = {}
         self._early_cancels: OrderedDict[str, tuple[Status, str]] = OrderedDict()
         self._counts = {"started": 0, "finished": 0}
+        self._outbox = Outbox()  # the env router's batched runs (`submit`/`take`)
 
     def _domain_cfg_and_factory(self, task: Task) -> tuple[DomainConfig, EnvFactory]:
         domain_cfg = self.cfg.domains.get(task.domain)
@@ -208,6 +236,15 @@ class EnvWorker:
             self._managers.pop(trajectory_id, None)
             self._counts["finished"] += 1
         return await self._score_at_end(trajectory)
+
+    async def submit(self, channel: str, items: list[tuple[int, tuple[Task, int, SamplingParams | None]]]) -> None:
+        """`run` for each (sequence number, (task, start_version, sampling)), answered through `take(channel)`
+        — the batched form the env router uses (`rollart.base.batched_calls`)."""
+        self._outbox.start(channel, [(seq, self.run(*args)) for seq, args in items])
+
+    async def take(self, channel: str, wait_s: float = TAKE_WAIT_S) -> list[Outcome]:
+        """The trajectories of `channel`'s submitted runs ended since its last `take` (waits for one)."""
+        return await self._outbox.take(channel, wait_s)
 
     async def _score_at_end(self, trajectory: Trajectory) -> Trajectory:
         """The trajectory scored here when its domain's reward is the end scorer's and it ended trainable (a

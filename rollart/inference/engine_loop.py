@@ -9,8 +9,8 @@ actor responsive, so ADD/ABORT commands land between any two steps (the paper's 
 Guarantees:
 - Commands run on the engine thread, in the order they were sent, only between steps (so every engine
   call happens at a step boundary, as the `InferenceEngine` contract requires).
-- A finished request resolves its caller's future at once (`loop.call_soon_threadsafe`), never held
-  for batch-mates.
+- A finished request resolves its caller's future at once (`loop.call_soon_threadsafe`, one for all the
+  requests a step finished), never held for a later step.
 - An aborted trajectory is remembered (bounded): a request of it that arrives later — e.g. an ADD that
   raced with the ABORT — returns an aborted, empty result instead of running.
 - The thread never spins: with no work it blocks on the command queue. If a step raises, every waiting
@@ -143,8 +143,7 @@ class EngineLoop:
                 for rid in list(self._waiters):
                     self._fail(rid, RuntimeError(f"{self.name}: engine step failed: {exc!r}"))
                 return
-            for result in results:
-                self._deliver(result)
+            self._deliver_all(results)
 
     def _drain(self, block: bool) -> None:
         try:
@@ -157,6 +156,20 @@ class EngineLoop:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
+
+    def _deliver_all(self, results: list[GenerationResult]) -> None:
+        """A step's finished requests, handed over with one wake-up of each caller's loop (not one per result: a
+        step of a single-turn batch finishes dozens at once), each to its own future."""
+        if len(results) == 1:
+            self._deliver(results[0])
+            return
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, GenerationResult]]] = {}
+        for result in results:
+            waiter = self._waiters.get(result.request_id)
+            if waiter is not None:
+                by_loop.setdefault(waiter[0], []).append((waiter[1], result))
+        for loop, settled in by_loop.items():
+            loop.call_soon_threadsafe(_settle_each, settled)
 
     def _deliver(self, result: GenerationResult) -> None:
         waiter = self._waiters.get(result.request_id)
@@ -171,6 +184,11 @@ class EngineLoop:
     def _check_alive(self) -> None:
         if self._failure is not None:
             raise RuntimeError(f"{self.name}: the engine failed earlier and serves no more: {self._failure!r}")
+
+
+def _settle_each(settled: list[tuple[asyncio.Future, GenerationResult]]) -> None:
+    for future, result in settled:
+        _settle(future, result, None)
 
 
 def _settle(future: asyncio.Future, value: Any, exc: BaseException | None) -> None:

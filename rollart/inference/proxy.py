@@ -5,7 +5,10 @@ mapping (`{domain: domains.<domain>.pool}`) and each pool's fallback pools, from
 that join (`add_worker`) and leave (`remove_worker`) as the resource plane replaces and grows clusters.
 Calls: `generate`, `abort(trajectory_id)`, `suspend`/`resume`, `update_weights(version)`, `remap(domain_pools)`,
 `in_flight`,
-`stats`. Out: each request's `GenerationResult`, from the worker `rollart.inference.router.Router` chose.
+`stats`; and `submit(channel, items)` + `take(channel)`, the batched form of `generate` env workers use (many
+requests per message, each result handed back with the first `take` after it exists: `rollart.base.batched_calls`).
+Out: each request's `GenerationResult`, from the worker `rollart.inference.router.Router` chose. Requests go to a
+worker the same batched way when it offers `submit`/`take` (an `InferenceWorker` does), one call each otherwise.
 
 Guarantees:
 - Routing follows the config: a request generates on its domain's pool's cluster (or, while that pool has
@@ -40,10 +43,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
+from rollart.base.batched_calls import CallBatcher, Outbox, Outcome
 from rollart.config import InferenceConfig
 from rollart.inference.results import aborted_result
 from rollart.inference.router import Router, WorkerKey
@@ -54,6 +59,7 @@ log = logging.getLogger("rollart.inference")
 
 _REMEMBERED_ABORTS = 65536
 _WORKER_CALL_MARGIN_S = 30.0  # a worker's own request timeout fires first; this guards a hung worker
+TAKE_WAIT_S = 30.0  # how long one `take` waits for a result before it answers [] (the env worker asks again)
 
 
 class LLMProxy:
@@ -89,6 +95,9 @@ class LLMProxy:
         self._workers_joined = 0
         self._version = -1  # the version every routed worker serves (-1: not set by update_weights yet)
         self._names: dict[WorkerKey, str] = {}
+        self._channel = uuid.uuid4().hex  # this proxy's channel on each worker's outbox
+        self._batchers: dict[WorkerKey, CallBatcher | None] = {}  # None: the worker takes one call per request
+        self._outbox = Outbox()  # the env workers' batched requests (`submit`/`take`)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         trajectory_id = request.trajectory_id
@@ -113,7 +122,7 @@ class LLMProxy:
             running.add(trajectory_id)
             try:
                 async with asyncio.timeout(self._call_timeout_s):  # (no extra task or waiter, as wait_for adds)
-                    result = await self._handle(key).generate.remote(request)
+                    result = await self._send(key, request)
                 if result.finish_reason != "abort" or trajectory_id not in self._moving:
                     if self._moving:  # (a move that came after this turn had ended is void)
                         self._moving.discard(trajectory_id)
@@ -153,6 +162,27 @@ class LLMProxy:
                 return replace(partial, finish_reason="length")
             request = replace(request, prompt_token_ids=request.prompt_token_ids + result.token_ids,
                               sampling=replace(request.sampling, max_new_tokens=left))
+
+    async def submit(self, channel: str, items: list[tuple[int, GenerationRequest]]) -> None:
+        """`generate` for each (sequence number, request) of an env worker's channel, answered through `take`."""
+        self._outbox.start(channel, [(seq, self.generate(request)) for seq, request in items])
+
+    async def take(self, channel: str, wait_s: float = TAKE_WAIT_S) -> list[Outcome]:
+        """The outcomes of `channel`'s submitted requests ended since its last `take` (waits for one)."""
+        return await self._outbox.take(channel, wait_s)
+
+    def _send(self, key: WorkerKey, request: GenerationRequest) -> Any:
+        """The worker's answer to `request`: batched with the other requests sent to it in this loop iteration
+        when it offers `submit`/`take`; a worker's death is raised here as a direct call would raise it."""
+        if key not in self._batchers:
+            handle = self._handle(key)
+            self._batchers[key] = (
+                CallBatcher(lambda items: handle.submit.remote(self._channel, items),
+                            lambda: handle.take.remote(self._channel))
+                if hasattr(handle, "submit") and hasattr(handle, "take") else None
+            )
+        batcher = self._batchers[key]
+        return batcher.call(request) if batcher is not None else self._handle(key).generate.remote(request)
 
     async def _wait_admitted(self, request: GenerationRequest) -> None:
         self._waiting += 1

@@ -2,8 +2,10 @@
 
 In: a `RunConfig`, the pool it was placed on and its index there, and optionally the weights plane's
 `WeightSubscriber`. Calls (all async, so ADD/ABORT reach the engine between any two steps):
-`generate(request)`, `abort(trajectory_id)`, `update_weights(version)`, `stats()`. Out: one
-`GenerationResult` per `generate`, returned the moment the engine step that finished it ends.
+`generate(request)`, `abort(trajectory_id)`, `update_weights(version)`, `stats()`; and the batched form of
+`generate` the LLM proxy uses (`submit(channel, items)` + `take(channel)`: many requests per message, each result
+handed back with the first `take` after its step, `rollart.base.batched_calls`). Out: one `GenerationResult` per
+request, returned the moment the engine step that finished it ends.
 
 Guarantees:
 - The engine runs on its own thread (`EngineLoop`); every engine call happens at a step boundary.
@@ -27,6 +29,7 @@ from typing import Any, Mapping
 
 import torch
 
+from rollart.base.batched_calls import Outbox, Outcome
 from rollart.config import RunConfig
 from rollart.inference.engine_loop import EngineLoop
 from rollart.inference.prefetch import WeightPrefetcher
@@ -35,6 +38,8 @@ from rollart.models import load_model, load_tokenizer, resolve_model_path
 from rollart.resources.affinity import affinity
 from rollart.resources.names import worker_name
 from rollart.types import GenerationRequest, GenerationResult, WeightSubscriber
+
+TAKE_WAIT_S = 30.0  # how long one `take` waits for a result before it answers [] (the caller asks again)
 
 
 def build_engine(cfg: RunConfig, pool: str, name: str, version: int = 0) -> InferenceEngine:
@@ -103,6 +108,7 @@ class InferenceWorker:
                              prepare=self._loop.engine.prepare_weights)
             if subscriber is not None else None
         )
+        self._outbox = Outbox()
         self._update_lock = asyncio.Lock()
         self._swaps = 0
         self._exposed_s = 0.0
@@ -120,6 +126,15 @@ class InferenceWorker:
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         self._start_prefetch()
         return await self._loop.generate(request, self._timeout_s)
+
+    async def submit(self, channel: str, items: list[tuple[int, GenerationRequest]]) -> None:
+        """`generate` for each (sequence number, request), answered through `take(channel)`."""
+        self._start_prefetch()
+        self._outbox.start(channel, [(seq, self._loop.generate(request, self._timeout_s)) for seq, request in items])
+
+    async def take(self, channel: str, wait_s: float = TAKE_WAIT_S) -> list[Outcome]:
+        """The outcomes of `channel`'s submitted requests ended since its last `take` (waits for one)."""
+        return await self._outbox.take(channel, wait_s)
 
     async def abort(self, trajectory_id: str) -> None:
         self._loop.abort_trajectory(trajectory_id)
@@ -173,6 +188,7 @@ class InferenceWorker:
         """Stop the engine thread and the prefetcher (the actor can then be killed cleanly)."""
         if self._prefetch is not None:
             self._prefetch.close()
+        self._outbox.cancel_all()
         self._loop.close()
         self._loop.engine.close()
 

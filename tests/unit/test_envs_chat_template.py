@@ -64,6 +64,26 @@ def test_qwen3s_template_is_accepted_and_the_new_message_is_its_own_tokens(qwen3
     assert rerendered != context and "Let me count" in tok.decode(context) and "Let me count" not in tok.decode(rerendered)
 
 
+def test_a_first_prompt_is_remembered_per_observation_and_each_caller_gets_its_own_list(qwen3_tokenizer,
+                                                                                      monkeypatch) -> None:
+    import rollart.envs.chat as chat_module
+
+    monkeypatch.setattr(chat_module, "INITIAL_CACHE", 2)
+    chat = ChatTokens(qwen3_tokenizer, system_prompt="Be brief.")
+    rendered: list[str] = []
+    render = chat.render
+    monkeypatch.setattr(chat, "render", lambda *a, **k: rendered.append(a[0][-1]["content"]) or render(*a, **k))
+    first = chat.initial("How many apples?")
+    first.append(-1)  # a caller's list is its own: the next caller is not handed this change
+    again = chat.initial("How many apples?")
+    assert again == first[:-1] and rendered == ["How many apples?"]  # a group's second member: no rendering
+    assert again == qwen3_tokenizer.encode(chat.render([{"role": "user", "content": "How many apples?"}], True),
+                                           add_special_tokens=False)
+    chat.initial("A?"), chat.initial("B?")  # the cache holds two: the oldest goes
+    chat.initial("How many apples?")
+    assert rendered.count("How many apples?") == 3  # 2 by the initial() calls + 1 by the check above
+
+
 def test_thinking_off_and_the_system_prompt_come_from_the_template(qwen3_tokenizer) -> None:
     tok = qwen3_tokenizer
     chat = ChatTokens(tok, system_prompt="Answer in \\boxed{}.", thinking=False)

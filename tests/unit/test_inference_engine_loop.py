@@ -109,3 +109,32 @@ def test_failed_step_reaches_every_caller_and_the_loop_stops_serving():
             loop.close()
 
     asyncio.run(main())
+
+
+def test_the_requests_one_step_finishes_reach_their_own_callers_on_each_callers_loop():
+    """Results a step finishes together go to each caller's loop with one wake-up; each caller gets its own, and a
+    caller on another event loop (another thread) gets its own too."""
+    import threading
+
+    loop_ = EngineLoop(CountingEngine(), "w")
+    other: dict[str, GenerationResult] = {}
+
+    def other_thread() -> None:
+        async def one():
+            other["x"] = await loop_.generate(req("x/0", "x", 3), 5)
+
+        asyncio.run(one())
+
+    async def main():
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        results = await asyncio.gather(*(loop_.generate(req(f"{t}/0", t, 3), 5) for t in "abc"))
+        await asyncio.to_thread(thread.join, 5)
+        return results
+
+    try:
+        results = asyncio.run(main())
+        assert [r.request_id for r in results] == ["a/0", "b/0", "c/0"]
+        assert other["x"].request_id == "x/0" and len(other["x"].token_ids) == 3
+    finally:
+        loop_.close()

@@ -1,7 +1,9 @@
 """LLMProxy when workers die and join (fake in-process worker handles raising Ray's own death errors):
 the turn is generated again on another worker of the pool — same request, so the same prompt ids and seed —
 or on the pool's fallback; with no worker left a request waits for one to join; a joining worker serves the
-current version before it takes a request; a weight update goes on past a dead worker."""
+current version before it takes a request; a weight update goes on past a dead worker. Every test runs twice:
+workers taking one call per request, and workers offering the batched form (`submit`/`take`, as an
+InferenceWorker does), whose pending `take` raises the death error when the worker dies."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import asyncio
 import pytest
 import ray.exceptions
 
+from rollart.base.batched_calls import Outbox
 from rollart.config import InferenceConfig
 from rollart.inference.proxy import LLMProxy
 from rollart.types import GenerationRequest, GenerationResult, SamplingParams
@@ -24,20 +27,41 @@ class _Method:
 
 
 class FakeWorker:
-    """Answers like an InferenceWorker; `die()` makes every later (and the pending) call raise."""
+    """Answers like an InferenceWorker; `die()` makes every later (and the pending) call raise. With `BATCHED`
+    (the `batched` fixture) it also offers `submit`/`take`, which the proxy then uses for `generate`."""
+
+    BATCHED = False
 
     def __init__(self, name: str, gate: asyncio.Event | None = None) -> None:
         self.name, self.gate = name, gate
         self.dead = False
+        self.died = asyncio.Event()
         self.version = 0
         self.requests: list[GenerationRequest] = []
-        for method in ("generate", "update_weights", "ready", "abort", "stats"):
+        self.outbox = Outbox()
+        methods = ("generate", "update_weights", "ready", "abort", "stats") + (("submit", "take") if self.BATCHED else ())
+        for method in methods:
             setattr(self, method, _Method(getattr(self, f"_{method}")))
 
     def die(self) -> None:
         self.dead = True
+        self.died.set()
         if self.gate:
             self.gate.set()
+
+    async def _submit(self, channel, items):
+        self._check()
+        self.outbox.start(channel, [(seq, self._generate(request)) for seq, request in items])
+
+    async def _take(self, channel):
+        self._check()
+        taking, dying = asyncio.ensure_future(self.outbox.take(channel, 5.0)), asyncio.ensure_future(self.died.wait())
+        await asyncio.wait({taking, dying}, return_when=asyncio.FIRST_COMPLETED)
+        dying.cancel()
+        if self.dead:  # as Ray raises for a call the actor's death ended
+            taking.cancel()
+            self._check()
+        return taking.result()
 
     def _check(self) -> None:
         if self.dead:
@@ -66,6 +90,12 @@ class FakeWorker:
 
     async def _stats(self):
         return {}
+
+
+@pytest.fixture(autouse=True, params=["per_call", "batched"])
+def batched(request, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "BATCHED", request.param == "batched")
+    return request.param
 
 
 def request(traj: str, domain: str = "math") -> GenerationRequest:

@@ -1,12 +1,14 @@
 """The LLM proxy's lendable pool (`train.elastic_generation`): routed to only while lent, a turn taken back goes on
 elsewhere from its tokens (one result, versions in order), a user's abort is not continued, `rebalance` levels
 the load onto the lent workers, weight updates skip them. Workers here decode one token per 0.1 s of virtual
-time and answer an abort with the tokens so far — the worker protocol's semantics."""
+time and answer an abort with the tokens so far — the worker protocol's semantics. Every test runs twice: workers
+taking one call per request, and workers offering the batched form (`submit`/`take`, as an InferenceWorker does)."""
 
 import asyncio
 
 import pytest
 
+from rollart.base.batched_calls import Outbox
 from rollart.config import InferenceConfig
 from rollart.inference.proxy import LLMProxy
 from rollart.sim.clock import run_virtual
@@ -48,9 +50,32 @@ class TokenWorker:
         return self.name
 
 
+class BatchedTokenWorker(TokenWorker):
+    """The same worker, also offering the batched form of `generate` the proxy prefers."""
+
+    def __init__(self, name: str, version: int) -> None:
+        super().__init__(name, version)
+        self.outbox = Outbox()
+
+    async def submit(self, channel: str, items: list) -> None:
+        self.outbox.start(channel, [(seq, self.generate(request)) for seq, request in items])
+
+    async def take(self, channel: str) -> list:
+        return await self.outbox.take(channel, 30.0)
+
+
+WORKER = TokenWorker  # (the `worker_kind` fixture switches it)
+
+
+@pytest.fixture(autouse=True, params=["per_call", "batched"])
+def worker_kind(request, monkeypatch):
+    monkeypatch.setitem(globals(), "WORKER", BatchedTokenWorker if request.param == "batched" else TokenWorker)
+    return request.param
+
+
 def proxy_with(own: int = 1, lent: int = 1) -> tuple[LLMProxy, list[TokenWorker], list[TokenWorker]]:
-    mine = [TokenWorker(f"gen{i}", 1) for i in range(own)]
-    theirs = [TokenWorker(f"lent{i}", 2) for i in range(lent)]
+    mine = [WORKER(f"gen{i}", 1) for i in range(own)]
+    theirs = [WORKER(f"lent{i}", 2) for i in range(lent)]
     proxy = LLMProxy({"gen": [LocalHandle(w) for w in mine], "trainer": [LocalHandle(w) for w in theirs]},
                      {"math": "gen"}, InferenceConfig(), lendable=["trainer"])
     return proxy, mine, theirs
