@@ -22,7 +22,10 @@ Conventions in `info` that the EnvManager reads (all optional):
 
 `AsyncEnv` gives every env the same awaitable interface: async methods are awaited on the event loop,
 sync ones run in the given thread pool so a CPU-heavy env never blocks the loop that drives many
-trajectories. Timeouts are the caller's (EnvManager) job.
+trajectories. Timeouts are the caller's (EnvManager) job. A thread cannot be stopped: a sync call whose caller
+timed out or was cancelled runs on to its end, so `close()` first waits (at most `CLOSE_WAITS_FOR_CALL_S`, then
+closes anyway) for such a call — a `prepare()` cut short by a shutdown, still starting its container, must not
+set it on an env already closed, where nothing would ever remove it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ REFERENCE_KEY = "reference"
 PROMPT_MESSAGES_KEY = "prompt_messages"
 METRICS_KEY = "metrics"
 FORMAT_ERROR_KEY = "format_error"
+CLOSE_WAITS_FOR_CALL_S = 5.0  # then close anyway: closing may be what unblocks a hung call (a killed subprocess)
 
 
 @runtime_checkable
@@ -68,12 +72,15 @@ class AsyncEnv:
         self.inner = env
         self._executor = executor
         self.staged_for: int | None = None  # the seed a warm pool ran `preload` for (its reset will find it done)
+        self._running: asyncio.Future[Any] | None = None  # the sync call in the thread pool, if one is running
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
             return await fn(*args)
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor, fn, *args)
+        self._running = loop.run_in_executor(self._executor, fn, *args)
+        # shielded: a cancelled caller leaves the future to end with its thread, which close() waits for
+        result = await asyncio.shield(self._running)
         if inspect.isawaitable(result):  # a sync wrapper around an async implementation
             result = await result
         return result
@@ -109,6 +116,9 @@ class AsyncEnv:
         self.staged_for = seed
 
     async def close(self) -> None:
+        running = self._running
+        if running is not None and not running.done():
+            await asyncio.wait({running}, timeout=CLOSE_WAITS_FOR_CALL_S)
         close = getattr(self.inner, "close", None)
         if callable(close):
             await self._call(close)

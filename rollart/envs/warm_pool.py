@@ -42,7 +42,7 @@ from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from typing import Any
 
-from rollart.envs.protocol import AsyncEnv, EnvFactory
+from rollart.envs.protocol import CLOSE_WAITS_FOR_CALL_S, AsyncEnv, EnvFactory
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +362,7 @@ async def build_prepared(factory: EnvFactory, executor: Executor | None, timeout
 
 
 async def _close_quietly(env: AsyncEnv) -> None:
-    try:
-        await asyncio.wait_for(env.close(), 10.0)
+    try:  # close waits for a prepare still in its thread (AsyncEnv.close), so its bound is above that wait's
+        await asyncio.wait_for(env.close(), CLOSE_WAITS_FOR_CALL_S + 10.0)
     except Exception as exc:  # closing is best effort here; the env's own close bounds its cleanup
         log.warning("warm pool: closing an env failed: %s: %s", type(exc).__name__, exc)

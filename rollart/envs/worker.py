@@ -68,6 +68,7 @@ from rollart.types import (
 )
 
 MAX_EARLY_CANCELS = 10_000  # remembered cancels of not-yet-started ids (bounded: oldest forgotten)
+SHUTDOWN_RUNS_WAIT_S = 15.0  # cancelled trajectories closing their envs (a container removal each) before the pools
 TAKE_WAIT_S = 30.0  # how long one `take` waits for a finished trajectory before it answers [] (the router asks again)
 
 
@@ -296,8 +297,14 @@ class EnvWorker:
         return self.name
 
     async def shutdown(self) -> None:
-        """Cancel every running trajectory (ABORTED), close the warm pools, stop the gateway and the thread pool."""
+        """Cancel every running trajectory (ABORTED) and wait for them to close their envs, close the warm pools,
+        stop the gateway and the thread pool."""
         await asyncio.gather(*(m.cancel(Status.ABORTED, "env worker shutdown") for m in list(self._managers.values())))
+        # a cancelled run closes its env on its way out: wait for that (bounded) before this actor is killed, or a
+        # container it held outlives the run until the next start reaps it
+        deadline = time.monotonic() + SHUTDOWN_RUNS_WAIT_S
+        while self._managers and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))
         if self.gateway is not None:
             await asyncio.to_thread(self.gateway.stop)
