@@ -12,6 +12,9 @@ least-loaded placement works on whatever engines a shard has. What one shard can
 load: each places its new trajectories on the engines least loaded by its own requests, and as the shards'
 traffic is even (by group hash) the sum stays level. The cost split is the point: each shard's process
 handles only its groups' turns, so the CPU per turn stays that of one proxy at a shard's share of the load.
+Lending the trainer's devices (`lend`/`reclaim`/`rebalance`) is not fanned out: it levels turns across every
+engine, which one shard does not see, so config validation refuses it beside shards (the twin, which lends,
+runs one proxy and models the shards' CPU: `rollart.sim.control`).
 
 Guarantees: suspend/resume and weight updates reach every shard before they return (a turn admitted on any
 shard after `resume` runs on the new version); an engine swaps once per version (its own lock: the first

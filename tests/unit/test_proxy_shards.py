@@ -12,6 +12,7 @@ import pytest
 
 from rollart.base.proxy_shard import proxy_shard
 from rollart.config import InferenceConfig
+from rollart.config.loader import load_config
 from rollart.envs.sharded_llm import ShardedLLMClient
 from rollart.envs.worker import as_llm_client
 from rollart.inference.proxy import LLMProxy
@@ -167,3 +168,10 @@ def test_merged_stats_sum_traffic_and_count_membership_once():
     assert merged["turn_retries"] == 2 and merged["waiting_admission"] == 2 and merged["workers_lost"] == 1
     assert merged["in_flight"] == {"a": 3, "b": 0, "c": 0} and merged["trajectories_assigned"] == {"a": 6}
     assert merged["routed_by_domain"] == {"code": {"p": 0}, "math": {"p": 9, "q": 3}}
+
+
+def test_lending_the_trainers_devices_is_refused_beside_proxy_shards():
+    with pytest.raises(ValueError, match=r"inference.proxy_shards: 2 shards cannot lend the trainer's devices "
+                                         r"\(train.elastic_generation\)"):
+        load_config(None, ["inference.proxy_shards=2", "train.elastic_generation=true"])
+    assert load_config(None, ["inference.proxy_shards=2"]).inference.proxy_shards == 2
