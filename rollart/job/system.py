@@ -2,8 +2,8 @@
 
 In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: `build_system(...)` → a
 `System` holding the weight store, the trainer ranks, one inference worker set per generation pool behind the
-LLM proxy (`inference.proxy_shards` actors, `ProxyShards`), the env router (over the env workers), the reward router, the run's ledger file and the
-`RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
+LLM proxy (`inference.proxy_shards` actors, `ProxyShards`), the env router (over the env workers), the reward
+router, the run's ledger file and the `RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
 (`rollart.loop.RLLoop`) calls for the six steps — `start_rollout`, steps 2–5 (`suspend`, `update_weights`,
 `resume`, `recompute_kv`, then `now_serving`), `train_step` (step 6, in a thread so rollout goes on),
 `evaluate` (`rollart.job.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
