@@ -106,7 +106,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "what keeps the trainer from waiting for a batch (elastic generation, admission pacing, the adaptive "
               "batch, α = 2) side by side on the twin"),
     Benchmark("scale", "benchmarks.scale",
-              "the control plane at 10,000 GPUs: the real proxy's cost per turn, the twin at 1k and 10k, proxy shards"),
+              "the control plane at 10,000 GPUs: the real proxy's cost per turn, the twin at 1k and 10k, proxy shards",
+              (Option("--proxy-only", "measure only the real proxy, one and two shards (no twin runs)",
+                      switch=True),)),
     Benchmark("gateway", "benchmarks.gateway",
               "what the OpenAI-compatible agent gateway adds to a turn, and whether it holds many open ones"),
     Benchmark("sandbox", "benchmarks.sandbox",

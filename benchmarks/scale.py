@@ -6,7 +6,10 @@ Three measurements, side by side in one run:
    that answer at once, so what is measured is the proxy), `CALLERS` callers sending turns whose context is
    the twin's mean context length: the proxy process's CPU µs per turn (psutil) and the turns/s it served →
    `proxy_us_per_turn`. Every turn of a real run passes through that one process (the env worker's call in,
-   the routing, the call to the engine, both answers back, the context's token ids pickled each way).
+   the routing, the call to the engine, both answers back, the context's token ids pickled each way). Then
+   the same with the proxy split in `REAL_SHARDS` (`inference.proxy_shards`: each turn to its group's shard,
+   `rollart.base.proxy_shard`), side by side: CPU µs per turn summed over the shards' processes, turns/s and
+   the busiest shard's core share → `proxy_us_per_turn_2_shards_over_1`, `proxy_turns_per_s_2_shards_over_1`.
 2. **The twin in one process**, the 1,000- and 10,000-GPU presets (`rollart/sim/presets.py`) for the same
    steps: wall and CPU seconds, generation turns, CPU µs per turn, and where that CPU goes — a sampling
    profiler in this process files each sample under the production control plane's modules, the twin's
@@ -19,7 +22,8 @@ Three measurements, side by side in one run:
    per turn stays flat) and `step_time_10k_one_proxy_over_sharded` (what the one process's ceiling costs).
 
 `--quick`: the presets at a tenth and a fiftieth of their batch (scales 0.1 and 0.2 of the 1,000-GPU
-cluster), 2 steps, a 2-second proxy measurement.
+cluster), 2 steps, a 2-second proxy measurement. `--proxy-only`: only measurement 1 (the real proxy, one and
+`REAL_SHARDS` shards), at `MEAN_CONTEXT` tokens a turn instead of the twin's mean of this run.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from rollart.types import GenerationRequest, GenerationResult, SamplingParams
 
 CALLERS = 128  # concurrent turns sent to the proxy (enough to keep it busy: it serves one at a time)
 SHARDS = 10  # proxy shards at 10,000 GPUs: ten times the cluster, ten times the processes
+REAL_SHARDS = 2  # the real proxy split this many ways beside one (a 2-core machine holds no more)
+MEAN_CONTEXT = 4752  # the 1,000-GPU preset's mean context per turn (benchmarks/scale.json, 2026-12-03)
 
 
 # --- 1. the real proxy's cost per turn -----------------------------------------------------------------
@@ -61,46 +67,65 @@ class InstantEngine:
         return None
 
 
-def proxy_cost(context_tokens: int, seconds: float) -> dict[str, float]:
-    """The production LLMProxy actor's CPU µs per turn and turns/s, `CALLERS` callers, `context_tokens` each."""
+def proxy_cost(context_tokens: int, seconds: float, shards: int = 1) -> dict[str, float]:
+    """The production LLMProxy actors' CPU µs per turn (summed over `shards` shards, each turn on its group's
+    shard) and turns/s, `CALLERS` callers of a group each, `context_tokens` each."""
     import psutil
     import ray
 
+    from rollart.base.proxy_shard import proxy_shard
     from rollart.config import InferenceConfig
     from rollart.inference.proxy import LLMProxy
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20, log_to_driver=False)
     try:
         engines = [ray.remote(InstantEngine).options(num_cpus=0).remote(f"instant/{i}") for i in range(2)]
-        proxy = ray.remote(LLMProxy).options(num_cpus=0).remote({"p": engines}, {"d": "p"}, InferenceConfig())
-        pid = ray.get(proxy.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
-        process = psutil.Process(pid)
+        proxies = [ray.remote(LLMProxy).options(num_cpus=0).remote({"p": engines}, {"d": "p"}, InferenceConfig())
+                   for _ in range(shards)]
+        processes = [psutil.Process(pid) for pid in ray.get(
+            [p.__ray_call__.remote(lambda self: os.getpid()) for p in proxies], timeout=60)]
         prompt = tuple(range(context_tokens))
         sampling = SamplingParams(max_new_tokens=8)
 
-        async def measure(duration: float) -> tuple[int, float, float]:
+        def cpu_s() -> list[float]:
+            return [sum(process.cpu_times()[:2]) for process in processes]
+
+        async def measure(duration: float) -> tuple[int, float, list[float]]:
             stop = time.perf_counter() + duration
             done = 0
 
             async def caller(i: int) -> None:
                 nonlocal done
+                trajectory_id = f"g{i:06d}/0"  # as the scheduler names them: a group each
+                proxy = proxies[proxy_shard(trajectory_id, shards)]
                 k = 0
                 while time.perf_counter() < stop:
-                    request = GenerationRequest(f"g{i}/0/{k}", f"g{i}/0", "d", prompt, sampling)
+                    request = GenerationRequest(f"{trajectory_id}/{k}", trajectory_id, "d", prompt, sampling)
                     await asyncio.wait_for(proxy.generate.remote(request), 60)
                     k += 1
                     done += 1
 
-            cpu0, t0 = sum(process.cpu_times()[:2]), time.perf_counter()
+            cpu0, t0 = cpu_s(), time.perf_counter()
             await asyncio.gather(*(caller(i) for i in range(CALLERS)))
-            return done, time.perf_counter() - t0, sum(process.cpu_times()[:2]) - cpu0
+            return done, time.perf_counter() - t0, [b - a for a, b in zip(cpu0, cpu_s())]
 
         asyncio.run(measure(min(1.0, seconds)))  # warm-up: imports, connections
         turns, wall, cpu = asyncio.run(measure(seconds))
-        return {"proxy_us_per_turn": cpu / turns * 1e6, "proxy_turns_per_s": turns / wall,
-                "proxy_core_share": cpu / wall, "turns": float(turns), "context_tokens": float(context_tokens)}
+        return {"proxy_us_per_turn": sum(cpu) / turns * 1e6, "proxy_turns_per_s": turns / wall,
+                "proxy_core_share": sum(cpu) / wall, "busiest_shard_core_share": max(cpu) / wall,
+                "shards": float(shards), "turns": float(turns), "context_tokens": float(context_tokens)}
     finally:
         ray.shutdown()
+
+
+def real_proxy(context_tokens: int, seconds: float, ratios: dict[str, float | None]) -> list[dict[str, Any]]:
+    """Measurement 1, one proxy and `REAL_SHARDS` shards one after the other: its rows, its ratios into `ratios`."""
+    one, split = proxy_cost(context_tokens, seconds), proxy_cost(context_tokens, seconds, REAL_SHARDS)
+    ratios["proxy_us_per_turn"] = one["proxy_us_per_turn"]
+    ratios[f"proxy_us_per_turn_{REAL_SHARDS}_shards"] = split["proxy_us_per_turn"]
+    ratios[f"proxy_us_per_turn_{REAL_SHARDS}_shards_over_1"] = split["proxy_us_per_turn"] / one["proxy_us_per_turn"]
+    ratios[f"proxy_turns_per_s_{REAL_SHARDS}_shards_over_1"] = split["proxy_turns_per_s"] / one["proxy_turns_per_s"]
+    return [{"experiment": "proxy", **{k: round(v, 3) for k, v in cost.items()}} for cost in (one, split)]
 
 
 # --- 2. where the twin's CPU goes ---------------------------------------------------------------------
@@ -162,11 +187,16 @@ def _row(name: str, scale: float, report: SimReport, **extra: Any) -> dict[str, 
             "staleness_violations": len(report.staleness_violations), **extra}
 
 
-def run(quick: bool) -> BenchResult:
+def run(quick: bool, proxy_only: bool = False) -> BenchResult:
     small, large = (0.1, 0.2) if quick else (1, 10)
     steps = 2 if quick else 3
     ratios: dict[str, float | None] = {}
     rows: list[dict[str, Any]] = []
+    seconds = 2.0 if quick else 10.0
+    if proxy_only:
+        rows = real_proxy(MEAN_CONTEXT, seconds, ratios)
+        return BenchResult("scale", ratios, rows, [f"the real proxy only: Ray actors on this machine, {CALLERS} "
+                                                   f"callers, {MEAN_CONTEXT} context tokens a turn"])
 
     # 2. the twin in one process, unmodelled control plane
     reports, shares = {}, {}
@@ -186,15 +216,13 @@ def run(quick: bool) -> BenchResult:
 
     # 1. the real proxy, at the twin's mean context per turn
     context = round(sum(p["prompt_tokens"] for p in reports[small].pools.values()) / reports[small].turns)
-    cost = proxy_cost(context, 2.0 if quick else 10.0)
-    rows.append({"experiment": "proxy", **{k: round(v, 2) for k, v in cost.items()}})
-    ratios["proxy_us_per_turn"] = cost["proxy_us_per_turn"]
+    rows += real_proxy(context, seconds, ratios)
 
     # 3. the proxy's cost in the twin: one process vs shards
     modelled: dict[str, SimReport] = {}
     arms = (("1k_one_proxy", small, 1), ("10k_one_proxy", large, 1), (f"10k_{SHARDS}_shards", large, SHARDS))
     for name, scale, shards in arms:
-        spec = ControlPlaneSpec(us_per_turn=cost["proxy_us_per_turn"], shards=shards, shard_by="group")
+        spec = ControlPlaneSpec(us_per_turn=ratios["proxy_us_per_turn"], shards=shards, shard_by="group")
         modelled[name] = report = simulate(*_cluster(scale, steps, spec))
         control = report.extra["control"]
         rows.append(_row("modelled_proxy", scale, report, arm=name, shards=shards,

@@ -6,6 +6,7 @@
 - `background_start`: starting one part of a job on a background thread (`BackgroundStart`).
 - `interrupts`: Ctrl-C that stops a job within seconds at any phase (`run`).
 - `shards`: the rows of a tensor each of W ranks holds (`row_range`: FSDP2's dim-0 chunks).
+- `proxy_shard`: the LLM-proxy shard a trajectory's turns go to (`proxy_shard`: a stable hash of its group).
 
 It imports nothing of rollart but `rollart.types` (an import-linter contract keeps it so).
 """

@@ -95,6 +95,12 @@ class InferenceConfig(Section):
         "trajectories in flight, (rollout.alpha + 1) × the batch with its redundancy — a forgotten trajectory's next "
         "turn is routed anew and prefilled from scratch"
     )
+    proxy_shards: int = Field(
+        1, ge=1, le=64, description="LLM proxy processes the generation turns are split over, each trajectory's "
+        "turns on the shard a stable hash of its group picks (every shard routes to every engine): one proxy "
+        "process serves a few hundred turns a second, so a large cluster needs several (not with "
+        "train.elastic_generation)"
+    )
     turn_retries: int = Field(
         3, ge=0, le=MAX_RETRIES, description="times one turn's request is sent again to another worker after its "
         "worker died"

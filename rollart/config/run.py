@@ -158,6 +158,12 @@ class RunConfig(Section):
                 "trajectories that may be in flight ((rollout.alpha + 1) × groups per batch × trajectories per group): "
                 "the proxy would forget where live trajectories' prefixes are cached; raise it above that"
             )
+        if self.inference.proxy_shards > 1 and self.train.elastic_generation:
+            problems.append(
+                f"inference.proxy_shards: {self.inference.proxy_shards} shards cannot lend the trainer's devices "
+                "(train.elastic_generation): a loan's reclaim and rebalance move turns across every engine, which "
+                "one proxy sees and a shard does not; use one or the other"
+            )
         if self.rollout.batch_size % self.rollout.group_size:
             problems.append(
                 f"rollout.batch_size: {self.rollout.batch_size} is not a multiple of rollout.group_size "

@@ -7,7 +7,8 @@ Public API (what the driver and other planes call):
 - `EnvManager` — one trajectory's lifecycle → `Trajectory`.
 - `EnvWorker` — the actor (on the `env` hardware pool) holding many EnvManagers; `EnvRouter` — the
   `TrajectoryRunner` that routes trajectories to several of them (`EnvRouter.place(resources, cfg, llm, turn_barrier)`).
-- `ActorLLMClient` — the `LLMClient` over a Ray actor handle (the inference plane's LLMProxy).
+- `ActorLLMClient` — the `LLMClient` over a Ray actor handle (the inference plane's LLMProxy);
+  `ShardedLLMClient` — over N of them, the proxy's shards, each trajectory on its group's shard.
 - `ChatTokens` — token-in/token-out prompt ids under a chat template (also lays out demonstrations).
 - `expert_action`, `random_action`, `demonstrations`, `Demonstration` — oracle policies for warm starts.
 - `FaultInjectingEnv`, `sample_latency` — latency/failure injection (`domains.<name>.inject`).
@@ -41,6 +42,7 @@ _EXPORTS = {
     "check_env_spec": "rollart.envs.spec",
     "make_env": "rollart.envs.spec",
     "resolve_env": "rollart.envs.spec",
+    "ShardedLLMClient": "rollart.envs.sharded_llm",
     "ActorLLMClient": "rollart.envs.worker",
     "EnvWorker": "rollart.envs.worker",
 }
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from rollart.envs.router import EnvRouter
     from rollart.envs.sampling import domain_sampling
     from rollart.envs.seeds import episode_seed
+    from rollart.envs.sharded_llm import ShardedLLMClient
     from rollart.envs.spec import BUILTIN_ENVS, EnvSpecError, check_env_spec, make_env, resolve_env
     from rollart.envs.worker import ActorLLMClient, EnvWorker
 
@@ -78,6 +81,7 @@ __all__ = [
     "EnvWorker",
     "FaultInjectingEnv",
     "InjectedFault",
+    "ShardedLLMClient",
     "demonstrate",
     "demonstrations",
     "domain_sampling",

@@ -85,7 +85,7 @@ class EnvRouter:
         """Place `cfg.envs.workers` EnvWorkers with `resources` (a `rollart.resources` Resources; pool from
         `@affinity("env")` unless `roles.env` says otherwise) and return the router over them. `llm` is
         what the workers generate with: an `LLMClient`, or a Ray actor handle (the LLMProxy's) they wrap
-        in an `ActorLLMClient`. `end_scorer`: each worker gets a copy, and scores its domains' trajectories
+        in an `ActorLLMClient`, or a list of those (the proxy's shards: `as_llm_client`). `end_scorer`: each worker gets a copy, and scores its domains' trajectories
         as they end (`EnvWorker`)."""
         from rollart.envs.serving.fleet import EnvServerFleet, ServerDirectory
         from rollart.envs.worker import EnvWorker

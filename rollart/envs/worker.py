@@ -1,7 +1,8 @@
 """EnvWorker: an environment worker on the `env` hardware pool, running many trajectories at once.
 
 In: the `RunConfig`, an `LLMClient` (or a Ray actor handle with async `generate`/`abort` — the inference
-plane's LLMProxy — wrapped here in an `ActorLLMClient`), an optional `TurnBarrier`, the worker's name and the model
+plane's LLMProxy — wrapped here in an `ActorLLMClient`; or a list of them, the proxy's shards, behind a
+`ShardedLLMClient`), an optional `TurnBarrier`, the worker's name and the model
 checkpoint whose tokenizer/chat template prompts are built with, and an optional `EndScorer` (the reward plane's,
 wired by the composition root: the cheap rewards, scored here). Out: `run(task, start_version)` →
 the finished `Trajectory` — scored already when its domain is the end scorer's; `cancel`, `progress`, `stats`.
@@ -48,6 +49,7 @@ from rollart.envs.adapters.remote import RemoteEnv
 from rollart.envs.reset_stats import ResetStats
 from rollart.envs.sampling import domain_sampling
 from rollart.envs.seeds import episode_seed
+from rollart.envs.sharded_llm import ShardedLLMClient
 from rollart.envs.spec import adapter_agent, domain_env_factory, resolve_env
 from rollart.envs.warm_pool import WarmPool
 from rollart.models import load_tokenizer, resolve_model_path
@@ -108,9 +110,13 @@ class ActorLLMClient:
 
 
 def as_llm_client(llm: Any) -> LLMClient:
-    """A wrapper over a Ray actor handle, else `llm` itself when it implements `LLMClient`."""
+    """A wrapper over a Ray actor handle, else `llm` itself when it implements `LLMClient`; a list of them (the
+    shards of a sharded LLM proxy, `inference.proxy_shards`): a `ShardedLLMClient` over their clients."""
     import ray
 
+    if isinstance(llm, (list, tuple)):
+        clients = [as_llm_client(shard) for shard in llm]
+        return clients[0] if len(clients) == 1 else ShardedLLMClient(clients)
     if isinstance(llm, ray.actor.ActorHandle):  # checked first: a handle has every method name as attribute
         return ActorLLMClient(llm)
     if isinstance(llm, LLMClient):

@@ -6,7 +6,8 @@ Public API (imported lazily, so the proxy loads without torch):
 - `InferenceWorker` — the Ray actor serving one engine replica on its pool (worker.py).
 - `LLMProxy` — the Ray actor routing requests by domain → pool, sticky per trajectory (proxy.py); it
   implements `rollart.types.LLMClient`, and env workers call its actor handle through
-  `rollart.envs.ActorLLMClient`.
+  `rollart.envs.ActorLLMClient`. `ProxyShards` — N of them (`inference.proxy_shards`), split by group, driven
+  as one (proxy_shards.py).
 - `validate_sampling`, `sampling_logprobs` — the sampling contract and behaviour logprobs (sampling.py).
 """
 
@@ -21,6 +22,7 @@ _LAZY = {
     "InferenceWorker": "rollart.inference.worker",
     "build_engine": "rollart.inference.worker",
     "LLMProxy": "rollart.inference.proxy",
+    "ProxyShards": "rollart.inference.proxy_shards",
     "Router": "rollart.inference.router",
     "validate_sampling": "rollart.inference.sampling",
     "sampling_logprobs": "rollart.inference.sampling",

@@ -2,8 +2,8 @@
 
 In: a validated `RunConfig` and a started `rollart.resources.Runtime`. Out: `build_system(...)` → a
 `System` holding the weight store, the trainer ranks, one inference worker set per generation pool behind the
-LLM proxy, the env router (over the env workers), the reward router, the run's ledger file and the
-`RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
+LLM proxy (`inference.proxy_shards` actors, `ProxyShards`), the env router (over the env workers), the reward
+router, the run's ledger file and the `RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
 (`rollart.loop.RLLoop`) calls for the six steps — `start_rollout`, steps 2–5 (`suspend`, `update_weights`,
 `resume`, `recompute_kv`, then `now_serving`), `train_step` (step 6, in a thread so rollout goes on),
 `evaluate` (`rollart.job.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
@@ -43,6 +43,7 @@ from rollart.envs.router import EnvRouter
 from rollart.envs.worker import EnvWorker
 from rollart.job.evaluation import announce_episodes, evaluate, validation_rows
 from rollart.inference.proxy import LLMProxy
+from rollart.inference.proxy_shards import ProxyShards
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
 from rollart.models import resolve_model_path
 from rollart.loop import DRIVER_LANE, TRAINER_LANE
@@ -81,7 +82,7 @@ class System:
     store: WeightStore | None  # None when built for evaluation only
     trainer: TrainerRanks | None
     inference: dict[str, WorkerSet]  # by hardware pool name
-    proxy: Any  # LLMProxy actor handle
+    proxy: ProxyShards  # the LLM proxy's actors
     env_router: EnvRouter
     reward: RewardRouter
     turn_barrier: ActorTurnBarrier | None
@@ -126,12 +127,13 @@ class System:
                                    f"inference (worker {event.worker})")
             return
         if event.kind == "died":
-            ref = self.proxy.remove_worker.remote(event.actor._actor_id.hex(), event.cause)
+            refs = self.proxy.each("remove_worker", event.actor._actor_id.hex(), event.cause)
         else:
-            ref = self.proxy.add_worker.remote(event.pool, event.actor)
-        ref.future().add_done_callback(lambda done: done.exception() and log.error(
-            "LLMProxy could not %s %s: %s", "drop" if event.kind == "died" else "add", event.worker,
-            done.exception()))
+            refs = self.proxy.each("add_worker", event.pool, event.actor)
+        for ref in refs:
+            ref.future().add_done_callback(lambda done: done.exception() and log.error(
+                "LLMProxy could not %s %s: %s", "drop" if event.kind == "died" else "add", event.worker,
+                done.exception()))
 
     def _env_changed(self, event: MemberEvent) -> None:
         self._record(event)
@@ -154,11 +156,13 @@ class System:
     async def metrics(self) -> dict[str, float]:
         """The planes' counters for a step record: rollout and buffer, reward, pools, turn retries, trainer
         restarts, env resets per domain, the domains' profiles, re-mappings and where each domain's requests
-        were generated."""
-        proxy = await _bounded(self.proxy.stats.remote(), 30, "LLMProxy.stats")
+        were generated (and, with proxy shards, through which shard)."""
+        proxy = await _bounded(self.proxy.stats(), 30, "LLMProxy.stats")
         resets = await _bounded(self.env_router.reset_metrics(), 60, "EnvRouter.reset_metrics")
         routed = {f"rollout/routed/{domain}/{pool}": float(n)
                   for domain, pools in proxy.get("routed_by_domain", {}).items() for pool, n in pools.items()}
+        if len(proxy["routed_by_shard"]) > 1:
+            routed.update({f"rollout/routed_by_shard/{i}": float(n) for i, n in enumerate(proxy["routed_by_shard"])})
         return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(), **resets,
                 **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
                 **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {}),
@@ -180,20 +184,20 @@ class System:
 
     # steps 2–5: suspend, update, resume, recompute (each engine re-prefills at its own swap)
     async def suspend(self) -> None:
-        await _bounded(self.proxy.suspend.remote(), self.cfg.inference.request_timeout_s, "LLMProxy.suspend")
+        await _bounded(self.proxy.suspend(), self.cfg.inference.request_timeout_s, "LLMProxy.suspend")
 
     async def update_weights(self, version: int) -> dict[str, float]:
-        timings = await _bounded(self.proxy.update_weights.remote(version), self.cfg.inference.request_timeout_s,
+        timings = await _bounded(self.proxy.update_weights(version), self.cfg.inference.request_timeout_s,
                                  f"update of the inference workers to version {version}")
         return {"time/weights.pull": max((t.get("pull_s", 0.0) for t in timings.values()), default=0.0)}
 
     async def resume(self) -> None:
-        await _bounded(self.proxy.resume.remote(), self.cfg.inference.request_timeout_s, "LLMProxy.resume")
+        await _bounded(self.proxy.resume(), self.cfg.inference.request_timeout_s, "LLMProxy.resume")
 
     async def recompute_kv(self) -> dict[str, float]:
         """What the engines recomputed at their swaps since the last sync (an engine counts it when the
         re-prefill runs, its first step after the swap)."""
-        stats = await _bounded(self.proxy.stats.remote(workers=True), 30, "LLMProxy.stats")
+        stats = await _bounded(self.proxy.stats(workers=True), 30, "LLMProxy.stats")
         total = sum(float(w.get("recompute_tokens", 0.0)) for w in stats.get("workers", {}).values())
         recomputed, self._recomputed = total - self._recomputed, total
         return {"weights/recompute_tokens": max(recomputed, 0.0)}  # (a replaced worker starts from 0)
@@ -211,7 +215,7 @@ class System:
                                        f"drift {remap['drift']}: {moves}"))
 
     async def _reroute(self, moved: dict[str, str]) -> None:
-        await _bounded(self.proxy.remap.remote(moved), 30, "LLMProxy.remap")
+        await _bounded(self.proxy.remap(moved), 30, "LLMProxy.remap")
 
     # --- the trainer's devices between train steps -----------------------------------------------------
     async def lend_trainer(self) -> None:
@@ -348,9 +352,10 @@ def trainer_pools_apart(cfg: RunConfig) -> bool:
 
 
 def _start_rollout_side(cfg: RunConfig, res: Resources, subscriber: Any, model_path: Path,
-                        stack: ExitStack) -> tuple[dict[str, WorkerSet], Any, EnvRouter, ActorTurnBarrier | None]:
+                        stack: ExitStack) -> tuple[dict[str, WorkerSet], ProxyShards, EnvRouter, ActorTurnBarrier | None]:
     """The inference worker sets of every domain's pool (weight-0 domains included: they are still evaluated),
-    the LLM proxy over them, the turn barrier if any, and the env router over the env workers."""
+    the LLM proxy's shards over them (each sees every engine: `ProxyShards`), the turn barrier if any, and the
+    env router over the env workers."""
     inference = {}
     for pool in sorted({domain_cfg.pool for domain_cfg in cfg.domains.values()}):
         inference[pool] = res.place(
@@ -361,14 +366,15 @@ def _start_rollout_side(cfg: RunConfig, res: Resources, subscriber: Any, model_p
         stack.callback(inference[pool].shutdown)
     domain_pools = {domain: domain_cfg.pool for domain, domain_cfg in cfg.domains.items()}
     fallbacks = {name: pool.fallback for name, pool in cfg.pools.items()}
-    proxy = res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
-                      cfg.inference, fallbacks, name="llm_proxy")
+    proxy = ProxyShards([res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
+                                   cfg.inference, fallbacks, name=f"llm_proxy[{shard}]")
+                         for shard in range(cfg.inference.proxy_shards)])
     turn_barrier = None
     if cfg.rollout.barrier == "turn":
         timeout = cfg.rollout.get_batch_timeout_s
         turn_barrier = ActorTurnBarrier(res.spawn(LocalTurnBarrier, timeout, name="turn_barrier"),
                                         barrier_timeout_s=timeout)
-    env_router = EnvRouter.place(res, cfg, proxy, turn_barrier=turn_barrier, model_path=model_path,
+    env_router = EnvRouter.place(res, cfg, proxy.clients, turn_barrier=turn_barrier, model_path=model_path,
                                  end_scorer=EnvSideScorer(cfg))
     stack.callback(env_router.shutdown)
     return inference, proxy, env_router, turn_barrier

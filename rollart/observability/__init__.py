@@ -43,7 +43,8 @@ Metric names (`<d>` = a domain, `<pool>` = a pool, `<k>` = 0, 1, …):
 - profile/<d>/{turns, prompt_tokens, obs_tokens, response_tokens, prefix_hit, env_s, reward_s}: what each
   domain's episodes look like lately (`DomainProfiler`: the system's, fed every trained batch; the twin's,
   every turn); rollout/remaps and rollout/routed/<d>/<pool>: re-mappings on drift (`rollout.remap`) and where
-  each domain's requests were generated.
+  each domain's requests were generated; rollout/routed_by_shard/<i>: through which LLM-proxy shard, with
+  `inference.proxy_shards` > 1.
 """
 
 from rollart.observability.aggregate import (

@@ -10,8 +10,8 @@ Why: every generation turn of a real run passes through the LLM proxy — a Ray 
 worker's call in, the routing, the call to the engine and both answers back. One process serves at most
 10⁶ / `us_per_turn` turns a second, whatever the GPUs could do; the twin's engines do not feel that limit
 unless it is modelled. With `shards` > 1 the turns are split over that many proxy processes, by task domain
-(a shard per domain, in sorted order, modulo the shards) or by group (a stable hash of the trajectory's
-group, `<group id>/<member>` — every member of a group on one shard, the shards evenly loaded). Queueing
+(a shard per domain, in sorted order, modulo the shards) or by group (`rollart.base.proxy_shard`, the choice a
+real run's `inference.proxy_shards` makes — every member of a group on one shard, the shards evenly loaded). Queueing
 makes the ceiling visible before it is reached: at utilisation ρ the mean wait of this M/D/1 server is
 ρ·s / (2(1 − ρ)), and past ρ = 1 the queue, and the step, grow without bound.
 
@@ -23,10 +23,10 @@ proxy's — only the CPU is split, which is what a sharded proxy changes.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from rollart.base.proxy_shard import proxy_shard
 from rollart.sim.hardware import ControlPlaneSpec
 from rollart.types import GenerationRequest, GenerationResult, LLMClient
 
@@ -51,8 +51,7 @@ class ShardedProxyCost:
     def shard_of(self, request: GenerationRequest) -> int:
         if self.spec.shard_by == "domain":
             return self._domain_shard[request.domain]
-        group = request.trajectory_id.rsplit("/", 1)[0]
-        return zlib.crc32(group.encode()) % len(self._shards)
+        return proxy_shard(request.trajectory_id, len(self._shards))
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         shard = self._shards[self.shard_of(request)]

@@ -188,7 +188,8 @@ class ControlPlaneSpec(_Strict):
         0.0, ge=0, description="CPU µs one generation turn costs its proxy process (calls in and out, routing); "
         "0 = not modelled (the proxy takes no virtual time)"
     )
-    shards: int = Field(1, ge=1, description="proxy processes the turns are split over")
+    shards: int = Field(1, ge=1, description="proxy processes the turns are split over (a real run's "
+                        "inference.proxy_shards)")
     shard_by: Literal["domain", "group"] = Field(
         "group", description="domain: a shard per task domain (modulo shards); group: a stable hash of the group"
     )

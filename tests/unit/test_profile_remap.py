@@ -97,6 +97,7 @@ def test_a_real_run_moves_a_drifted_domain_to_the_pool_of_the_workload_it_now_re
     from types import SimpleNamespace
 
     from rollart.config.loader import load_config
+    from rollart.inference.proxy_shards import ProxyShards
     from rollart.job.system import System
 
     class Proxy:
@@ -112,7 +113,8 @@ def test_a_real_run_moves_a_drifted_domain_to_the_pool_of_the_workload_it_now_re
                                  "domains.a.pool=gen_decode", "domains.b.env=frozenlake", "domains.b.pool=gen_prefill",
                                  f"rollout.remap={mode}", "rollout.remap_min_episodes=2"])
         proxy = Proxy()
-        system = System(cfg, None, None, None, SimpleNamespace(version=0), {}, proxy, None, None, None)  # type: ignore[arg-type]
+        system = System(cfg, None, None, None, SimpleNamespace(version=0), {}, ProxyShards([proxy]), None, None,  # type: ignore[arg-type]
+                        None)
 
         async def syncs(system=system):
             for version, turns in enumerate((1, 1, 4, 4), start=1):
