@@ -29,13 +29,13 @@ leftovers); refill prepares up to `parallel` envs at once (1 by default: envs th
 more for envs whose prepare waits on something else — a container start, a server — so a group's worth is
 ready within one prepare time), after every acquire and every `expect` — once no acquire came for
 `QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
-(in the order they were announced: a ready env is staged before another is built), with exponential backoff while prepares keep failing (a failing domain does
-not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
-room (not while that seed's group is resetting: until `BEGUN_HOLD_S` after its last reset), or at `close()` —
-every env the pool made is either handed out by `acquire` or closed, also one whose construction or staging
-was still running in a thread when the pool closed. A reset joins at most one
-prepare and each prepare serves at most one reset; when a joined prepare fails (or the pool closes) the reset
-builds its own.
+(in the order they were announced: a ready env is staged before another is built), with exponential backoff
+while prepares keep failing (a failing domain does not spin a CPU); an env staged for a seed that no reset
+takes is closed when a newer forecast needs its room (not while that seed's group is resetting: until
+`BEGUN_HOLD_S` after its last reset), or at `close()` — every env the pool made is either handed out by
+`acquire` or closed, also one whose construction or staging was still running in a thread when the pool
+closed. A reset joins at most one prepare and each prepare serves at most one reset; when a joined prepare
+fails (or the pool closes) the reset builds its own.
 """
 
 from __future__ import annotations

@@ -10,13 +10,14 @@ task's package (with its bug and visible tests) into the workspace — unless `p
 nothing touched it since — and answers the issue, the tools and the call format. The workspace a submit is
 scored in is opened at the submit, with the files to score: one container per env until then (a reset on a
 container backend is then one container start, not two — the capacity a warm pool of them needs halves — and
-an episode that ends without a submit never starts a second one; the submit pays that start instead). `step(action)`: one tool call (tools.py) per turn; its result is the next observation.
+an episode that ends without a submit never starts a second one; the submit pays that start instead).
+`step(action)`: one tool call (tools.py) per turn; its result is the next observation.
 
 Reward: `submit` ends the episode with reward 1.0 when every hidden case passes, else 0.0. The hidden
 cases never enter the policy's workspace: after its last command (none of its processes outlives a
 command), the package's `.py` files are copied out of it (`Workspace.snapshot`: regular text files only,
-a symlink is never followed) into a fresh workspace (opened at `prepare`, untouched since) with the scoring harness, which gets the cases'
-inputs on stdin; the verdicts are computed here (scoring.py). An episode that runs out of
+a symlink is never followed) into a fresh workspace (opened for this submit, with those files) with the
+scoring harness, which gets the cases' inputs on stdin; the verdicts are computed here (scoring.py). An episode that runs out of
 turns without `submit` scores 0.
 
 Malformed actions (no tool call, bad JSON, an unknown tool, missing arguments, several calls) are a
