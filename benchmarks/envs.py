@@ -33,12 +33,17 @@ Measured side by side in one run:
 The same figures for the container backend, `podman_...` (where podman answers and the env image is built;
 `--backends podman` runs only that arm): every SWE workspace is a container, its pool prepares `concurrency`
 envs at once (a prepare waits on a container start), and `podman_sandbox_create_ms` is a container start; the
-reset arms are the native ones' (the same loops, the pool told each group ahead, the no-pool arm paying two
-container starts per reset: the SWE env's workspace and its scoring one). Target of
+reset arms are the native ones' (the same loops, the pool told each group ahead, the no-pool arm paying a
+container start per reset: the SWE env's workspace; its scoring one opens at a submit). Target of
 `podman_warm_pool_reset_p99_reduction`: ≥ 10 (issue 37). Also
 `podman_exec_ms_p50` (`run("true")`: one command's round trip) and `podman_exec_overhead_ms_p50` (minus the
 native one's, interleaved), and `podman_leftover_containers_after_<N>` with the processes left
-(benchmarks/envs_podman.py).
+(benchmarks/envs_podman.py). Demand against capacity: `podman_reset_arm_demand_envs_per_s` (the envs a second
+the reset arm's loops would take if no reset waited: `concurrency / episode_s`) beside
+`podman_env_capacity_per_s` (SWE envs built, staged and removed a second, `concurrency` at once, nothing else
+running) and `podman_env_cpu_core_s` (the machine's CPU per such env) — and the paced reset arm,
+`podman_paced_...`: the same two reset arms (no pool, a pool told each group ahead) with episodes of
+`PACED_EPISODE_S`, asking for envs at a rate the machine can make them.
 """
 
 from __future__ import annotations
@@ -53,6 +58,12 @@ from typing import Any
 
 from benchmarks import envs_podman
 from benchmarks.common import BenchResult
+
+
+# The paced reset arm of a container backend: episodes as long as a few turns of a real model (seconds each), so
+# the loops ask for envs at a rate the machine can start containers (`env_capacity_per_s`) — the reset arm of
+# 0.5-1 s episodes asks for more than a 2-core machine makes, which no pool can hide.
+PACED_EPISODE_S = 4.0
 
 
 def _ms(values: list[float], q: int) -> float:
@@ -339,10 +350,28 @@ def _arm(backend: str, quick: bool, concurrency: int) -> tuple[dict[str, float],
         there, native = envs_podman.exec_costs(20 if quick else 200, backend)
         ratios["exec_ms_p50"] = _ms(there, 50)
         ratios["exec_overhead_ms_p50"] = round(_ms(there, 50) - _ms(native, 50), 2)
+        envs_per_s, core_s = asyncio.run(envs_podman.capacity(_swe(backend), 12 if quick else 40, concurrency))
+        ratios["env_capacity_per_s"] = round(envs_per_s, 2)
+        ratios["env_cpu_core_s"] = round(core_s, 3)
+        ratios["reset_arm_demand_envs_per_s"] = round(concurrency / episode_s, 2)
+        paced_episodes = 5 if quick else 25
+        paced_cold = asyncio.run(_reset_loops(concurrency, paced_episodes, PACED_EPISODE_S, pool_size=0,
+                                              backend=backend))
+        paced_warm = asyncio.run(_reset_loops(concurrency, paced_episodes, PACED_EPISODE_S, pool_size=concurrency,
+                                              forecast=True, backend=backend))
+        ratios["paced_reset_arm_demand_envs_per_s"] = round(concurrency / PACED_EPISODE_S, 2)
+        ratios["paced_warm_pool_reset_p99_reduction"] = round(_ms(paced_cold, 99) / _ms(paced_warm, 99), 2)
+        ratios["paced_warm_pool_reset_p50_reduction"] = round(_ms(paced_cold, 50) / _ms(paced_warm, 50), 2)
+        ratios["paced_reset_ms_p50_without_pool"] = _ms(paced_cold, 50)
+        ratios["paced_reset_ms_p99_without_pool"] = _ms(paced_cold, 99)
+        ratios["paced_reset_ms_p50_with_pool"] = _ms(paced_warm, 50)
+        ratios["paced_reset_ms_p99_with_pool"] = _ms(paced_warm, 99)
         ratios = {f"{backend}_{k}": v for k, v in ratios.items()}
     rows = [
         {"what": f"{backend}: resets", "without_pool": len(cold), "with_unforecast_pool": len(seed_free),
          "with_pool": len(warm), "concurrency": concurrency, "episode_s": episode_s},
+        *([{"what": f"{backend}: paced resets", "without_pool": len(paced_cold), "with_pool": len(paced_warm),
+            "concurrency": concurrency, "episode_s": PACED_EPISODE_S}] if backend != "native" else []),
         {"what": f"{backend}: trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
         {"what": f"{backend}: cross-trajectory reads", "attempts": attempts, "leaked": leaks},
     ]

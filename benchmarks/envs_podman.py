@@ -1,11 +1,17 @@
 """The podman arm of `rollart bench envs` (benchmarks/envs.py): what only a container backend needs measured or
-checked — whether it can run here, a command's round trip beside the native one's, what a run left behind.
+checked — whether it can run here, a command's round trip beside the native one's, what a run left behind, and
+how many SWE envs a second the machine can make and remove (`capacity`: what a warm pool can prepare at most,
+beside the rate a reset arm asks for).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 
 def missing(backend: str) -> str:
@@ -51,3 +57,38 @@ def leftovers(backend: str, owner: str) -> tuple[int, int]:
     listed = subprocess.run([backend, "ps", "-a", "--filter", f"label=rollart.owner={owner}", "--format",
                              "{{.Names}}"], capture_output=True, text=True, timeout=60)
     return len(processes), len(listed.stdout.split())
+
+
+def _busy_s() -> float:
+    """CPU seconds every process of the machine has used since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+async def capacity(factory: Callable[[], Any], count: int, parallel: int) -> tuple[float, float]:
+    """(SWE envs a second, CPU core-seconds of the machine per env) of `count` env lifecycles — built (a container
+    started), staged (a seed's package written in) and closed (removed), `parallel` at once, nothing else of the
+    bench running: what a warm pool can prepare at most here, and what each costs. The CPU is the whole
+    machine's (the engine's CLI, conmon and runc are other processes): others' work beside it counts too."""
+    from rollart.envs.warm_pool import build_prepared
+
+    executor = ThreadPoolExecutor(parallel * 2)
+    queue = list(range(count))
+
+    async def worker() -> None:
+        while queue:
+            seed = queue.pop()
+            env = await build_prepared(factory, executor, 60.0)
+            try:
+                await env.preload(seed)
+            finally:
+                await env.close()
+
+    busy, start = _busy_s(), time.perf_counter()
+    try:
+        await asyncio.gather(*(worker() for _ in range(parallel)))
+    finally:
+        executor.shutdown()
+    wall, used = time.perf_counter() - start, _busy_s() - busy
+    return count / wall, used / count

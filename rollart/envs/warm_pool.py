@@ -4,11 +4,14 @@ In: the domain's env factory, how many prepared envs to keep (`envs.warm_pool.si
 sync env calls run in, and bounds (prepare timeout, backoff after failures); `expect(seed, count)`: the
 forecast of a group to come (the control plane's `UpcomingGroup`, via the env worker). Out:
 `acquire(seed)` → (an `AsyncEnv` ready to be reset with `seed`, whether it came from the pool). A reset
-that finds no env ready joins one the refill is preparing that no other reset has joined — staged for its
-seed, else seed-free (counted in `joined`): it started earlier, so it is ready sooner than a new one, and a
+that finds no env ready joins one the refill is preparing that no other reset has joined — being staged for its
+seed, else any being built (counted in `joined`): it started earlier, so it is ready sooner than a new one, and a
 second prepare beside it would only compete for the same CPUs and leave the first unused (a container start
 takes ~0.23 s, much of it the engine's CPU). With none in flight (or the one joined failed), a miss builds and
 prepares an env on the spot, so a reset never waits on the pool's backoff or on a prepare not yet begun.
+Builds are seed-free and an env is bound to a seed only once built (late binding): a build begun for a
+forecast group can serve any reset that comes first — a member of another group whose own envs are late —
+and the forecast group is staged from whatever env is ready next.
 
 Two depths of "prepared":
 - seed-free: the env's constructor and its optional `prepare()` (the SWE domain creates its workspace
@@ -16,22 +19,23 @@ Two depths of "prepared":
   writes the package: most of a reset on a sandbox that opens in a millisecond).
 - staged for a seed: also the env's optional `preload(seed)`, the seed-dependent part of a reset done
   ahead (the SWE domain writes that seed's package into the workspace); `reset(seed)` then finds it done.
-  The pool stages envs only for seeds it was told to expect, and `acquire(seed)` prefers one staged for
-  that seed (counted in `staged_hits`), then a seed-free one, then one being staged for that seed, then one
-  being prepared seed-free (`joined`), then builds one (a miss).
+  The pool stages envs only for seeds it was told to expect, from envs already built (staging is then
+  the `preload` alone), and `acquire(seed)` prefers one staged for that seed (counted in `staged_hits`),
+  then a seed-free one, then one being staged for that seed, then one being built (`joined`), then builds
+  one (a miss).
 
 Guarantees: at most `size` envs are ready, staged or being prepared at once (bounded memory, bounded
 leftovers); refill prepares up to `parallel` envs at once (1 by default: envs that prepare in milliseconds;
 more for envs whose prepare waits on something else — a container start, a server — so a group's worth is
 ready within one prepare time), after every acquire and every `expect` — once no acquire came for
 `QUIET_S` (a group's resets arrive together: the refill does not compete with them) — expected seeds first
-(in the order they were announced), with exponential backoff while prepares keep failing (a failing domain does
-not spin a CPU); an env staged for a seed that no reset takes is closed when a newer forecast needs its
-room (not while that seed's group is resetting: until `BEGUN_HOLD_S` after its last reset), or at `close()` —
-every env the pool made is either handed out by `acquire` or closed, also one whose construction or staging
-was still running in a thread when the pool closed. A reset joins at most one
-prepare and each prepare serves at most one reset; when a joined prepare fails (or the pool closes) the reset
-builds its own.
+(in the order they were announced: a ready env is staged before another is built), with exponential backoff
+while prepares keep failing (a failing domain does not spin a CPU); an env staged for a seed that no reset
+takes is closed when a newer forecast needs its room (not while that seed's group is resetting: until
+`BEGUN_HOLD_S` after its last reset), or at `close()` — every env the pool made is either handed out by
+`acquire` or closed, also one whose construction or staging was still running in a thread when the pool
+closed. A reset joins at most one prepare and each prepare serves at most one reset; when a joined prepare
+fails (or the pool closes) the reset builds its own.
 """
 
 from __future__ import annotations
@@ -214,15 +218,26 @@ class WarmPool:
         return next((seed for seed, count in self._expected.items() if count > self._staging.get(seed, 0)), None)
 
     def _work(self) -> bool:
-        """Whether the refill has something to do: an expected seed to stage (with room, a seed-free env to
-        stage, or an env staged for another seed to replace), or room for a seed-free env."""
+        """Whether the refill has something to do: a ready env to stage for an expected seed, room for an env to
+        build, or — the forecasts wanting more envs than are ready or being built — an env staged for an older
+        forecast to replace."""
         if self._preparing >= self.parallel:
             return False
         seed = self._next_seed()
-        if seed is not None:
-            if self._held() < self.size or self._ready or self._replaceable(seed) is not None:
-                return True
-        return self._held() < self.size
+        if seed is not None and self._ready:
+            return True
+        if self._held() < self.size:
+            return True
+        return seed is not None and self._short() > 0 and self._replaceable(seed) is not None
+
+    def _building(self) -> int:
+        """Envs being built now (seed-free until built)."""
+        return self._preparing - sum(self._staging.values())
+
+    def _short(self) -> int:
+        """Envs the forecasts want staged beyond those being staged, ready or being built now."""
+        wanted = sum(max(0, count - self._staging.get(seed, 0)) for seed, count in self._expected.items())
+        return wanted - len(self._ready) - self._building()
 
     def _replaceable(self, seed: int) -> int | None:
         """The oldest seed other than `seed` with an env staged for it, whose group is not resetting now."""
@@ -247,10 +262,12 @@ class WarmPool:
             failed: Exception | None = None
             try:
                 seed = self._next_seed()
-                if seed is not None:
-                    await self._stage_next(seed)
+                if seed is not None and self._ready:
+                    await self._stage_next(seed, self._ready.popleft())
                 else:
-                    await self._keep(await self.build(), None)
+                    if self._held() > self.size and seed is not None:  # (this build counts in _preparing already)
+                        await self._give_up_staged(seed)
+                    await self._keep(await self.build(), None)  # bound to a seed once built, not before
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -268,35 +285,32 @@ class WarmPool:
                 continue
             failures = 0
 
-    async def _stage_next(self, seed: int) -> None:
-        """Stage one env for `seed` (the oldest expected one): a seed-free env the pool holds, else a new one
-        (room made, if need be, by closing the env staged longest for another, older forecast)."""
+    async def _stage_next(self, seed: int, env: AsyncEnv) -> None:
+        """Stage a built env for `seed` (the oldest expected one with envs still to stage)."""
         self._staging[seed] = self._staging.get(seed, 0) + 1
         try:
-            await self._stage(seed)
+            try:
+                await asyncio.wait_for(env.preload(seed), self.prepare_timeout_s)
+            except BaseException:
+                await _close_quietly(env)
+                raise
+            await self._keep(env, seed)
         finally:
             self._staging[seed] -= 1
             if not self._staging[seed]:
                 del self._staging[seed]
 
-    async def _stage(self, seed: int) -> None:
-        if self._ready:
-            env = self._ready.popleft()
-        else:
-            other = self._replaceable(seed)
-            if self._held() > self.size and other is not None:  # (this env counts in _preparing already)
-                stale = self._staged[other].popleft()
-                if not self._staged[other]:
-                    del self._staged[other]
-                self.counts["staged_unused"] += 1
-                await _close_quietly(stale)
-            env = await self.build()
-        try:
-            await asyncio.wait_for(env.preload(seed), self.prepare_timeout_s)
-        except BaseException:
-            await _close_quietly(env)
-            raise
-        await self._keep(env, seed)
+    async def _give_up_staged(self, seed: int) -> None:
+        """Make room for an env the forecast of `seed` needs: close the env staged longest for another, older
+        forecast whose group is not resetting now."""
+        other = self._replaceable(seed)
+        if other is None:
+            return
+        stale = self._staged[other].popleft()
+        if not self._staged[other]:
+            del self._staged[other]
+        self.counts["staged_unused"] += 1
+        await _close_quietly(stale)
 
     async def _keep(self, env: AsyncEnv, seed: int | None) -> None:
         """Hold a prepared env (staged for `seed`, or seed-free) — or close it: the pool closed meanwhile, or

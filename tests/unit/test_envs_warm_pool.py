@@ -137,16 +137,16 @@ def test_a_forecast_told_again_with_the_same_count_still_stands():
     asyncio.run(scenario())
 
 
-def test_a_reset_before_any_prepare_builds_one_and_a_reset_during_its_staging_joins_it():
+def test_a_reset_before_any_prepare_builds_one_and_a_reset_during_a_build_joins_it():
     Prepared.prepare_s = 0.1
 
     async def scenario():
         pool = WarmPool("d", Prepared, 2)
         pool.expect(5, 2)  # nothing is ready yet: the first member comes before the refill began
         first = await pool.acquire(5)
-        assert not first[1]  # built on the spot; the refill stages the second member's env meanwhile
-        second = await pool.acquire(5)  # while that env is being staged: it waits for it, builds no other
-        assert second[1] and second[0].inner.preloaded == 5
+        assert not first[1]  # built on the spot; the refill builds the second member's env meanwhile
+        second = await pool.acquire(5)  # while that env is being built: it waits for it, builds no other
+        assert second[1] and second[0].inner.prepared and second[0].inner.preloaded is None  # its reset stages it
         await until(lambda: pool.ready == 2)
         assert pool.counts["misses"] == 1 and pool.counts["joined"] == 1 and pool.counts["staged_unused"] == 0
         assert len(Prepared.made) == 4  # the two handed out and two seed-free ones: nothing built twice
@@ -156,8 +156,8 @@ def test_a_reset_before_any_prepare_builds_one_and_a_reset_during_its_staging_jo
     asyncio.run(scenario())
 
 
-def test_a_group_that_comes_while_its_envs_are_staged_joins_those_prepares_not_new_ones():
-    """Container domains (issue 37): a group whose resets came while the pool was still staging its envs built
+def test_a_group_that_comes_while_its_envs_are_built_joins_those_prepares_not_new_ones():
+    """Container domains (issue 37): a group whose resets came while the pool was still preparing its envs built
     a second set beside them on the spot — on 2 cores the two sets' container starts competed, and the staged
     set was closed unused. Now each reset joins one prepare in flight: ready sooner than a new one, none wasted."""
     Prepared.prepare_s = 0.4
@@ -170,12 +170,39 @@ def test_a_group_that_comes_while_its_envs_are_staged_joins_those_prepares_not_n
         await until(lambda: len(Prepared.made) == 4)  # the four are being staged
         got = await asyncio.gather(*(pool.acquire(9) for _ in range(4)))
         assert {e.inner for e, _ in got} == set(Prepared.made[:4])  # the four in flight, none built beside them
-        assert all(hit for _, hit in got) and [e.inner.preloaded for e, _ in got] == [9] * 4
+        assert all(hit for _, hit in got) and all(e.inner.prepared for e, _ in got)  # (their resets stage them)
         assert pool.counts["joined"] == 4 and pool.counts["misses"] == 0 and pool.counts["staged_unused"] == 0
         await until(lambda: pool.ready == 4)
         assert len(Prepared.made) == 8  # four handed out, four refilled: no second set
         await pool.close()
         for env, _ in got:
+            await env.close()
+        assert all(p.closed for p in Prepared.made)
+
+    asyncio.run(scenario())
+
+
+def test_a_build_begun_for_one_forecast_serves_a_reset_of_another_seed_that_comes_first():
+    """Issue 37 (late binding): a build was bound to the forecast seed it began for, so a reset of another seed
+    (a member whose own envs were late) that came while it ran could not use it and started one more container
+    beside it. Now an env is bound to a seed once built: the reset joins the build, and the forecast group is
+    staged from the envs built after."""
+    Prepared.prepare_s = 0.3
+
+    async def scenario():
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = WarmPool("d", Prepared, 2, executor=ThreadPoolExecutor(4), parallel=2)
+        pool.expect(1, 2)
+        await until(lambda: len(Prepared.made) == 2)  # both builds under way, begun for seed 1's forecast
+        late, hit = await pool.acquire(0)  # a laggard of group 0: nothing staged or being staged for it
+        assert hit and late.inner in Prepared.made[:2] and pool.counts["joined"] == 1 and pool.counts["misses"] == 0
+        await until(lambda: len(pool._staged.get(1, ())) == 2)  # group 1 is still staged in full
+        assert len(Prepared.made) == 3 and pool.counts["staged_unused"] == 0  # one build more, none thrown away
+        got = [await pool.acquire(1) for _ in range(2)]
+        assert all(hit for _, hit in got) and [e.inner.preloaded for e, _ in got] == [1, 1]
+        await pool.close()
+        for env in (late, *(e for e, _ in got)):
             await env.close()
         assert all(p.closed for p in Prepared.made)
 

@@ -4,17 +4,20 @@ In: options `difficulty` (0–3), `families` (mutation families), `command_timeo
 call), `max_output_chars` (per tool result), `workspace` (the workspace's limits and backend: `WorkspaceConfig`
 fields, rollart/sandbox/workspace.py; a run's `envs.workspace` keys come in under them), `owner` (names the
 workspaces' directory, or labels their containers).
-`prepare()` opens the trajectory's workspace — and the fresh one its submit will be scored in, so that neither
-pays a container start in the episode — and `preload(seed)` writes that seed's package into it (the warm
+`prepare()` opens the trajectory's workspace and `preload(seed)` writes that seed's package into it (the warm
 pool calls them ahead of time, the latter for a group it was told is coming); `reset(seed)` writes the
 task's package (with its bug and visible tests) into the workspace — unless `preload(seed)` already did and
-nothing touched it since — and answers the issue, the tools and the call format. `step(action)`: one tool call (tools.py) per turn; its result is the next observation.
+nothing touched it since — and answers the issue, the tools and the call format. The workspace a submit is
+scored in is opened at the submit, with the files to score: one container per env until then (a reset on a
+container backend is then one container start, not two — the capacity a warm pool of them needs halves — and
+an episode that ends without a submit never starts a second one; the submit pays that start instead).
+`step(action)`: one tool call (tools.py) per turn; its result is the next observation.
 
 Reward: `submit` ends the episode with reward 1.0 when every hidden case passes, else 0.0. The hidden
 cases never enter the policy's workspace: after its last command (none of its processes outlives a
 command), the package's `.py` files are copied out of it (`Workspace.snapshot`: regular text files only,
-a symlink is never followed) into a fresh workspace (opened at `prepare`, untouched since) with the scoring harness, which gets the cases'
-inputs on stdin; the verdicts are computed here (scoring.py). An episode that runs out of
+a symlink is never followed) into a fresh workspace (opened for this submit, with those files) with the
+scoring harness, which gets the cases' inputs on stdin; the verdicts are computed here (scoring.py). An episode that runs out of
 turns without `submit` scores 0.
 
 Malformed actions (no tool call, bad JSON, an unknown tool, missing arguments, several calls) are a
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import random
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from rollart.config import WorkspaceConfig
@@ -68,29 +70,15 @@ class SweEnv:
         self.task: RepairTask | None = None
         self.score: scoring.Score | None = None
         self._workspace: Any = None
-        self._scorer: Any = None  # the fresh workspace the submit is scored in, opened ahead with the policy's
         self._preloaded: int | None = None  # the seed whose package the workspace holds, untouched since
         self._rng = random.Random(0)
 
     # --- lifecycle -------------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Open the trajectory's (empty) workspace and the one its submit will be scored in: the seed-free, slow
-        part of a reset (a container start each, with a container backend)."""
-        missing = [name for name in ("_workspace", "_scorer") if getattr(self, name) is None]
-        if len(missing) < 2:
-            for name in missing:
-                setattr(self, name, self.open_workspace({}))
-            return
-        with ThreadPoolExecutor(2) as opener:  # the two at once: a container start mostly waits on the engine
-            futures = [opener.submit(self.open_workspace, {}) for _ in missing]
-        opened = [f.result() if f.exception() is None else f.exception() for f in futures]
-        failed = [o for o in opened if isinstance(o, BaseException)]
-        if failed:
-            for workspace in opened:
-                if not isinstance(workspace, BaseException):
-                    workspace.close()
-            raise failed[0]
-        self._workspace, self._scorer = opened
+        """Open the trajectory's (empty) workspace: the seed-free, slow part of a reset (a container start, with a
+        container backend)."""
+        if self._workspace is None:
+            self._workspace = self.open_workspace({})
 
     def preload(self, seed: int) -> None:
         """Write the task of `seed` into a fresh workspace ahead of its reset (the seed's part of a reset)."""
@@ -118,10 +106,9 @@ class SweEnv:
         self._workspace.write_files(self.task.files)  # one round trip in a container workspace
 
     def close(self) -> None:
-        for workspace in (self._workspace, self._scorer):
-            if workspace is not None:
-                workspace.close()
-        self._workspace = self._scorer = None
+        if self._workspace is not None:
+            self._workspace.close()
+        self._workspace = None
         self.task, self._preloaded = None, None
 
     def open_workspace(self, files: Mapping[str, str]) -> Any:
@@ -171,17 +158,9 @@ class SweEnv:
         return scoring.package_files(snapshot, self.task.package)
 
     def _fresh_run(self, files: Mapping[str, str], command: str, stdin: str) -> tuple[int | None, str]:
-        """The scoring run: a fresh workspace that the policy's processes cannot reach (the one opened ahead, used
-        once: no command of the policy ever ran in it)."""
-        workspace, self._scorer = self._scorer, None
-        if workspace is None:
-            workspace = self.open_workspace(files)
-        else:
-            try:
-                workspace.write_files(files)
-            except BaseException:
-                workspace.close()
-                raise
+        """The scoring run: a fresh workspace holding `files`, opened for it and closed after it (no command of
+        the policy ever ran in it; the policy's processes cannot reach it)."""
+        workspace = self.open_workspace(files)
         try:
             result = workspace.run(command, timeout_s=self.limits.wall_timeout_s, stdin=stdin)
             return result.exit_code, result.stdout
