@@ -121,10 +121,8 @@ class RLLoop:
         finally:
             await system.resume()                                         # 4
         ended = self.clock()
-        # the rollout starts on `version` first: the count of what the engines recomputed is a round trip to
-        # them, and the next batch's admission (the α gate) must not wait for a metric
-        await system.now_serving(version)
         metrics = {**metrics, **await system.recompute_kv()}              # 5
+        await system.now_serving(version)
         return TimedMetrics({"time/weights.exposed": ended - began, **metrics},
                             Span("weights.sync", began, ended, DRIVER_LANE))
 
