@@ -7,7 +7,8 @@ process's growth over the window into a role, named from the process title Ray g
 (`ray::ClassName…`, see `ROLES`). A process without a title of its own (a `multiprocessing` pool worker, a
 sandboxed child) counts for the nearest ancestor that has one: math-verify's pool in an env worker is that
 env worker's, in a Serve replica that replica's. Ray's own daemons (GCS, raylet, the idle workers it keeps
-warm) are `ray`. The sampler's own thread is charged to nobody: its CPU time is taken off the root's.
+warm) are `ray`. An actor's role, once its title has shown it, stays the process's (`settled_role`). The
+sampler's own thread is charged to nobody: its CPU time is taken off the root's.
 
 Why polling and not `RUSAGE_CHILDREN`: Ray's workers are grandchildren (of the raylet) and outlive nothing
 the root waits on, so only a live look at each process sees them. A process that starts and ends between
@@ -51,6 +52,20 @@ def role_of(cmdline: list[str]) -> str | None:
     if any(d in title for d in _RAY_DAEMONS):
         return RAY
     return None
+
+
+GENERIC = frozenset({RAY, "ray_other_actors", "other", ""})  # roles a worker has before (or between) actors
+
+
+def settled_role(known: str, title_role: str | None) -> str:
+    """A process's role after one more look at its title: an actor's role, once seen, stays — the same worker
+    process also shows Ray's generic titles (its `default_worker.py` command line before the actor is made,
+    `ray::IDLE`), and a sample taken then must not move the whole process's CPU to `ray`."""
+    if title_role is None:
+        return known
+    if known and known not in GENERIC and title_role in GENERIC:
+        return known
+    return title_role
 
 
 @dataclass
@@ -106,7 +121,7 @@ class CpuSampler:
             seen = self.seen.setdefault(key, _Seen(""))
             seen.cpu_s.append((now, cpu.user + cpu.system))
             seen.title = " ".join(cmdline)[:80]
-            seen.role = seen.role if roles[proc.pid] is None and seen.role else (roles[proc.pid] or "")
+            seen.role = settled_role(seen.role, roles[proc.pid])
         for (pid, _), seen in self.seen.items():  # untitled processes: the nearest titled ancestor's role
             if pid in roles and roles[pid] is None:
                 ancestor = parents.get(pid)

@@ -146,7 +146,9 @@ class InferenceWorker:
         return self._loop.in_flight
 
     async def update_weights(self, version: int) -> dict[str, float]:
-        """Serve `version` from the subscriber (prefetched if possible); a no-op if already served."""
+        """Serve `version` from the subscriber (prefetched if possible); a no-op if already served. A swap's
+        reply carries the engine's `recompute_tokens` counter as it stood just before it (what the earlier
+        swaps made it recompute): the driver's count per sync, with no round trip of its own."""
         if self._prefetch is None:
             raise RuntimeError(f"{self.name}: update_weights needs a WeightSubscriber; none was given")
         async with self._update_lock:
@@ -160,16 +162,18 @@ class InferenceWorker:
             return {**await self._swap(version, tensors, exposed_since=start), "pull_s": pull_s}
 
     async def _swap(self, version: int, tensors: Mapping[str, Any], exposed_since: float) -> dict[str, float]:
-        def swap(engine: InferenceEngine) -> float:
+        def swap(engine: InferenceEngine) -> tuple[float, float]:
             start = time.perf_counter()
+            recomputed = float(engine.stats().get("recompute_tokens", 0.0))  # (counted before this swap's own)
             engine.swap_weights(version, tensors)
-            return time.perf_counter() - start
+            return time.perf_counter() - start, recomputed
 
-        swap_s = await self._loop.call(swap, timeout_s=self._timeout_s)
+        swap_s, recomputed = await self._loop.call(swap, timeout_s=self._timeout_s)
         exposed = time.perf_counter() - exposed_since
         self._swaps += 1
         self._exposed_s += exposed
-        return {"version": float(version), "swapped": 1.0, "swap_s": swap_s, "exposed_s": exposed}
+        return {"version": float(version), "swapped": 1.0, "swap_s": swap_s, "exposed_s": exposed,
+                "recompute_tokens": recomputed}
 
     async def stats(self) -> dict[str, Any]:
         engine = await self._loop.call(lambda e: e.stats())

@@ -96,6 +96,7 @@ class System:
     _stack: ExitStack = field(default_factory=ExitStack)
     _loop: asyncio.AbstractEventLoop | None = None  # the driver's, where the scheduler lives
     _recomputed: float = 0.0  # KV tokens the engines recomputed at swaps, up to the last sync
+    _recompute_counts: dict[str, float] = field(default_factory=dict)  # per worker, from its last swap's reply
     # what each domain's trained episodes look like lately, and the re-mapping it drives (`rollout.remap`)
     profiler: DomainProfiler = field(default_factory=DomainProfiler)
     remapper: Remapper = field(init=False)
@@ -189,6 +190,7 @@ class System:
     async def update_weights(self, version: int) -> dict[str, float]:
         timings = await _bounded(self.proxy.update_weights(version), self.cfg.inference.request_timeout_s,
                                  f"update of the inference workers to version {version}")
+        self._recompute_counts.update({w: t["recompute_tokens"] for w, t in timings.items() if "recompute_tokens" in t})
         return {"time/weights.pull": max((t.get("pull_s", 0.0) for t in timings.values()), default=0.0)}
 
     async def resume(self) -> None:
@@ -196,9 +198,10 @@ class System:
 
     async def recompute_kv(self) -> dict[str, float]:
         """What the engines recomputed at their swaps since the last sync (an engine counts it when the
-        re-prefill runs, its first step after the swap)."""
-        stats = await _bounded(self.proxy.stats(workers=True), 30, "LLMProxy.stats")
-        total = sum(float(w.get("recompute_tokens", 0.0)) for w in stats.get("workers", {}).values())
+        re-prefill runs, its first step after the swap, so a sync reports the earlier syncs' recompute). The
+        counters come with the swaps' replies (`update_weights`): no call to the engines here, on the path
+        from a train step's end to the next batch's admission."""
+        total = sum(self._recompute_counts.values())
         recomputed, self._recomputed = total - self._recomputed, total
         return {"weights/recompute_tokens": max(recomputed, 0.0)}  # (a replaced worker starts from 0)
 

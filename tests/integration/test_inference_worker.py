@@ -116,6 +116,7 @@ def test_prefetched_weights_swap_during_generation(ray_local, worker):
     wait_until(lambda: ray.get(worker.stats.remote(), timeout=10)["running"] == 1, "the request to start")
     report = ray.get(worker.update_weights.remote(1), timeout=60)
     assert report["version"] == 1 and report["swapped"] == 1
+    assert report["recompute_tokens"] == 0  # its counter as it stood before this swap (nothing recomputed yet)
     result = ray.get(ref, timeout=120)
     assert result.finish_reason == "length"
     first_new = result.versions.index(1)
