@@ -50,7 +50,7 @@ from rollart.resources.worker_set import WorkerSet, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import Ticker, actor_states
 from rollart.resources.accounts import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
-from rollart.resources.manager import MANAGER_NAME, get_or_create_manager, on_driver_node
+from rollart.resources.manager import new_manager_name, on_driver_node, start_manager
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import cluster_capacity, declare_hint, pool_nodes
 
@@ -101,8 +101,8 @@ class Resources:
         self._health: Ticker | None = None
 
     @classmethod
-    def connect(cls, cfg: RunConfig, *, name: str = MANAGER_NAME) -> Resources:
-        """Get or create the named ResourceManager of the current Ray namespace and register the run's
+    def connect(cls, cfg: RunConfig, *, name: str | None = None) -> Resources:
+        """Start the run's own ResourceManager (named `name`, or a fresh name) and register the run's
         pools with the capacity Ray holds of each (on a joined cluster that can differ from
         `pools.<name>.capacity`; Ray is what enforces it, so the accounts follow Ray)."""
         if not ray.is_initialized():
@@ -115,7 +115,7 @@ class Resources:
                 log.info("pool %s: the cluster holds %g of %s (config says %g); using %g",
                          pool_name, capacity, pool_resource(pool_name), pool.capacity, capacity)
             specs.append(PoolSpec(pool_name, pool.kind, pool.device, capacity, tuple(pool.fallback)))
-        manager = get_or_create_manager(name)
+        manager = start_manager(name or new_manager_name())
         _call(manager.add_pools.remote(specs), "add_pools")
         return cls(manager, cfg.pools, cfg.roles, cfg.cluster.placement_timeout_s, cfg.cluster.start_timeout_s,
                    cfg.cluster.health_interval_s, {s.name: s.capacity for s in specs})

@@ -48,7 +48,6 @@ from rollart.config import ClusterConfig, RunConfig, is_loopback_host
 from rollart.resources import AUTH_MODE_DEFAULTED
 from rollart.resources.errors import ClusterError
 from rollart.resources.logs import LOG_LEVEL_VAR, configure_worker_logging
-from rollart.resources.manager import MANAGER_NAME
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import declare_hint, missing_pools
 from rollart.resources.placement import Resources
@@ -61,7 +60,7 @@ _CONNECT_TIMEOUT_S = 5.0
 
 
 class Runtime:
-    def __init__(self, cfg: RunConfig, *, handle_signals: bool = True, manager_name: str = MANAGER_NAME) -> None:
+    def __init__(self, cfg: RunConfig, *, handle_signals: bool = True, manager_name: str | None = None) -> None:
         self.cfg = cfg
         self.mode: Mode | None = None
         self.resources: Resources | None = None

@@ -179,6 +179,30 @@ def test_runtime_attaches_to_a_running_ray_and_checks_its_pools(ray_local):
     assert "--resources='{\"pool_h800\": 8}'" in msg
 
 
+def test_each_run_in_one_process_gets_a_manager_of_its_own(ray_local):
+    """Two runs one after the other in one process (as the e2e tests run): the second must not be handed the
+    first's manager, and the first's handle, collected late (a run's objects sit in reference cycles), must
+    not end the second's manager mid-run."""
+    import gc
+
+    cfg = load_config(None, TEST_POOLS)
+    with Runtime(cfg) as first:
+        earlier = first.resources
+        earlier.reserve_extra = [earlier]  # a cycle: only the cyclic collector frees it, as a run's objects
+        first_id = earlier.manager._actor_id
+    with Runtime(cfg) as second:
+        assert second.resources.manager._actor_id != first_id
+        del earlier
+        gc.collect()
+        time.sleep(1.0)  # Ray ends an actor whose last handle went out of scope within milliseconds
+        assert {s.name for s in second.resources.snapshot()} >= {"test_a", "test_b"}
+    name = f"rm-test-{uuid.uuid4().hex[:8]}"
+    kept = Resources.connect(cfg, name=name)
+    with pytest.raises(ValueError, match="already taken"):  # a taken name is refused, never shared
+        Resources.connect(cfg, name=name)
+    ray_local.kill(kept.manager)
+
+
 def test_actor_options_cannot_override_what_placement_decides(resources):
     with pytest.raises(ValueError, match=r"may not set \['num_cpus', 'resources'\]"):
         resources.place(Probe, actor_options={"num_cpus": 1, "resources": {"x": 1}, "max_concurrency": 4})
