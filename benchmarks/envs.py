@@ -9,8 +9,11 @@ Measured side by side in one run:
   workspace + the task, or a pooled env + what of the task is not staged) with no pool and with a pool of
   `concurrency` envs told each group when the one before it starts (as the scheduler forecasts the group
   admission waits for): its envs hold the task's package before their resets. Each arm with the task cache
-  emptied. Also their p50s, and `warm_pool_unforecast_reset_p99_reduction`: the pool told nothing (seed-free
-  envs only: the task is generated and written at reset).
+  emptied. Also their p50s; `warm_pool2_reset_p99_reduction` (and `_p50_`, `reset_ms_p50_with_pool2`,
+  `reset_ms_p99_with_pool2`): the same forecast pool holding two groups (`2 * concurrency` envs: the group
+  resetting and the one forecast ahead of it, which with `concurrency` envs compete for one group's room); and
+  `warm_pool_unforecast_reset_p99_reduction`: the pool told nothing (seed-free envs only: the task is
+  generated and written at reset).
 - `sandbox_create_ms_p50`/`_p99`, `sandbox_destroy_ms_p50`/`_p99`: `open_workspace` and `close` of an empty
   workspace (tmpfs, cgroup, private root are made and removed).
 - `remote_step_overhead_ms_p50` (target ≤ 5), `_p99`: an env step through `remote:<url>` (an env server in
@@ -35,7 +38,8 @@ The same figures for the container backend, `podman_...` (where podman answers a
 envs at once (a prepare waits on a container start), and `podman_sandbox_create_ms` is a container start; the
 reset arms are the native ones' (the same loops, the pool told each group ahead, the no-pool arm paying a
 container start per reset: the SWE env's workspace; its scoring one opens at a submit). Target of
-`podman_warm_pool_reset_p99_reduction`: ≥ 10 (issue 37). Also
+`podman_warm_pool_reset_p99_reduction` (and of `podman_warm_pool2_reset_p99_reduction`, the pool of two groups):
+≥ 10 (issue 37). Also
 `podman_exec_ms_p50` (`run("true")`: one command's round trip) and `podman_exec_overhead_ms_p50` (minus the
 native one's, interleaved), and `podman_leftover_containers_after_<N>` with the processes left
 (benchmarks/envs_podman.py). Demand against capacity: `podman_reset_arm_demand_envs_per_s` (the envs a second
@@ -318,14 +322,17 @@ def _cross_reads(pairs: int, backend: str = "native") -> tuple[int, int]:
 
 
 def _arm(backend: str, quick: bool, concurrency: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """One workspace backend's figures: resets without a pool, with a pool told nothing and with a pool told
-    each group ahead; workspace create/destroy; SWE trajectories with their leftovers; cross-trajectory reads.
+    """One workspace backend's figures: resets without a pool, with a pool told nothing, with a pool told
+    each group ahead and with such a pool of two groups; workspace create/destroy; SWE trajectories with their
+    leftovers; cross-trajectory reads.
     Container arms (named `<backend>_...`) also time a command's round trip beside the native one's."""
     episodes, episode_s = (5, 0.5) if quick else (25, 1.0)
     cold = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=0, backend=backend))
     seed_free = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency, backend=backend))
     warm = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=concurrency, forecast=True,
                                     backend=backend))
+    warm2 = asyncio.run(_reset_loops(concurrency, episodes, episode_s, pool_size=2 * concurrency, forecast=True,
+                                     backend=backend))
     create, destroy = _sandbox_costs(10 if quick else 50, backend)
     count = 100 if quick else 1000
     per_s, solve_rate, cancelled = asyncio.run(_trajectories(count, concurrency, backend))
@@ -336,6 +343,9 @@ def _arm(backend: str, quick: bool, concurrency: int) -> tuple[dict[str, float],
         "warm_pool_reset_p50_reduction": round(_ms(cold, 50) / _ms(warm, 50), 2),
         "reset_ms_p50_without_pool": _ms(cold, 50), "reset_ms_p99_without_pool": _ms(cold, 99),
         "reset_ms_p50_with_pool": _ms(warm, 50), "reset_ms_p99_with_pool": _ms(warm, 99),
+        "warm_pool2_reset_p99_reduction": round(_ms(cold, 99) / _ms(warm2, 99), 2),
+        "warm_pool2_reset_p50_reduction": round(_ms(cold, 50) / _ms(warm2, 50), 2),
+        "reset_ms_p50_with_pool2": _ms(warm2, 50), "reset_ms_p99_with_pool2": _ms(warm2, 99),
         "warm_pool_unforecast_reset_p99_reduction": round(_ms(cold, 99) / _ms(seed_free, 99), 2),
         "reset_ms_p50_with_unforecast_pool": _ms(seed_free, 50), "reset_ms_p99_with_unforecast_pool": _ms(seed_free, 99),
         "sandbox_create_ms_p50": _ms(create, 50), "sandbox_create_ms_p99": _ms(create, 99),
@@ -369,7 +379,7 @@ def _arm(backend: str, quick: bool, concurrency: int) -> tuple[dict[str, float],
         ratios = {f"{backend}_{k}": v for k, v in ratios.items()}
     rows = [
         {"what": f"{backend}: resets", "without_pool": len(cold), "with_unforecast_pool": len(seed_free),
-         "with_pool": len(warm), "concurrency": concurrency, "episode_s": episode_s},
+         "with_pool": len(warm), "with_pool2": len(warm2), "concurrency": concurrency, "episode_s": episode_s},
         *([{"what": f"{backend}: paced resets", "without_pool": len(paced_cold), "with_pool": len(paced_warm),
             "concurrency": concurrency, "episode_s": PACED_EPISODE_S}] if backend != "native" else []),
         {"what": f"{backend}: trajectories", "count": count, "cancelled": cancelled, "concurrency": concurrency},
