@@ -24,8 +24,8 @@ ahead, and most cancelled when the wait ends), so the heap every event goes thro
 due soon (a few thousand timers at 10,000 GPUs instead of a few hundred thousand, most of them cancelled),
 and the order timers fire in is unchanged. While a
 simulation runs, the garbage collector's young generation is collected only once a million more objects
-are alive than at its last collection (or a quarter of the memory blocks alive, if more: a larger heap makes
-each collection dearer), instead of 700: the twin's objects are freed by reference counting
+are alive than at its last collection (or as many as the memory blocks alive, if more: once the heap has
+doubled), instead of 700: the twin's objects are freed by reference counting
 (a trained batch's turns, a finished turn's records; its collections found no cyclic garbage at all), so
 the default walked the live trajectories over and over for nothing — a sixth of the run even at 100,000 —,
 while the limit still collects cycles that a faulty run's errors may leave (restored when the last
@@ -260,7 +260,7 @@ _gc_default: tuple[int, ...] = ()
 
 @contextmanager
 def _fewer_collections() -> Any:
-    """The young generation collected every `GC_YOUNG_THRESHOLD` allocations — or every quarter of the
+    """The young generation collected every `GC_YOUNG_THRESHOLD` allocations — or once as many as the
     memory blocks alive, whichever is more — while any simulation runs."""
     global _gc_runs, _gc_default
     with _gc_lock:
@@ -280,12 +280,15 @@ def _fewer_collections() -> Any:
 
 
 def _scale_young_threshold(phase: str, info: dict[str, int]) -> None:
-    """After each collection: the next one after a quarter of the blocks alive more. A collection costs more
-    the larger the heap it reaches into (a 10,000-GPU twin's is ten times a 1,000-GPU one's: each young
-    collection took ~4× longer per turn), so the gap between collections grows with the heap and their cost
-    per allocation stays flat. `sys.getallocatedblocks()` is O(1)."""
+    """After each collection: the next one once the heap has doubled (as many new objects as memory blocks
+    alive). A collection costs more the larger the heap it reaches into, so the gap between collections
+    grows with the heap: the twin then collects while its pipeline fills, and not in its steady state, at any
+    scale. (At a quarter of the heap, a 10,000-GPU twin passed the gap within a step, as its second batch's
+    turns piled up — a 3–17 s collection that found nothing, 19–22 µs a turn of collections against 6 at
+    1,000 GPUs, whose steady growth stayed under the million.) Garbage cycles (a faulty run's errors) may
+    take as much memory again as the heap before they are collected. `sys.getallocatedblocks()` is O(1)."""
     if phase == "stop":
-        young = max(GC_YOUNG_THRESHOLD, sys.getallocatedblocks() // 4)
+        young = max(GC_YOUNG_THRESHOLD, sys.getallocatedblocks())
         if young != gc.get_threshold()[0]:
             gc.set_threshold(young, *gc.get_threshold()[1:])
 

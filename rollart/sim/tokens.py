@@ -7,7 +7,7 @@ and `+` for a turn whose tokens span a weight update. `len`, indexing, iteration
 behave as on the tuple it stands for, so `Turn`, `Trajectory`, the staleness policy and the buffer work
 on it unchanged. What the records keep (a turn's prompt, token ids, logprobs, versions) is `Runs.shared`:
 one object per distinct (value, count) — the counts repeat (a few thousand lengths), so the turns of
-100,000 live trajectories add no objects of their own for their tokens (they were half of the twin's heap).
+100,000 live trajectories add no objects of their own for their tokens (45% of the twin's live memory before).
 """
 
 from __future__ import annotations
