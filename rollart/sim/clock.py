@@ -17,10 +17,15 @@ Cost (the twin's speed is its event rate): timers are kept as `(when, seq, handl
 heap, so ordering them is a C-level tuple comparison rather than `TimerHandle.__lt__` in Python (a
 10,000-trajectory twin holds tens of thousands of timers: every wait has a timeout); timers due at the
 same instant fire in the order they were set; callbacks made ready at one instant run in passes of one
-`_run_once` (asyncio's iterations, in asyncio's order, without a selector round trip each). While a
+`_run_once` (asyncio's iterations, in asyncio's order, without a selector round trip each). Timers due
+more than `FAR_TIMER_S` ahead wait in a second heap and join the loop's heap only as the clock nears them:
+nearly all of a twin's timers are such deadlines (a trajectory's timeout, each turn's call timeout: hours
+ahead, and most cancelled when the wait ends), so the heap every event goes through holds only what is
+due soon (a few thousand timers at 10,000 GPUs instead of a few hundred thousand, most of them cancelled),
+and the order timers fire in is unchanged. While a
 simulation runs, the garbage collector's young generation is collected only once a million more objects
-are alive than at its last collection (or a quarter of the memory blocks alive, if more: a larger heap makes
-each collection dearer), instead of 700: the twin's objects are freed by reference counting
+are alive than at its last collection (or as many as the memory blocks alive, if more: once the heap has
+doubled), instead of 700: the twin's objects are freed by reference counting
 (a trained batch's turns, a finished turn's records; its collections found no cyclic garbage at all), so
 the default walked the live trajectories over and over for nothing — a sixth of the run even at 100,000 —,
 while the limit still collects cycles that a faulty run's errors may leave (restored when the last
@@ -50,6 +55,7 @@ T = TypeVar("T")
 THREAD_WAIT_S = 600.0  # longest real wait for thread work before the simulation gives up
 LIVELOCK_ITERATIONS = 1_000_000  # loop iterations at one virtual instant before it is called a livelock
 GC_YOUNG_THRESHOLD = 1_000_000  # net new objects between young-generation collections while a simulation runs
+FAR_TIMER_S = 300.0  # timers due further ahead than this wait outside the loop's heap (VirtualTimeLoop._far)
 
 
 class SimulationDeadlock(RuntimeError):
@@ -105,6 +111,12 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self.same_instant = 0  # iterations since virtual time last moved
         self._clock_resolution = 1e-9  # timers due within this are run together
         self._timer_seq = itertools.count()  # ties between timers due at the same instant: first set, first run
+        # Timers due at or after `_horizon` wait in `_far` (a heap of the same tuples), those before it in
+        # `_scheduled`; the horizon stays at least FAR_TIMER_S / 2 ahead of the clock and moves only forward,
+        # taking the far timers it passes into `_scheduled` (`_bring_near`).
+        self._far: list[tuple[float, int, asyncio.TimerHandle]] = []
+        self._far_cancelled = 0
+        self._horizon = FAR_TIMER_S
 
     def advance(self, seconds: float) -> None:
         self._clock[0] += seconds
@@ -123,9 +135,51 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         timer = asyncio.TimerHandle(when, callback, args, self, context)
         if timer._source_traceback:
             del timer._source_traceback[-1]
-        heappush(self._scheduled, (when, next(self._timer_seq), timer))
+        heappush(self._scheduled if when < self._horizon else self._far, (when, next(self._timer_seq), timer))
         timer._scheduled = True
         return timer
+
+    def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        if handle._scheduled:  # (in `_far` exactly when due at or after the horizon)
+            if handle._when < self._horizon:
+                self._timer_cancelled_count += 1
+            else:
+                self._far_cancelled += 1
+
+    def _bring_near(self) -> None:
+        """Move the horizon to FAR_TIMER_S past the clock — past the earliest far timer if no near one is
+        left — and the far timers before it into `_scheduled`; cancelled far timers are dropped (all of them
+        once they are most of `_far`)."""
+        far = self._far
+        if self._far_cancelled * 2 > len(far):
+            live = []
+            for entry in far:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
+                else:
+                    live.append(entry)
+            heapify(live)
+            self._far = far = live
+            self._far_cancelled = 0
+        while far and far[0][2]._cancelled:
+            self._far_cancelled -= 1
+            heappop(far)[2]._scheduled = False
+        horizon = max(self._horizon, self._clock[0] + FAR_TIMER_S)
+        if far and not self._scheduled:
+            horizon = max(horizon, far[0][0] + FAR_TIMER_S)
+        self._horizon = horizon
+        scheduled = self._scheduled
+        while far and far[0][0] < horizon:
+            entry = heappop(far)
+            if entry[2]._cancelled:
+                self._far_cancelled -= 1
+                entry[2]._scheduled = False
+            else:
+                heappush(scheduled, entry)
+
+    def close(self) -> None:
+        super().close()
+        self._far.clear()
 
     def _run_once(self) -> None:
         scheduled = self._scheduled
@@ -143,6 +197,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             while scheduled and scheduled[0][2]._cancelled:
                 self._timer_cancelled_count -= 1
                 heappop(scheduled)[2]._scheduled = False
+        far = self._far
+        if far and (not scheduled or self._clock[0] + FAR_TIMER_S / 2 >= self._horizon
+                    or self._far_cancelled * 2 > len(far) > 100):
+            self._bring_near()
         ready = self._ready
         if ready or self._stopping:
             timeout: float | None = 0
@@ -152,6 +210,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             timeout = None
         self._process_events(self._selector.select(timeout))
         end_time = self._clock[0] + self._clock_resolution
+        if self._far and end_time > self._horizon:  # (a near timer within the resolution of the horizon)
+            self._bring_near()
         while True:
             while scheduled and scheduled[0][0] < end_time:
                 handle = heappop(scheduled)[2]
@@ -200,7 +260,7 @@ _gc_default: tuple[int, ...] = ()
 
 @contextmanager
 def _fewer_collections() -> Any:
-    """The young generation collected every `GC_YOUNG_THRESHOLD` allocations — or every quarter of the
+    """The young generation collected every `GC_YOUNG_THRESHOLD` allocations — or once as many as the
     memory blocks alive, whichever is more — while any simulation runs."""
     global _gc_runs, _gc_default
     with _gc_lock:
@@ -220,12 +280,15 @@ def _fewer_collections() -> Any:
 
 
 def _scale_young_threshold(phase: str, info: dict[str, int]) -> None:
-    """After each collection: the next one after a quarter of the blocks alive more. A collection costs more
-    the larger the heap it reaches into (a 10,000-GPU twin's is ten times a 1,000-GPU one's: each young
-    collection took ~4× longer per turn), so the gap between collections grows with the heap and their cost
-    per allocation stays flat. `sys.getallocatedblocks()` is O(1)."""
+    """After each collection: the next one once the heap has doubled (as many new objects as memory blocks
+    alive). A collection costs more the larger the heap it reaches into, so the gap between collections
+    grows with the heap: the twin then collects while its pipeline fills, and not in its steady state, at any
+    scale. (At a quarter of the heap, a 10,000-GPU twin passed the gap within a step, as its second batch's
+    turns piled up — a 3–17 s collection that found nothing, 19–22 µs a turn of collections against 6 at
+    1,000 GPUs, whose steady growth stayed under the million.) Garbage cycles (a faulty run's errors) may
+    take as much memory again as the heap before they are collected. `sys.getallocatedblocks()` is O(1)."""
     if phase == "stop":
-        young = max(GC_YOUNG_THRESHOLD, sys.getallocatedblocks() // 4)
+        young = max(GC_YOUNG_THRESHOLD, sys.getallocatedblocks())
         if young != gc.get_threshold()[0]:
             gc.set_threshold(young, *gc.get_threshold()[1:])
 

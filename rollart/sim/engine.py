@@ -264,13 +264,13 @@ class SimEngine:
         self.counts["generated"] += generated
         self._remember(trajectory_id, req.context + generated)
         if len(req.segments) == 1:
-            versions = Runs.of(req.segments[0][0], generated)
+            versions = Runs.shared(req.segments[0][0], generated)
         else:
             versions = self._split_versions(req, generated)
         if not req.future.done():
             req.future.set_result(GenerationResult(
-                request_id=req.request.request_id, trajectory_id=trajectory_id, token_ids=Runs.of(0, generated),
-                logprobs=Runs.of(0.0, generated), versions=versions, finish_reason=reason,
+                request_id=req.request.request_id, trajectory_id=trajectory_id, token_ids=Runs.shared(0, generated),
+                logprobs=Runs.shared(0.0, generated), versions=versions, finish_reason=reason,
                 prompt_tokens=req.context, prefill_tokens=req.prefill, worker=self.name,
             ))
 

@@ -173,12 +173,12 @@ class SimEnvRunner:
                 self.observer.observe_turn(task.domain, turn.prompt_tokens, n, result.prompt_tokens,
                                            result.prefill_tokens, turn.env_s, k == 0)
             if result.finish_reason == "abort" or live.cancelled:
-                turns.append(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs,
+                turns.append(Turn(Runs.shared(0, turn.prompt_tokens), result.token_ids, result.logprobs,
                                   result.versions, finish_reason=result.finish_reason, spans=(wait,)))
                 return self._end(traj, turns, EpisodeEnds.aborted(live.cancelled), generated)
             step_start = clock()
             await self._sleep(live, turn.env_s)
-            turns.append(Turn(Runs.of(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
+            turns.append(Turn(Runs.shared(0, turn.prompt_tokens), result.token_ids, result.logprobs, result.versions,
                               finish_reason=result.finish_reason,
                               spans=(wait, Span("env.step", step_start, clock(), WORKER))))
             if live.cancelled:

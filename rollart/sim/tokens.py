@@ -5,7 +5,9 @@ logprobs, versions) while 10,000 of them run. `Runs` is an immutable `Sequence` 
 repeated value — `Runs.of(0, n)` for n token ids, `Runs.of(v, n)` for n tokens generated at version v,
 and `+` for a turn whose tokens span a weight update. `len`, indexing, iteration, `min` and equality
 behave as on the tuple it stands for, so `Turn`, `Trajectory`, the staleness policy and the buffer work
-on it unchanged.
+on it unchanged. What the records keep (a turn's prompt, token ids, logprobs, versions) is `Runs.shared`:
+one object per distinct (value, count) — the counts repeat (a few thousand lengths), so the turns of
+100,000 live trajectories add no objects of their own for their tokens (45% of the twin's live memory before).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate, repeat
 from typing import Any, Iterator, Sequence, overload
+
+SHARED_MAX = 1 << 16  # distinct shared sequences kept; past it the table starts afresh (sharing, not meaning, is lost)
+_shared: dict[tuple[type, Any, int], Runs] = {}
 
 
 class Runs(Sequence[Any]):
@@ -28,6 +33,18 @@ class Runs(Sequence[Any]):
         runs = cls.__new__(cls)  # the common case, without the general constructor's passes
         runs._runs, runs._ends = (((value, count),), (count,)) if count > 0 else ((), ())
         runs._len = max(count, 0)
+        return runs
+
+    @classmethod
+    def shared(cls, value: Any, count: int) -> Runs:
+        """`Runs.of(value, count)`, the same object for the same value (and type: 0 and 0.0 differ) and count
+        (immutable: only `is` can tell)."""
+        key = (value.__class__, value, count)
+        runs = _shared.get(key)
+        if runs is None:
+            if len(_shared) >= SHARED_MAX:
+                _shared.clear()
+            runs = _shared[key] = cls.of(value, count)
         return runs
 
     def __len__(self) -> int:

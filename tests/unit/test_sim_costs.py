@@ -75,6 +75,20 @@ def test_runs_behave_like_the_tuple_they_stand_for() -> None:
         r[5]
 
 
+def test_shared_runs_are_one_object_per_value_type_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rollart.sim import tokens
+
+    monkeypatch.setattr(tokens, "_shared", {})
+    a = Runs.shared(0, 7)
+    assert a is Runs.shared(0, 7) and a == Runs.of(0, 7) and list(a) == [0] * 7
+    logprobs = Runs.shared(0.0, 7)  # 0 == 0.0, but a logprob stays a float
+    assert logprobs is not a and all(type(x) is float for x in logprobs)
+    assert Runs.shared(0, 8) is not a and Runs.shared(1, 7) is not a and len(Runs.shared(0, 0)) == 0
+    monkeypatch.setattr(tokens, "SHARED_MAX", 3)
+    b = Runs.shared(2, 2)  # the table is full: it starts afresh, values unchanged
+    assert len(tokens._shared) == 1 and b == (2, 2) and Runs.shared(0, 7) == a
+
+
 def test_a_reports_step_figures_can_be_taken_over_its_first_steps_only():
     """`bench sim` compares a 50-step run with 8-step ones over the same steps."""
     from rollart.sim.run import SimReport
