@@ -3,19 +3,19 @@
 In: pool specs (registered by whoever connects first, updated by later connections), reservations and
 releases from the placement code. Out: placements, `NoRoom` refusals and snapshots (see accounts.py).
 
-Guarantees: each run starts its own manager under a name of its own (`new_manager_name`: the base name and a
-random suffix, so `ray list actors` still shows what it is). It never looks up an existing one: a process that
-ran a job before (tests, notebooks) may still hold, in garbage not yet collected, a handle to the previous
-run's manager, and a by-name lookup (`get_if_exists`) can hand back that actor while Ray is tearing it down or
-let the old handle's collection end it mid-run (Ray issue 44083; a full test run lost its fault-injection run
-that way). Its methods run one at a time, so reservations are atomic; it asks Ray for no CPU (it must never
-wait for a core on a loaded machine); it is not detached, so it goes away with the handle that made it; it
-lives on the driver's node (`on_driver_node`), so losing another node never takes the run's pool accounts.
+Guarantees: one manager per name and Ray namespace, shared by every driver that connects under that name
+(`rollart pools` joining a live run's cluster sees that run's holders); the one that created it owns it and
+ends it when it is done (`Resources.end_manager`, called by `Runtime.shutdown`) rather than leaving that to
+Ray's reference counting — a process that ran a job before (tests, notebooks) may still hold the previous
+run's handles in garbage not yet collected, and a lookup by name could then hand the next run a manager that
+the old handles' collection ends mid-run (Ray issue 44083: a full test run lost its fault-injection run that
+way). Its methods run one at a time, so reservations are atomic; it asks Ray for no CPU (it must never wait
+for a core on a loaded machine); it is not detached, so it goes away with its owner if that dies; it lives on
+the driver's node (`on_driver_node`), so losing another node never takes the run's pool accounts.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Iterable, Sequence
 
 import ray
@@ -65,11 +65,14 @@ def on_driver_node() -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
-def new_manager_name() -> str:
-    """A name no other manager has: the base name and 8 random hex digits."""
-    return f"{MANAGER_NAME}-{uuid.uuid4().hex[:8]}"
-
-
-def start_manager(name: str) -> ray.actor.ActorHandle:
-    """A new ResourceManager named `name`, on the driver's node; Ray refuses a name already taken."""
-    return ResourceManager.options(name=name, scheduling_strategy=on_driver_node()).remote()
+def connect_manager(name: str = MANAGER_NAME) -> tuple[ray.actor.ActorHandle, bool]:
+    """The live ResourceManager named `name` in this Ray namespace, or a new one (on the driver's node);
+    True when this call created it (its caller owns it)."""
+    try:
+        return ray.get_actor(name), False
+    except ValueError:  # no such actor: create it
+        pass
+    try:
+        return ResourceManager.options(name=name, scheduling_strategy=on_driver_node()).remote(), True
+    except ValueError:  # another driver created it between the lookup and here
+        return ray.get_actor(name), False

@@ -50,7 +50,7 @@ from rollart.resources.worker_set import WorkerSet, Member
 from rollart.resources.errors import PlacementError
 from rollart.resources.health import Ticker, actor_states
 from rollart.resources.accounts import NoRoom, Placement, PoolSpec, PoolStatus, pool_metrics
-from rollart.resources.manager import new_manager_name, on_driver_node, start_manager
+from rollart.resources.manager import MANAGER_NAME, connect_manager, on_driver_node
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import cluster_capacity, declare_hint, pool_nodes
 
@@ -90,6 +90,7 @@ class Resources:
         capacity: Mapping[str, float] | None = None,
     ) -> None:
         self.manager = manager
+        self.owns_manager = False  # set by `connect` when it created the manager
         self.pools = dict(pools)
         self.roles = dict(roles)
         self.placement_timeout_s = placement_timeout_s
@@ -101,9 +102,9 @@ class Resources:
         self._health: Ticker | None = None
 
     @classmethod
-    def connect(cls, cfg: RunConfig, *, name: str | None = None) -> Resources:
-        """Start the run's own ResourceManager (named `name`, or a fresh name) and register the run's
-        pools with the capacity Ray holds of each (on a joined cluster that can differ from
+    def connect(cls, cfg: RunConfig, *, name: str = MANAGER_NAME) -> Resources:
+        """Join the ResourceManager named `name` of the current Ray namespace, or create it (then this
+        Resources owns it: `end_manager`), and register the run's pools with the capacity Ray holds of each (on a joined cluster that can differ from
         `pools.<name>.capacity`; Ray is what enforces it, so the accounts follow Ray)."""
         if not ray.is_initialized():
             raise RuntimeError("Resources.connect needs a running Ray; start one with rollart.resources.Runtime")
@@ -115,10 +116,24 @@ class Resources:
                 log.info("pool %s: the cluster holds %g of %s (config says %g); using %g",
                          pool_name, capacity, pool_resource(pool_name), pool.capacity, capacity)
             specs.append(PoolSpec(pool_name, pool.kind, pool.device, capacity, tuple(pool.fallback)))
-        manager = start_manager(name or new_manager_name())
+        manager, created = connect_manager(name)
         _call(manager.add_pools.remote(specs), "add_pools")
-        return cls(manager, cfg.pools, cfg.roles, cfg.cluster.placement_timeout_s, cfg.cluster.start_timeout_s,
-                   cfg.cluster.health_interval_s, {s.name: s.capacity for s in specs})
+        resources = cls(manager, cfg.pools, cfg.roles, cfg.cluster.placement_timeout_s, cfg.cluster.start_timeout_s,
+                        cfg.cluster.health_interval_s, {s.name: s.capacity for s in specs})
+        resources.owns_manager = created
+        return resources
+
+    def end_manager(self) -> None:
+        """End the manager if this Resources created it (one that joined another run's leaves it): at once,
+        so that its name is free for the next run in this process, rather than when Python collects the last
+        of its handles — which may sit in garbage past the next run's start and end that run's manager."""
+        if not self.owns_manager:
+            return
+        self.owns_manager = False
+        try:
+            ray.kill(self.manager)
+        except Exception as exc:  # already gone (Ray stopped, or the actor died): nothing to end
+            log.debug("the ResourceManager was already gone: %s", exc)
 
     # --- placing ---------------------------------------------------------------------------------
     def place(

@@ -48,6 +48,7 @@ from rollart.config import ClusterConfig, RunConfig, is_loopback_host
 from rollart.resources import AUTH_MODE_DEFAULTED
 from rollart.resources.errors import ClusterError
 from rollart.resources.logs import LOG_LEVEL_VAR, configure_worker_logging
+from rollart.resources.manager import MANAGER_NAME
 from rollart.resources.names import pool_resource
 from rollart.resources.nodes import declare_hint, missing_pools
 from rollart.resources.placement import Resources
@@ -60,7 +61,7 @@ _CONNECT_TIMEOUT_S = 5.0
 
 
 class Runtime:
-    def __init__(self, cfg: RunConfig, *, handle_signals: bool = True, manager_name: str | None = None) -> None:
+    def __init__(self, cfg: RunConfig, *, handle_signals: bool = True, manager_name: str = MANAGER_NAME) -> None:
         self.cfg = cfg
         self.mode: Mode | None = None
         self.resources: Resources | None = None
@@ -99,12 +100,14 @@ class Runtime:
 
     def shutdown(self) -> None:
         """Stop (embedded) or leave (joined) Ray; idempotent."""
-        mode, self.mode, self.resources = self.mode, None, None
+        mode, resources, self.mode, self.resources = self.mode, self.resources, None, None
         own_signals = bool(self._previous) and _main_thread()
         if own_signals:
             for sig in _SIGNALS:  # a second Ctrl-C must not cut the shutdown short and leave processes
                 signal.signal(sig, signal.SIG_IGN)
         try:
+            if resources is not None and ray.is_initialized():
+                resources.end_manager()  # attached: the session's Ray lives on, and so would the manager
             if mode in ("embedded", "joined") and ray.is_initialized():
                 try:
                     ray.shutdown(wait_for_processes=True)

@@ -180,27 +180,31 @@ def test_runtime_attaches_to_a_running_ray_and_checks_its_pools(ray_local):
 
 
 def test_each_run_in_one_process_gets_a_manager_of_its_own(ray_local):
-    """Two runs one after the other in one process (as the e2e tests run): the second must not be handed the
-    first's manager, and the first's handle, collected late (a run's objects sit in reference cycles), must
-    not end the second's manager mid-run."""
+    """Two runs one after the other in one process (as the e2e tests run): the first ends the manager it
+    created, so the second is not handed it by name, and the first's handle, collected late (a run's objects
+    sit in reference cycles), cannot end the second's manager mid-run. A driver that joins a live manager
+    (as `rollart pools` does) shares it and leaves it running."""
     import gc
 
     cfg = load_config(None, TEST_POOLS)
-    with Runtime(cfg) as first:
+    name = f"rm-test-{uuid.uuid4().hex[:8]}"
+    with Runtime(cfg, manager_name=name) as first:
         earlier = first.resources
         earlier.reserve_extra = [earlier]  # a cycle: only the cyclic collector frees it, as a run's objects
         first_id = earlier.manager._actor_id
-    with Runtime(cfg) as second:
-        assert second.resources.manager._actor_id != first_id
-        del earlier
+        assert earlier.owns_manager
+        joined = Resources.connect(cfg, name=name)  # another driver of the same run
+        assert joined.manager._actor_id == first_id and not joined.owns_manager
+        joined.end_manager()  # not its to end
+        assert {s.name for s in earlier.snapshot()} >= {"test_a", "test_b"}
+    with Runtime(cfg, manager_name=name) as second:
+        assert second.resources.manager._actor_id != first_id and second.resources.owns_manager
+        del earlier, joined
         gc.collect()
         time.sleep(1.0)  # Ray ends an actor whose last handle went out of scope within milliseconds
         assert {s.name for s in second.resources.snapshot()} >= {"test_a", "test_b"}
-    name = f"rm-test-{uuid.uuid4().hex[:8]}"
-    kept = Resources.connect(cfg, name=name)
-    with pytest.raises(ValueError, match="already taken"):  # a taken name is refused, never shared
-        Resources.connect(cfg, name=name)
-    ray_local.kill(kept.manager)
+    with pytest.raises(ValueError):  # the run that created it ended it with its Runtime
+        ray_local.get_actor(name)
 
 
 def test_actor_options_cannot_override_what_placement_decides(resources):
