@@ -104,8 +104,9 @@ class Resources:
     @classmethod
     def connect(cls, cfg: RunConfig, *, name: str = MANAGER_NAME) -> Resources:
         """Join the ResourceManager named `name` of the current Ray namespace, or create it (then this
-        Resources owns it: `end_manager`), and register the run's pools with the capacity Ray holds of each (on a joined cluster that can differ from
-        `pools.<name>.capacity`; Ray is what enforces it, so the accounts follow Ray)."""
+        Resources owns it: `end_manager`), and register the run's pools with the capacity Ray holds of each
+        (on a joined cluster that can differ from `pools.<name>.capacity`; Ray is what enforces it, so the
+        accounts follow Ray)."""
         if not ray.is_initialized():
             raise RuntimeError("Resources.connect needs a running Ray; start one with rollart.resources.Runtime")
         totals = ray.cluster_resources()
