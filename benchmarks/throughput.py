@@ -4,7 +4,11 @@ On the cluster twin (rollart.sim: the production control plane in virtual time) 
 `rollart sim --preset 1000gpu` — each arm runs `STEPS` RL steps with the same seed, measured over steps 2 to
 `UPTO` (the first fills the pipeline; near its end a run admits less):
 
-- `sync`: α = 0, `rollout.barrier=batch` (the paper's Sync);
+- `sync`: α = 0, `rollout.barrier=batch` — rollout and training alternate, every trajectory advancing on its own
+  (the paper's Sync+: its environments and reward asynchronous);
+- `sync_turn`: α = 0, `rollout.barrier=turn` — rollout and training alternate and the batch's trajectories
+  advance turn by turn in lock step (the paper's Sync, whose environments step together; its reward is still
+  scored as each trajectory ends, as Sync+'s is);
 - `async`: α = 1, no barrier (rollout and training overlap);
 - `async_elastic`, `sync_elastic`: the same with `train.elastic_generation` — between train steps the trainer
   pool's GPUs run engines on the trainer's weights, take new trajectories and the busiest engines' turns, and
@@ -23,7 +27,8 @@ of the step —, the trainer pool's busy share (training, and generating while l
 stale and the response tokens wasted, the batch's mean share of `rollout.batch_size`, groups held back by
 pacing, turns taken back from the trainer's GPUs, and the invariants (ledger, staleness). Ratios:
 `<arm>_vs_sync_throughput`, `get_batch_idle_share_<arm>`, `trainer_pool_busy_<arm>`, `stale_share_<arm>`
-(trajectories cancelled stale per trajectory started).
+(trajectories cancelled stale per trajectory started), and against the paper's Sync
+`<arm>_vs_sync_turn_throughput` for `sync`, `async` and `async_all`.
 
 `--quick`: a tenth of the cluster and of the batch, 6 steps measured over 2–5.
 """
@@ -52,6 +57,7 @@ class Arm:
 
 ARMS = {
     "sync": Arm(0, "batch"),
+    "sync_turn": Arm(0, "turn"),  # α = 0 admits nothing until the step's weights are served: a batch barrier too
     "async": Arm(1, "none"),
     "async_elastic": Arm(1, "none", elastic=True),
     "sync_elastic": Arm(0, "batch", elastic=True),
@@ -62,6 +68,7 @@ ARMS = {
     "async_alpha2": Arm(2, "none"),
     "async_alpha2_all": Arm(2, "none", elastic=True, pacing="measured", min_batch_fraction=ADAPTIVE_FLOOR),
 }
+VS_SYNC_TURN = ("sync", "async", "async_all")  # the arms also compared with the paper's Sync (turns in lock step)
 
 
 def arm(name: str, scale: float, steps: int) -> SimReport:
@@ -108,6 +115,9 @@ def run(quick: bool) -> BenchResult:
     for name, report in reports.items():
         if name != "sync":
             ratios[f"{name}_vs_sync_throughput"] = report.steady_trajectories_per_s(upto=upto) / sync
+    sync_turn = reports["sync_turn"].steady_trajectories_per_s(upto=upto)
+    for name in VS_SYNC_TURN:
+        ratios[f"{name}_vs_sync_turn_throughput"] = reports[name].steady_trajectories_per_s(upto=upto) / sync_turn
     for name, report in reports.items():
         ratios[f"get_batch_idle_share_{name}"] = report.get_batch_idle_share(upto=upto)
         ratios[f"trainer_pool_busy_{name}"] = report.trainer_pool_busy_fraction()
