@@ -2,7 +2,8 @@
 
 Both arms run the default job (the one `make demo` runs) through the real driver with the same seed: `async`
 = α = 1, no barrier (rollout overlaps training, trajectory-level); `sync` = α = 0, `barrier=batch` (rollout
-and training alternate — the paper's Sync baseline). Reported:
+and training alternate, every trajectory on its own — the paper's Sync+; its Sync also steps the environments
+in lock step, `rollout.barrier=turn`, which `rollart bench throughput` runs on the twin). Reported:
 - `async_vs_sync_step_time`: mean RL step time of sync ÷ async (the paper: 2.65–4.58× throughput of Sync);
 - `async_vs_sync_time_to_score`: wall time for sync ÷ async to first reach the target validation score — the
   highest mean score both arms reach (the paper: 2.05× against Sync+ on Qwen3-32B);

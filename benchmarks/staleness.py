@@ -1,7 +1,7 @@
 """`rollart bench staleness`: how the validation score depends on α, the staleness mode and the importance
 weights (a study like the paper's Fig. 10), over several seeds — resumable, one arm × seed per piece.
 
-Arms: `sync` (α = 0, `barrier=batch`: the paper's Sync) and α ∈ {1, 2, 4, 8} × `rollout.staleness`
+Arms: `sync` (α = 0, `barrier=batch`: the paper's Sync+) and α ∈ {1, 2, 4, 8} × `rollout.staleness`
 {trajectory, token} × the behaviour correction `train.correction` {token_tis (`iw`), none (`noiw`)}, e.g.
 `a4-token-iw`. At α = 0 nothing is stale, so mode and weights make no difference there and one sync arm stands for all four.
 Seeds 0, 1, 2 (`seed=` of the run: rollout sampling, env seeds, mini-batch splits).
