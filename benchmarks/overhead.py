@@ -2,7 +2,9 @@
 
 The job: the default config's math domain alone (`domains.frozenlake=null`), batches of 36 in groups of 4,
 150 GRPO steps, from one warm start (the default job's 100 supervised steps on both its domains'
-demonstrations, built once here by `rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other in this process:
+demonstrations, built once by `rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other, each
+in a fresh process of its own (as is the warm start: `multiprocessing`'s spawn context), so neither inherits the
+other's threads, imports, model or allocator state — and this process, which only waits, runs nothing between:
 - `trl`: the same job through TRL's `GRPOTrainer` on CPU (`overhead_trl.py` says what is matched and what
   is not);
 - `rollart`: `rollart.job.driver.train` from the same base (no warm start of its own, no evaluation inside
@@ -24,9 +26,12 @@ Reported:
 from __future__ import annotations
 
 import json
+import multiprocessing
 import statistics
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from benchmarks.process_cpu import CpuSampler
 
 DOMAIN = "math"
 GENERATION_AND_TRAINING = ("engine", "trainer")
+PART_TIMEOUT_S = 1800  # the warm start or one arm, in its own process (each takes 1-2 minutes here)
 
 
 def job_overrides(quick: bool) -> list[str]:
@@ -48,7 +54,6 @@ def job_overrides(quick: bool) -> list[str]:
 
 def run(quick: bool) -> BenchResult:
     from rollart.config.loader import load_config
-    from rollart.job.driver import warm_start_checkpoint
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rollart-bench-overhead-") as tmp:
@@ -57,12 +62,12 @@ def run(quick: bool) -> BenchResult:
         base_cfg = load_config(None, [f"run_dir={work / 'base-run'}",
                                       *(o for o in job_overrides(quick) if o != "domains.frozenlake=null")])
         began = time.perf_counter()
-        base = warm_start_checkpoint(base_cfg, work / "base")
+        base = in_fresh_process(warm_start, base_cfg, work / "base")
         warm_s = time.perf_counter() - began
         cfg = load_config(None, [f"run_dir={work / 'rollart'}", *job_overrides(quick), f"model.path={base}",
                                  "train.warm_start.steps=0"])
-        trl = trl_arm(cfg, work)
-        ours = rollart_arm(cfg)
+        trl = in_fresh_process(trl_arm, cfg, work)
+        ours = in_fresh_process(rollart_arm, cfg)
     trajectories = ours["trajectories"]
     overhead_s = sum(v for k, v in ours["cpu_by_role"].items() if k not in GENERATION_AND_TRAINING)
     rows.append({"arm": "trl", "rl_wall_s": round(trl["rl_wall_s"], 1), "cpu_s": round(trl["cpu_s"], 1),
@@ -97,6 +102,47 @@ def run(quick: bool) -> BenchResult:
                                          sorted(ours["other_actors"].items(), key=lambda kv: -kv[1])[:6]),
     ]
     return BenchResult("overhead", ratios, rows, notes)
+
+
+def in_fresh_process(part: Callable[..., Any], *args: Any) -> Any:
+    """`part(*args)` (a module-level function, picklable arguments) in a new Python process — spawned: nothing of
+    this one's state is inherited — and its result returned here. Its exception is raised here as a
+    RuntimeError with its traceback; a part that dies or runs past `PART_TIMEOUT_S` raises, and is killed."""
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_part_main, args=(send, part, args), name=f"overhead-{part.__name__}")
+    proc.start()
+    send.close()  # (this end is the child's: EOF here once it exits)
+    try:
+        if not receive.poll(PART_TIMEOUT_S):
+            raise TimeoutError(f"{part.__name__} did not finish within {PART_TIMEOUT_S} s")
+        try:
+            ok, value = receive.recv()
+        except EOFError:
+            ok, value = False, "it exited without a result"
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+    if not ok:
+        raise RuntimeError(f"{part.__name__} failed in its own process (exit code {proc.exitcode}): {value}")
+    return value
+
+
+def _part_main(send: Any, part: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        send.send((True, part(*args)))
+    except BaseException:  # (the traceback as text: an exception may not pickle)
+        send.send((False, traceback.format_exc()))
+    finally:
+        send.close()
+
+
+def warm_start(cfg: Any, out_dir: Path) -> Path:
+    from rollart.job.driver import warm_start_checkpoint
+
+    return warm_start_checkpoint(cfg, out_dir)
 
 
 def trl_arm(cfg: Any, work: Path) -> dict[str, Any]:
