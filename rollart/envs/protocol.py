@@ -25,10 +25,10 @@ sync ones run in the given thread pool so a CPU-heavy env never blocks the loop 
 trajectories — unless the env's class says `runs_inline = True`: its constructor and sync methods are quick,
 pure Python that never block (the math domain's: a problem drawn from a seed, a `\boxed{}` found), so they run
 on the loop itself, saving a thread-pool round trip per call (the hop cost more CPU than such a call); no
-timeout can interrupt them there. Timeouts are the caller's (EnvManager) job. A thread cannot be stopped: a sync call whose caller
-timed out or was cancelled runs on to its end, so `close()` first waits (at most `CLOSE_WAITS_FOR_CALL_S`, then
-closes anyway) for such a call — a `prepare()` cut short by a shutdown, still starting its container, must not
-set it on an env already closed, where nothing would ever remove it.
+timeout can interrupt them there. Timeouts are the caller's (EnvManager) job. A thread cannot be stopped: a
+sync call whose caller timed out or was cancelled runs on to its end, so `close()` first waits (at most
+`CLOSE_WAITS_FOR_CALL_S`, then closes anyway) for such a call — a `prepare()` cut short by a shutdown, still
+starting its container, must not set it on an env already closed, where nothing would ever remove it.
 """
 
 from __future__ import annotations
