@@ -3,7 +3,7 @@
 The job: the default config's math domain alone (`domains.frozenlake=null`), batches of 36 in groups of 4,
 150 GRPO steps, from one warm start (the default job's 100 supervised steps on both its domains'
 demonstrations, built once by `rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other, each
-in a fresh process of its own (as is the warm start: `multiprocessing`'s spawn context), so neither inherits the
+in a fresh Python interpreter of its own (as is the warm start: `in_fresh_process`), so neither inherits the
 other's threads, imports, model or allocator state — and this process, which only waits, runs nothing between:
 - `trl`: the same job through TRL's `GRPOTrainer` on CPU (`overhead_trl.py` says what is matched and what
   is not);
@@ -26,11 +26,12 @@ Reported:
 from __future__ import annotations
 
 import json
-import multiprocessing
+import pickle
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,39 +105,38 @@ def run(quick: bool) -> BenchResult:
     return BenchResult("overhead", ratios, rows, notes)
 
 
+# what a part's interpreter runs: `module.name(*args)` from a pickle, its result (or traceback) to another
+PART_MAIN = """
+import importlib, pickle, sys, traceback
+module, name, args_path, out_path = sys.argv[1:5]
+try:
+    with open(args_path, "rb") as f:
+        args = pickle.load(f)
+    out = (True, getattr(importlib.import_module(module), name)(*args))
+except BaseException:
+    out = (False, traceback.format_exc())
+with open(out_path, "wb") as f:
+    pickle.dump(out, f)
+"""
+
+
 def in_fresh_process(part: Callable[..., Any], *args: Any) -> Any:
-    """`part(*args)` (a module-level function, picklable arguments) in a new Python process — spawned: nothing of
-    this one's state is inherited — and its result returned here. Its exception is raised here as a
-    RuntimeError with its traceback; a part that dies or runs past `PART_TIMEOUT_S` raises, and is killed."""
-    ctx = multiprocessing.get_context("spawn")
-    receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_part_main, args=(send, part, args), name=f"overhead-{part.__name__}")
-    proc.start()
-    send.close()  # (this end is the child's: EOF here once it exits)
-    try:
-        if not receive.poll(PART_TIMEOUT_S):
-            raise TimeoutError(f"{part.__name__} did not finish within {PART_TIMEOUT_S} s")
-        try:
-            ok, value = receive.recv()
-        except EOFError:
-            ok, value = False, "it exited without a result"
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
+    """`part(*args)` (a module-level function, picklable arguments and result) in a new Python interpreter
+    (`python -c`: nothing of this process is inherited but its environment) and its result returned here; its
+    exception is raised here as a RuntimeError with its traceback; one that runs past `PART_TIMEOUT_S` is killed
+    (subprocess.TimeoutExpired). Not `multiprocessing`: a rollart arm run as a spawn child was 20-30% slower,
+    every Ray process of its job using more CPU (benchmarks/RESULTS.md, "## overhead", 2026-12-04 evening)."""
+    with tempfile.TemporaryDirectory(prefix="rollart-bench-part-") as tmp:
+        args_path, out_path = Path(tmp) / "args.pkl", Path(tmp) / "out.pkl"
+        args_path.write_bytes(pickle.dumps(args))
+        done = subprocess.run([sys.executable, "-c", PART_MAIN, part.__module__, part.__name__, str(args_path),
+                               str(out_path)], timeout=PART_TIMEOUT_S, check=False)
+        if not out_path.exists():
+            raise RuntimeError(f"{part.__name__} exited (code {done.returncode}) without a result")
+        ok, value = pickle.loads(out_path.read_bytes())
     if not ok:
-        raise RuntimeError(f"{part.__name__} failed in its own process (exit code {proc.exitcode}): {value}")
+        raise RuntimeError(f"{part.__name__} failed in its own process: {value}")
     return value
-
-
-def _part_main(send: Any, part: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    try:
-        send.send((True, part(*args)))
-    except BaseException:  # (the traceback as text: an exception may not pickle)
-        send.send((False, traceback.format_exc()))
-    finally:
-        send.close()
 
 
 def warm_start(cfg: Any, out_dir: Path) -> Path:
