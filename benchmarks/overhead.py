@@ -2,7 +2,9 @@
 
 The job: the default config's math domain alone (`domains.frozenlake=null`), batches of 36 in groups of 4,
 150 GRPO steps, from one warm start (the default job's 100 supervised steps on both its domains'
-demonstrations, built once here by `rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other in this process:
+demonstrations, built once by `rollart.job.driver.warm_start_checkpoint`). Two arms, one after the other, each
+in a fresh Python interpreter of its own (as is the warm start: `in_fresh_process`), so neither inherits the
+other's threads, imports, model or allocator state — and this process, which only waits, runs nothing between:
 - `trl`: the same job through TRL's `GRPOTrainer` on CPU (`overhead_trl.py` says what is matched and what
   is not);
 - `rollart`: `rollart.job.driver.train` from the same base (no warm start of its own, no evaluation inside
@@ -24,9 +26,13 @@ Reported:
 from __future__ import annotations
 
 import json
+import pickle
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,7 @@ from benchmarks.process_cpu import CpuSampler
 
 DOMAIN = "math"
 GENERATION_AND_TRAINING = ("engine", "trainer")
+PART_TIMEOUT_S = 1800  # the warm start or one arm, in its own process (each takes 1-2 minutes here)
 
 
 def job_overrides(quick: bool) -> list[str]:
@@ -48,7 +55,6 @@ def job_overrides(quick: bool) -> list[str]:
 
 def run(quick: bool) -> BenchResult:
     from rollart.config.loader import load_config
-    from rollart.job.driver import warm_start_checkpoint
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rollart-bench-overhead-") as tmp:
@@ -57,12 +63,12 @@ def run(quick: bool) -> BenchResult:
         base_cfg = load_config(None, [f"run_dir={work / 'base-run'}",
                                       *(o for o in job_overrides(quick) if o != "domains.frozenlake=null")])
         began = time.perf_counter()
-        base = warm_start_checkpoint(base_cfg, work / "base")
+        base = in_fresh_process(warm_start, base_cfg, work / "base")
         warm_s = time.perf_counter() - began
         cfg = load_config(None, [f"run_dir={work / 'rollart'}", *job_overrides(quick), f"model.path={base}",
                                  "train.warm_start.steps=0"])
-        trl = trl_arm(cfg, work)
-        ours = rollart_arm(cfg)
+        trl = in_fresh_process(trl_arm, cfg, work)
+        ours = in_fresh_process(rollart_arm, cfg)
     trajectories = ours["trajectories"]
     overhead_s = sum(v for k, v in ours["cpu_by_role"].items() if k not in GENERATION_AND_TRAINING)
     rows.append({"arm": "trl", "rl_wall_s": round(trl["rl_wall_s"], 1), "cpu_s": round(trl["cpu_s"], 1),
@@ -97,6 +103,46 @@ def run(quick: bool) -> BenchResult:
                                          sorted(ours["other_actors"].items(), key=lambda kv: -kv[1])[:6]),
     ]
     return BenchResult("overhead", ratios, rows, notes)
+
+
+# what a part's interpreter runs: `module.name(*args)` from a pickle, its result (or traceback) to another
+PART_MAIN = """
+import importlib, pickle, sys, traceback
+module, name, args_path, out_path = sys.argv[1:5]
+try:
+    with open(args_path, "rb") as f:
+        args = pickle.load(f)
+    out = (True, getattr(importlib.import_module(module), name)(*args))
+except BaseException:
+    out = (False, traceback.format_exc())
+with open(out_path, "wb") as f:
+    pickle.dump(out, f)
+"""
+
+
+def in_fresh_process(part: Callable[..., Any], *args: Any) -> Any:
+    """`part(*args)` (a module-level function, picklable arguments and result) in a new Python interpreter
+    (`python -c`: nothing of this process is inherited but its environment) and its result returned here; its
+    exception is raised here as a RuntimeError with its traceback; one that runs past `PART_TIMEOUT_S` is killed
+    (subprocess.TimeoutExpired). Not `multiprocessing`: a rollart arm run as a spawn child was 20-30% slower,
+    every Ray process of its job using more CPU (benchmarks/RESULTS.md, "## overhead", 2026-12-04 evening)."""
+    with tempfile.TemporaryDirectory(prefix="rollart-bench-part-") as tmp:
+        args_path, out_path = Path(tmp) / "args.pkl", Path(tmp) / "out.pkl"
+        args_path.write_bytes(pickle.dumps(args))
+        done = subprocess.run([sys.executable, "-c", PART_MAIN, part.__module__, part.__name__, str(args_path),
+                               str(out_path)], timeout=PART_TIMEOUT_S, check=False)
+        if not out_path.exists():
+            raise RuntimeError(f"{part.__name__} exited (code {done.returncode}) without a result")
+        ok, value = pickle.loads(out_path.read_bytes())
+    if not ok:
+        raise RuntimeError(f"{part.__name__} failed in its own process: {value}")
+    return value
+
+
+def warm_start(cfg: Any, out_dir: Path) -> Path:
+    from rollart.job.driver import warm_start_checkpoint
+
+    return warm_start_checkpoint(cfg, out_dir)
 
 
 def trl_arm(cfg: Any, work: Path) -> dict[str, Any]:

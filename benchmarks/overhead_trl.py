@@ -99,7 +99,7 @@ def run_trl(cfg: RunConfig, out_dir: Path, domain: str = "math") -> dict[str, An
         gradient_checkpointing=train.activation_checkpointing,  # (TRL's default is on; rollart's is off)
         generation_kwargs={"eos_token_id": list(chat.stop_token_ids)},
     )
-    torch.set_num_threads(os.cpu_count() or 1)  # torch's default (the warm start before set this process's to 1)
+    torch.set_num_threads(os.cpu_count() or 1)  # torch's default, every core (said, not assumed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=math_reward, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer)

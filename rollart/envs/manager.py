@@ -180,7 +180,8 @@ class EnvManager:
 
     async def _close_quietly(self, env: AsyncEnv | FaultInjectingEnv) -> None:
         try:
-            await asyncio.wait_for(env.close(), CLOSE_TIMEOUT_S)
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):  # (not wait_for: no extra task per trajectory)
+                await env.close()
         except Exception as exc:
             log.warning("env.close of %s failed: %s", self.trajectory_id, error_text(exc))
 

@@ -22,15 +22,19 @@ Conventions in `info` that the EnvManager reads (all optional):
 
 `AsyncEnv` gives every env the same awaitable interface: async methods are awaited on the event loop,
 sync ones run in the given thread pool so a CPU-heavy env never blocks the loop that drives many
-trajectories. Timeouts are the caller's (EnvManager) job. A thread cannot be stopped: a sync call whose caller
-timed out or was cancelled runs on to its end, so `close()` first waits (at most `CLOSE_WAITS_FOR_CALL_S`, then
-closes anyway) for such a call — a `prepare()` cut short by a shutdown, still starting its container, must not
-set it on an env already closed, where nothing would ever remove it.
+trajectories — unless the env's class says `runs_inline = True`: its constructor and sync methods are quick,
+pure Python that never block (the math domain's: a problem drawn from a seed, a `\boxed{}` found), so they run
+on the loop itself, saving a thread-pool round trip per call (the hop cost more CPU than such a call); no
+timeout can interrupt them there. Timeouts are the caller's (EnvManager) job. A thread cannot be stopped: a
+sync call whose caller timed out or was cancelled runs on to its end, so `close()` first waits (at most
+`CLOSE_WAITS_FOR_CALL_S`, then closes anyway) for such a call — a `prepare()` cut short by a shutdown, still
+starting its container, must not set it on an env already closed, where nothing would ever remove it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from concurrent.futures import Executor
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -42,6 +46,7 @@ REFERENCE_KEY = "reference"
 PROMPT_MESSAGES_KEY = "prompt_messages"
 METRICS_KEY = "metrics"
 FORMAT_ERROR_KEY = "format_error"
+INLINE_ATTR = "runs_inline"  # an env class's declaration that its calls are quick and never block (above)
 CLOSE_WAITS_FOR_CALL_S = 5.0  # then close anyway: closing may be what unblocks a hung call (a killed subprocess)
 
 
@@ -55,6 +60,12 @@ class Env(Protocol):
 
 
 EnvFactory = Callable[[], Any]  # builds a fresh Env
+
+
+def runs_inline(env_or_factory: Any) -> bool:
+    """Whether an env (or a factory: its class, or a `functools.partial` of it) declares `runs_inline = True`."""
+    target = env_or_factory.func if isinstance(env_or_factory, functools.partial) else env_or_factory
+    return getattr(target, INLINE_ATTR, False) is True
 
 
 class AsyncEnv:
@@ -71,12 +82,16 @@ class AsyncEnv:
                 )
         self.inner = env
         self._executor = executor
+        self._inline = runs_inline(env)
         self.staged_for: int | None = None  # the seed a warm pool ran `preload` for (its reset will find it done)
         self._running: asyncio.Future[Any] | None = None  # the sync call in the thread pool, if one is running
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
             return await fn(*args)
+        if self._inline:
+            result = fn(*args)
+            return await result if inspect.isawaitable(result) else result
         loop = asyncio.get_running_loop()
         self._running = loop.run_in_executor(self._executor, fn, *args)
         # shielded: a cancelled caller leaves the future to end with its thread, which close() waits for

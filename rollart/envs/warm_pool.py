@@ -46,7 +46,7 @@ from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from typing import Any
 
-from rollart.envs.protocol import CLOSE_WAITS_FOR_CALL_S, AsyncEnv, EnvFactory
+from rollart.envs.protocol import CLOSE_WAITS_FOR_CALL_S, AsyncEnv, EnvFactory, runs_inline
 
 log = logging.getLogger(__name__)
 
@@ -354,11 +354,27 @@ class WarmPool:
 
 async def build_prepared(factory: EnvFactory, executor: Executor | None, timeout_s: float) -> AsyncEnv:
     """Construct (in the thread pool) and prepare one env, each within `timeout_s`; an env whose
-    construction finishes after a cancel or a timeout is closed, not leaked."""
+    construction finishes after a cancel or a timeout is closed, not leaked. A factory of a class that
+    `runs_inline` constructs on the loop (protocol.py)."""
+    if runs_inline(factory):
+        raw = factory()
+    else:
+        raw = await _construct(factory, executor, timeout_s)
+    env = AsyncEnv(raw, executor)
+    try:
+        async with asyncio.timeout(timeout_s):  # (not wait_for: no extra task per env built)
+            await env.prepare()
+    except BaseException:
+        await _close_quietly(env)
+        raise
+    return env
+
+
+async def _construct(factory: EnvFactory, executor: Executor | None, timeout_s: float) -> Any:
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(executor, factory)
     try:
-        raw = await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        return await asyncio.wait_for(asyncio.shield(future), timeout_s)
     except BaseException:
         def close_late(done: asyncio.Future[Any]) -> None:  # runs on the loop's thread
             if not done.cancelled() and done.exception() is None:
@@ -366,13 +382,6 @@ async def build_prepared(factory: EnvFactory, executor: Executor | None, timeout
 
         future.add_done_callback(close_late)
         raise
-    env = AsyncEnv(raw, executor)
-    try:
-        await asyncio.wait_for(env.prepare(), timeout_s)
-    except BaseException:
-        await _close_quietly(env)
-        raise
-    return env
 
 
 async def _close_quietly(env: AsyncEnv) -> None:

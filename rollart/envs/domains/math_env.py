@@ -60,6 +60,8 @@ class MathEnv:
     """One generated problem per episode; `kinds` ⊆ {arithmetic, word}; operands up to `max_operand`;
     arithmetic draws its operation from `ops` (a string over "+-*")."""
 
+    runs_inline = True  # construction, reset and step are quick pure Python: the env worker's loop runs them
+
     def __init__(
         self, kinds: list[str] | tuple[str, ...] = ("arithmetic", "word"), max_operand: int = 99, ops: str = OPS
     ) -> None:
