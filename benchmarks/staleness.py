@@ -66,6 +66,7 @@ STEPS, EVAL_EVERY, EPISODES = 150, 25, 32
 QUICK_STEPS, QUICK_EVAL_EVERY, QUICK_EPISODES = 20, 10, 16
 SEEDS = (0, 1, 2)
 ALPHAS = (1, 2, 4, 8)
+ADAPTIVE_ALPHAS, ADAPTIVE_FLOOR = (1, 2), 0.5  # arms with the adaptive batch (`rollout.min_batch_fraction`)
 TARGET_FRACTION = 0.9  # time-to-score target: this fraction of sync's mean final score
 COLLAPSE_FRACTION = 0.5  # a seed collapsed when an evaluation after the start falls below this × its start
 PIECE_TIMEOUT_S = 1800
@@ -81,6 +82,9 @@ def arm_overrides() -> dict[str, list[str]]:
                     f"rollout.alpha={alpha}", "rollout.barrier=none", f"rollout.staleness={mode}",
                     f"train.correction={'token_tis' if iw else 'none'}",
                 ]
+    for alpha in ADAPTIVE_ALPHAS:  # the adaptive batch beside the same arm without it (issue: its score cost)
+        arms[f"a{alpha}-trajectory-iw-adaptive"] = [*arms[f"a{alpha}-trajectory-iw"],
+                                                    f"rollout.min_batch_fraction={ADAPTIVE_FLOOR}"]
     return arms
 
 
@@ -186,6 +190,9 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "staleness_max": max(int(r["buffer/staleness_max"]) for r in steps),
         "token_lag_mean": round(statistics.fmean(r["train/version_lag_mean"] for r in trained), 4),
         "token_lag_max": max(int(r["train/version_lag_max"]) for r in trained),
+        # how often the adaptive batch fired (a counter: its last value) and the mean share of a batch trained
+        "batches_partial": int(max((r.get("rollout/batches_partial", 0) for r in steps), default=0)),
+        "batch_fraction_mean": round(statistics.fmean(r.get("rollout/batch_fraction", 1.0) for r in steps), 4),
     }
 
 
@@ -315,6 +322,9 @@ def _arm_row(arm: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "token_lag_mean": round(statistics.fmean(r["token_lag_mean"] for r in runs), 3),
         "token_lag_max": max(r["token_lag_max"] for r in runs),
         "collapsed_seeds": [r["seed"] for r in runs if collapsed(r["curve"])],
+        # (records from before these fields count as full batches: the adaptive batch did not exist then)
+        "batches_partial_mean": round(statistics.fmean(r.get("batches_partial", 0) for r in runs), 1),
+        "batch_fraction_mean": round(statistics.fmean(r.get("batch_fraction_mean", 1.0) for r in runs), 4),
     }
 
 

@@ -15,10 +15,12 @@ def record(arm, seed, scores, walls=None, lag=(0.5, 1)):
 
 
 def test_the_grid_has_one_sync_arm_and_every_alpha_mode_and_weight_setting():
-    assert len(st.ARMS) == 1 + 4 * 2 * 2 and len(st.PRIORITY) == len(st.ARMS) == len(set(st.PRIORITY))
+    assert len(st.ARMS) == 1 + 4 * 2 * 2 + len(st.ADAPTIVE_ALPHAS)
+    assert len(st.PRIORITY) == len(st.ARMS) == len(set(st.PRIORITY))
     assert st.ARMS["sync"] == ["rollout.alpha=0", "rollout.barrier=batch"]
     assert st.ARMS["a4-token-noiw"] == ["rollout.alpha=4", "rollout.barrier=none", "rollout.staleness=token",
                                         "train.correction=none"]
+    assert st.ARMS["a1-trajectory-iw-adaptive"] == [*st.ARMS["a1-trajectory-iw"], "rollout.min_batch_fraction=0.5"]
 
 
 def test_pieces_run_arm_by_arm_and_are_never_repeated():
