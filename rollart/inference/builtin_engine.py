@@ -9,7 +9,8 @@ left-aligned `DynamicCache` (see `rollart.inference.kv`). A step first drops abo
 one token for every running row in one forward pass, then prefills the requests that join — newcomers
 and rows whose KV must be recomputed after a weight swap — samples their first token and appends their
 cache rows to the batch. Joining requests take at most two left-padded forward passes: one over whole
-contexts, one over the new tokens of trajectories continuing a cached prefix. Finished rows leave at
+contexts (each distinct context once: a group's members sharing a prompt share its forward, their KV rows
+copied), one over the new tokens of trajectories continuing a cached prefix. Finished rows leave at
 once; columns that became padding in every row are trimmed. Each row's cache always covers its context
 except its newest token, which is fed by the next decode.
 
@@ -35,7 +36,7 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   llguidance mask on its logits row before temperature and filters; the logprob is that of the masked
   distribution); the engine needs its tokenizer for that.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
-  from the prefix cache); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
+  from the prefix cache, or from a request joining with the same prompt: its copies count 0); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class BuiltinEngine:
         self._counters = dict.fromkeys(
             ("steps", "decode_steps", "decode_rows", "tokens_generated", "prompt_tokens", "prefill_tokens",
              "recompute_tokens", "requests_finished", "requests_aborted", "weight_updates", "swap_s_total",
-             "constrained_tokens"),
+             "constrained_tokens", "prefill_rows_shared"),
             0.0,
         )
 
@@ -309,10 +310,10 @@ class BuiltinEngine:
         return results
 
     def _prefill_group(self, group: list[_Seq], prefixes: list[tuple[int, kv.RowKV | None]]) -> list[GenerationResult]:
-        """One forward for `group` (see `_forward_joining`), then its first token; rows that go on join the batch."""
-        cache, mask, logits = self._forward_joining(group, prefixes)
+        """One forward for `group` (see `_forward_shared`), then its first token; rows that go on join the batch."""
+        cache, mask, logits, copies = self._forward_shared(group, prefixes)
         for s in group:
-            computed = len(s.context()) - s.cached
+            computed = 0 if id(s) in copies else len(s.context()) - s.cached
             s.cached = len(s.context())
             if s.tokens:
                 self._counters["recompute_tokens"] += computed
@@ -329,6 +330,35 @@ class BuiltinEngine:
                 mask = mask[going_on]
             self._join(cache, mask, [group[i] for i in going_on])
         return results
+
+    def _forward_shared(
+        self, seqs: list[_Seq], prefixes: list[tuple[int, kv.RowKV | None]]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, set[int]]:
+        """`_forward_joining` over each distinct context once, its cache rows, mask and logits then repeated for
+        every row with that context; also the ids of the rows that were copies (they computed nothing).
+
+        Rows share only a whole context with no reused prefix: the members of a GRPO group, sent together,
+        join with the same prompt, and computing it once per group instead of once per member is what vLLM's
+        prefix caching gives it. A row's forward depends on its context alone, so a copy's KV and next-token
+        logits are its own up to the batch's float rounding (greedy output is unchanged); each copy then
+        samples its first token with its own generator."""
+        first: dict[tuple[int, ...], int] = {}  # context → its row in the shared forward
+        rows, unique = [], []
+        for i, (s, (_, prefix)) in enumerate(zip(seqs, prefixes)):
+            key = tuple(s.context()) if prefix is None else (-1 - i,)  # (a continuing row is never shared)
+            if key not in first:
+                first[key] = len(unique)
+                unique.append(i)
+            rows.append(first[key])
+        if len(unique) == len(seqs):
+            cache, mask, logits = self._forward_joining(seqs, prefixes)
+            return cache, mask, logits, set()
+        cache, mask, logits = self._forward_joining([seqs[i] for i in unique], [prefixes[i] for i in unique])
+        kv.select_rows(cache, rows)  # (repeated indices: each copy gets a row of its own)
+        for i, s in enumerate(seqs):
+            s.cached = seqs[unique[rows[i]]].cached
+        self._counters["prefill_rows_shared"] += len(seqs) - len(unique)
+        return cache, mask[rows], logits[rows], {id(s) for i, s in enumerate(seqs) if unique[rows[i]] != i}
 
     def _forward_joining(
         self, seqs: list[_Seq], prefixes: list[tuple[int, kv.RowKV | None]]

@@ -11,6 +11,12 @@ Why a process pool: math-verify bounds its own time with `signal.alarm`, which o
 main thread (it fails in async or threaded actors); a pool worker runs each job on its main thread, so math-verify's own timeouts work
 there. On top, the caller waits at most `timeout_s` + 2 s; past that the pool's processes are killed and a
 fresh pool is started, so a runaway sympy call can never hold a reward slot.
+
+What never reaches the pool: an answer that is plainly one boxed integer against an integer gold
+(`plain_verdict`), and a (gold, answer) pair math-verify has already decided in this instance — its verdicts
+are kept, up to `VERDICTS_KEPT` pairs (least recently used forgotten), because a policy repeats its malformed
+answers (a tiny model answering a math problem with a FrozenLake move, `\\boxed{Down}`, costs math-verify
+5–10 ms of CPU each time). A time-out is never kept: the next call tries again.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import multiprocessing
 import re
 import threading
 import warnings
+from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -28,6 +35,8 @@ from rollart.reward.protocol import RewardInputError, RewardOutput, final_action
 from rollart.types import Trajectory
 
 _GRACE_S = 2.0
+VERDICTS_KEPT = 4096  # (gold, answer) pairs whose math-verify verdict an instance remembers
+_KEPT_ANSWER_CHARS = 1024  # longer answers are not kept (their keys would cost more memory than they save)
 _INT = re.compile(r"[ \t\r\n]*(-?[0-9]{1,18})[ \t\r\n]*")  # ASCII digits and blanks only: nothing to interpret
 _BOXED_INT = re.compile(r"[ \t\r\n]*\\boxed\{[ \t]*(-?[0-9]{1,18})[ \t]*\}[ \t\r\n]*")
 
@@ -62,6 +71,7 @@ class MathReward:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._verdicts: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # see the module docstring
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -100,6 +110,9 @@ class MathReward:
         plain = plain_verdict(str(gold), answer)
         if plain is not None:
             return RewardOutput(1.0 if plain["correct"] else 0.0, details={"parsed": True, "timeout": False})
+        key = (str(gold), answer)
+        if (result := self._kept(key)) is not None:
+            return RewardOutput(1.0 if result["correct"] else 0.0, details={"parsed": result["parsed"], "timeout": False})
         loop = asyncio.get_running_loop()
         bound = max(1, int(round(self.timeout_s)))
         try:
@@ -111,7 +124,22 @@ class MathReward:
         except BrokenProcessPool:
             self._kill_pool()
             raise RuntimeError("math reward: its worker process died; a fresh pool is started for the next call")
+        if len(answer) <= _KEPT_ANSWER_CHARS:
+            self._keep(key, result)
         return RewardOutput(1.0 if result["correct"] else 0.0, details={"parsed": result["parsed"], "timeout": False})
+
+    def _kept(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        with self._lock:  # (an instance may serve several threads: a Serve replica's)
+            result = self._verdicts.get(key)
+            if result is not None:
+                self._verdicts.move_to_end(key)
+            return result
+
+    def _keep(self, key: tuple[str, str], result: dict[str, Any]) -> None:
+        with self._lock:
+            self._verdicts[key] = result
+            if len(self._verdicts) > VERDICTS_KEPT:
+                self._verdicts.popitem(last=False)
 
     def close(self) -> None:
         self._kill_pool()

@@ -239,3 +239,29 @@ def test_concurrent_prefix_hits_share_one_forward_and_match_no_reuse(model, toke
         assert torch.allclose(torch.tensor(reused[f"b{i}"].logprobs), torch.tensor(plain[f"b{i}"].logprobs), atol=1e-4)
         assert reused[f"b{i}"].prefill_tokens == 10 and plain[f"b{i}"].prefill_tokens == plain[f"b{i}"].prompt_tokens
     assert stats["prefix_hits"] == 3
+
+
+def test_a_group_sharing_a_prompt_computes_it_once_and_samples_as_if_alone(model, tokenizer):
+    """Four requests with one prompt (a GRPO group) and one other join in the same step: the prompt is
+    computed once (its copies report 0 prefill tokens), and every request's tokens and logprobs are those it
+    gets alone; greedy ones still equal `generate`."""
+    shared, other = _prompts([9, 14], seed=3)
+    settings = [dict(temperature=1.0, seed=s, max_new_tokens=10) for s in (1, 2, 3)] + [dict(temperature=0.0, max_new_tokens=10)]
+    engine = BuiltinEngine(model, tokenizer)
+    for i, s in enumerate(settings):
+        engine.add(_req(i, shared, **s))
+    engine.add(_req(9, other, temperature=0.0, max_new_tokens=10))
+    together = _drain(engine)
+    assert engine.stats()["prefill_rows_shared"] == 3
+    assert [together[f"r{i}"].prefill_tokens for i in range(4)] == [len(shared), 0, 0, 0]
+    assert together["r9"].prefill_tokens == len(other)
+    for i, s in enumerate(settings):
+        solo = BuiltinEngine(model, tokenizer)
+        solo.add(_req(i, shared, **s))
+        alone = _drain(solo)[f"r{i}"]
+        assert together[f"r{i}"].token_ids == alone.token_ids, f"request {i}"
+        assert torch.allclose(torch.tensor(together[f"r{i}"].logprobs), torch.tensor(alone.logprobs), atol=1e-4)
+    assert len({together[f"r{i}"].token_ids for i in range(3)}) > 1  # the seeded copies sampled apart
+    ids = torch.tensor([shared])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=10)
+    assert list(together["r3"].token_ids) == out[0, len(shared):].tolist()

@@ -71,6 +71,27 @@ def test_math_shortcut_decides_as_math_verify_does():
     assert plain_verdict("1/2", "\\boxed{1}") is None and plain_verdict("3", "\\boxed{\u0663}") is None
 
 
+def test_math_keeps_math_verify_verdicts_and_forgets_the_oldest(monkeypatch):
+    """A (gold, answer) pair math-verify decided is answered again without the pool, with the same verdict;
+    past `VERDICTS_KEPT` pairs the least recently used is forgotten (and goes to math-verify again)."""
+    import rollart.reward.math_reward as mr
+
+    monkeypatch.setattr(mr, "VERDICTS_KEPT", 2)
+    reward = MathReward(timeout_s=5, workers=1)
+    try:
+        score = lambda answer, gold="6": asyncio.run(reward(make_traj([answer], {"answer": gold})))
+        first = [score("\\boxed{Down}"), score("\\boxed{6.0}"), score("\\boxed{Down}", gold="4")]
+        assert [o.reward for o in first] == [0.0, 1.0, 0.0] and all(o.details["parsed"] for o in first)
+        reward.close()  # no pool now: what is kept must not need one
+        assert reward._pool is None
+        again = score("\\boxed{Down}", gold="4")
+        assert (again.reward, again.details) == (first[2].reward, first[2].details) and reward._pool is None
+        assert score("\\boxed{6.0}").reward == 1.0 and reward._pool is None
+        assert score("\\boxed{Down}").reward == 0.0 and reward._pool is not None  # (the oldest: forgotten)
+    finally:
+        reward.close()
+
+
 def test_math_missing_reference_is_an_error(math_reward):
     with pytest.raises(ValueError, match="reference\\['answer'\\]"):
         asyncio.run(math_reward(make_traj(["\\boxed{1}"], {})))
