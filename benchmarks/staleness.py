@@ -4,6 +4,9 @@ weights (a study like the paper's Fig. 10), over several seeds — resumable, on
 Arms: `sync` (α = 0, `barrier=batch`: the paper's Sync+) and α ∈ {1, 2, 4, 8} × `rollout.staleness`
 {trajectory, token} × the behaviour correction `train.correction` {token_tis (`iw`), none (`noiw`)}, e.g.
 `a4-token-iw`. At α = 0 nothing is stale, so mode and weights make no difference there and one sync arm stands for all four.
+Beside the grid, `a1-trajectory-iw-adaptive` and `a2-trajectory-iw-adaptive`: those arms with the adaptive batch
+(`rollout.min_batch_fraction` = `ADAPTIVE_FLOOR`), to show what it does to the scores; each run records how many of
+its batches were partial (`batches_partial`) and the mean share of a batch it trained (`batch_fraction_mean`).
 Seeds 0, 1, 2 (`seed=` of the run: rollout sampling, env seeds, mini-batch splits).
 
 The job: the default job (`make demo`) shortened to `STEPS` RL steps with an evaluation every `EVAL_EVERY`
