@@ -36,7 +36,8 @@ Guarantees (the `InferenceEngine` contract in `protocol.py`, plus):
   llguidance mask on its logits row before temperature and filters; the logprob is that of the masked
   distribution); the engine needs its tokenizer for that.
 - `prefill_tokens` of a result counts the prompt tokens computed when it was admitted (the rest came
-  from the prefix cache, or from a request joining with the same prompt: its copies count 0); recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
+  from the prefix cache, or from a request joining with the same prompt: its copies count 0);
+  recomputation after a weight swap is counted in `stats()["recompute_tokens"]`.
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ class MathReward:
         if plain is not None:
             return RewardOutput(1.0 if plain["correct"] else 0.0, details={"parsed": True, "timeout": False})
         key = (str(gold), answer)
-        if (result := self._kept(key)) is not None:
-            return RewardOutput(1.0 if result["correct"] else 0.0, details={"parsed": result["parsed"], "timeout": False})
+        if (kept := self._kept(key)) is not None:
+            return RewardOutput(1.0 if kept["correct"] else 0.0, details={"parsed": kept["parsed"], "timeout": False})
         loop = asyncio.get_running_loop()
         bound = max(1, int(round(self.timeout_s)))
         try:

@@ -246,7 +246,8 @@ def test_a_group_sharing_a_prompt_computes_it_once_and_samples_as_if_alone(model
     computed once (its copies report 0 prefill tokens), and every request's tokens and logprobs are those it
     gets alone; greedy ones still equal `generate`."""
     shared, other = _prompts([9, 14], seed=3)
-    settings = [dict(temperature=1.0, seed=s, max_new_tokens=10) for s in (1, 2, 3)] + [dict(temperature=0.0, max_new_tokens=10)]
+    settings = [dict(temperature=1.0, seed=s, max_new_tokens=10) for s in (1, 2, 3)]
+    settings.append(dict(temperature=0.0, max_new_tokens=10))
     engine = BuiltinEngine(model, tokenizer)
     for i, s in enumerate(settings):
         engine.add(_req(i, shared, **s))
