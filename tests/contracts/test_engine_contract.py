@@ -136,8 +136,8 @@ def test_is_an_inference_engine(make_engine):
 def test_one_result_per_request_with_a_token_logprob_and_version_each(make_engine):
     engine = make_engine(max_batch_size=2)
     v = engine.version
-    for i, n in enumerate([3, 9, 5, 1]):
-        engine.add(_req(f"r{i}", n=n))
+    for i, n in enumerate([3, 9, 5, 1]):  # (prompts apart: an engine may compute a prompt shared in a step once)
+        engine.add(_req(f"r{i}", n=n, prompt=(5, 6, 7, 8 + i)))
     out = _drain(engine)
     assert sorted(out) == ["r0", "r1", "r2", "r3"]
     for i, n in enumerate([3, 9, 5, 1]):
