@@ -123,7 +123,7 @@ class GenerationResult:
     versions: tuple[int, ...]  # policy version that produced each token
     finish_reason: FinishReason
     prompt_tokens: int = 0  # length of the context
-    prefill_tokens: int = 0  # context tokens actually computed (the rest came from a cached prefix)
+    prefill_tokens: int = 0  # context tokens actually computed (the rest: a cached prefix, or another request's same prompt)
     worker: str = ""
     spans: tuple[Span, ...] = ()
     # with `SamplingParams.top_logprobs` = k: per token, the k most probable (token id, logprob) of the

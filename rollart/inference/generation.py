@@ -58,7 +58,7 @@ class Generation:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     top_logprobs: list[tuple[tuple[int, float], ...]] = field(default_factory=list)  # with sampling.top_logprobs
-    prefill_tokens: int = 0  # prompt tokens computed at admission (the rest came from a prefix cache)
+    prefill_tokens: int = 0  # prompt tokens computed at admission (the rest: a prefix cache, or a same-prompt request)
 
     def append(self, token: int, logprob: float, version: int,
                top: tuple[tuple[int, float], ...] | None = None) -> None:
