@@ -3,8 +3,9 @@
 
 In: transformers' attention call — query/key/value [b, heads, T, d] (key/value may have fewer heads: GQA), the
 mask its mask builder made, the layer's `sliding_window` and `softcap` (Gemma 2's attention logit soft-capping)
-and `scaling` — plus, for a packed row, the sample boundaries `cu_seq_lens_q` (the keyword flash-attention's
-varlen path reads, so the trainer passes the same arguments whichever kernel runs). Out: the attention output
+and `scaling` — plus, for a packed row, the unit boundaries `cu_seq_lens_q` (the keyword flash-attention's
+varlen path reads, so the trainer passes the same arguments whichever kernel runs) and, where units share a
+prompt, `branch_ids` [1, T]. Out: the attention output
 [b, T, heads, d].
 
 Registered with transformers as `ATTENTION` for the trainer's model, with a mask builder of its own: a packed row
@@ -17,8 +18,11 @@ of few lengths (single-turn tasks: 36 samples of 4 lengths) costs a few SDPA cal
 sample; the cost is each sample's own attention, never a T × T mask over the row (on CPU a masked SDPA would
 compute every cross-sample score it then throws away); a
 sample longer than its layer's sliding window gets that window as a band within the sample (exactly the mask
-transformers builds: a query sees the last `sliding_window` positions, itself included). Soft-capped attention
-(which SDPA cannot do) runs as plain matrix products with the same masks, padded or packed.
+transformers builds: a query sees the last `sliding_window` positions, itself included). Units whose samples
+share a prompt (trainer/packing.py: the prompt once, then each member's own tokens, `branch_ids` naming each
+token's member) run as one masked SDPA per batch of similar lengths (padding at most doubles a batch's scores):
+each member sees the prompt and itself, with its own positions' window — what it would compute alone. Soft-capped attention (which SDPA cannot do) runs as plain matrix products with
+the same masks, padded or packed.
 
 What it refuses: attention inputs it does not implement (sink logits `s_aux`, a `position_bias`) — with
 `packing_problem`'s advice for packed rows. Which architectures can pack at all is `packing_problem`'s:
@@ -103,6 +107,60 @@ def _band(n: int, window: int | None, device: torch.device) -> torch.Tensor:
     return keep[None, None]
 
 
+def _similar_lengths(units: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """`units` in batches, longest first, each padded to its longest costing at most twice its own scores."""
+    batches: list[list[tuple[int, int]]] = []
+    scores = 0
+    for unit in sorted(units, key=lambda u: u[0] - u[1]):
+        n = unit[1] - unit[0]
+        longest = batches[-1][0][1] - batches[-1][0][0] if batches else 0
+        if batches and (len(batches[-1]) + 1) * longest * longest <= 2 * (scores + n * n):
+            batches[-1].append(unit)
+            scores += n * n
+        else:
+            batches.append([unit])
+            scores = n * n
+    return batches
+
+
+def _shared_prompt_units(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         out: torch.Tensor, units: list[tuple[int, int]], branch_ids: torch.Tensor,
+                         sliding_window: int | None, softcap: float | None, scaling: float | None, dropout: float,
+                         kwargs: dict[str, Any]) -> torch.Tensor:
+    """`out` [1, T, heads, d] with the attention of the packed row's units that share a prompt written in.
+
+    The units (of similar lengths), right-padded to the longest, run as one masked SDPA: a token sees the tokens
+    before it in its unit that are the shared prompt (branch 0) or its own sample's (the same branch), so each
+    member attends exactly as it would alone. A token's position within its sample is the count of what it
+    sees, so a sliding window is the same band it would be alone. Padding sits after every real token, so no
+    real token sees it (a padded query sees itself: no row is empty)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    device = query.device
+    longest = max(b - a for a, b in units)
+    starts = torch.tensor([a for a, _ in units], device=device)
+    lengths = torch.tensor([b - a for a, b in units], device=device)
+    offsets = torch.arange(longest, device=device)
+    real = offsets[None, :] < lengths[:, None]  # [n, L]
+    where = starts[:, None] + torch.minimum(offsets[None, :], lengths[:, None] - 1)  # pads repeat a real token
+    branch = torch.where(real, branch_ids[where], -1)  # [n, L]
+    keep = (offsets[None, None, :] <= offsets[None, :, None]) & (
+        (branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None]))  # [n, L(query), L(key)]
+    if sliding_window is not None:
+        position = keep.sum(-1) - 1  # [n, L]: each token's position in its own sample
+        keep &= position[:, None, :] > position[:, :, None] - sliding_window
+    mask = keep[:, None]  # [n, 1, L, L]
+    flat = where.reshape(-1)
+    q, k, v = (t[0].index_select(1, flat).unflatten(1, (len(units), longest)).transpose(0, 1)
+               for t in (query, key, value))  # [n, h, L, d]
+    if softcap is not None:
+        attended = _eager(module, q, k, v, mask, scaling, softcap, dropout)
+    else:
+        attended = sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=scaling, **kwargs)[0]
+    keep_rows = real.reshape(-1)
+    return out.index_copy(1, flat[keep_rows], attended.reshape(1, -1, *attended.shape[2:])[:, keep_rows])
+
+
 def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, cu_seq_lens_q: torch.Tensor | None = None,
                      sliding_window: int | None = None, softcap: float | None = None, scaling: float | None = None,
@@ -111,6 +169,7 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
 
     for unused in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
         kwargs.pop(unused, None)
+    branch_ids = kwargs.pop("branch_ids", None)
     given = [name for name in _UNSUPPORTED if kwargs.get(name) is not None]
     if given:
         raise ValueError(f"{type(module).__name__} passes {given} to its attention, which rollart's trainer attention "
@@ -134,13 +193,21 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                       **kwargs)[0]
 
     bounds = cu_seq_lens_q.tolist() if cu_seq_lens_q is not None else [0, query.shape[2]]
+    units = list(zip(bounds[:-1], bounds[1:]))
+    trees: list[tuple[int, int]] = []
+    if branch_ids is not None:  # a unit whose last token is a member's own shares a prompt (trainer/packing.py)
+        last = branch_ids[0, torch.tensor(bounds[1:], device=branch_ids.device) - 1].tolist()
+        trees = [unit for unit, branch in zip(units, last) if branch]
+        units = [unit for unit, branch in zip(units, last) if not branch]
     by_length: dict[int, list[int]] = {}
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in units:
         by_length.setdefault(b - a, []).append(a)
-    if query.shape[0] != 1 or len(by_length) == len(bounds) - 1:  # nothing to gather: sample by sample
-        return torch.cat([causal(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b])
-                          for a, b in zip(bounds[:-1], bounds[1:])], dim=1), None
+    if not trees and (query.shape[0] != 1 or len(by_length) == len(units)):  # nothing to gather: sample by sample
+        return torch.cat([causal(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b]) for a, b in units], dim=1), None
     out = query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])  # [1, T, heads, d]
+    for batch in _similar_lengths(trees):
+        out = _shared_prompt_units(module, query, key, value, out, batch, branch_ids[0], sliding_window, softcap,
+                                   scaling, dropout, kwargs)
     for length, starts in by_length.items():
         # the n samples of this length: their positions in the row, and [1, h, T, d] → [n, h, length, d]
         where = (torch.tensor(starts, device=query.device)[:, None]

@@ -144,7 +144,7 @@ class Trainer:
         critic_s = time.perf_counter() - critic_s
         sums = Sums()
         grad_norms: list[float] = []
-        layout = [0, 0]  # token slots the model computed, real tokens
+        layout = [0, 0, 0]  # token slots the model computed, real tokens it computed, the samples' tokens
         lr = self.optimizer.param_groups[0]["lr"]
         for step in steps:
             mini = [samples[i] for i in step]
@@ -176,6 +176,7 @@ class Trainer:
             slots, real = self._accumulate(mini, loss_fn)
             layout[0] += slots
             layout[1] += real
+            layout[2] += sum(len(s.token_ids) for s in mini)
             grad_norms.append(self._apply(self.optimizer))
             if self.critic is not None and estimates is not None:
                 critic_s += self._critic_step(mini, step, estimates, tokens, sums)
@@ -193,6 +194,7 @@ class Trainer:
             "train/tokens": float(global_totals(samples)[0]),
             "train/seqs": float(len(samples)),
             "train/padding": 1.0 - layout[1] / max(layout[0], 1),
+            "train/prompt_reuse": 1.0 - layout[1] / max(layout[2], 1),  # computed once for several samples
             "train/version_lag_mean": float(s["lag_sum"]) / n,
             "train/version_lag_max": float(s["lag_max"]),
             "train/version": float(self.version),
@@ -322,7 +324,7 @@ class Trainer:
         entropy (no grad) if asked."""
         with self.strategy.compute():
             logp, ent = module(mb.input_ids, mb.select, mb.select_targets, mb.attention_mask, mb.position_ids,
-                               mb.cu_seqlens, entropy)
+                               mb.cu_seqlens, entropy, mb.branches)
         b, width = mb.label_shape
 
         def place(values: torch.Tensor) -> torch.Tensor:  # the K selected tokens into the [b, L-1] label layout

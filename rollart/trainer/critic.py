@@ -58,8 +58,9 @@ class ValueModule(nn.Module):
         self.value_head = nn.Linear(decoder.config.hidden_size, 1)
 
     def forward(self, input_ids: Tensor, select: Tensor, attention_mask: Tensor | None = None,
-                position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None) -> Tensor:
-        hidden = decoder_hidden(self.decoder, input_ids, attention_mask, position_ids, cu_seqlens)
+                position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None,
+                branches: Tensor | None = None) -> Tensor:
+        hidden = decoder_hidden(self.decoder, input_ids, attention_mask, position_ids, cu_seqlens, branches)
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, select)
         # sum over the one output: a new tensor (a view as the root's output would trip FSDP2's backward hook)
         return self.value_head(selected.to(self.value_head.weight.dtype)).sum(dim=-1).float()
@@ -153,7 +154,8 @@ class Critic:
     def _values(self, module: Any, mb: MicroBatch) -> Tensor:
         """V at every predicted model token [b, L-1] (0 elsewhere)."""
         with self.strategy.compute():
-            values = module(mb.input_ids, mb.select, mb.attention_mask, mb.position_ids, mb.cu_seqlens)
+            values = module(mb.input_ids, mb.select, mb.attention_mask, mb.position_ids, mb.cu_seqlens,
+                            mb.branches)
         b, width = mb.label_shape
         flat = torch.zeros(b * width, dtype=torch.float32, device=values.device)
         return flat.index_copy(0, mb.dest, values).view(b, width)

@@ -7,8 +7,12 @@ equally long list of `Group`s (sample indices), and for one group a `MicroBatch`
 - the model's input, one of two layouts of the same tokens —
   padded: one right-padded row per sample, [b, L] with an attention mask;
   packed: every sample of the group concatenated into one row [1, T] with no padding at all, position ids
-  restarting at 0 for each sample and `cu_seqlens` (the sample boundaries) so attention never crosses a
-  sample (trainer/attention.py);
+  restarting at 0 for each sample and `cu_seqlens` (the boundaries of its units) so attention never crosses a
+  unit (trainer/attention.py). A unit is one sample, or — `share_prompts` — several samples with the same
+  prompt (a GRPO group's members), laid out as the prompt once and then each sample's own tokens, with
+  `branches` saying which sample each token is (0: the shared prompt, which every member attends to; k: the
+  k-th member's own tokens, which attend to the prompt and to themselves only) and position ids continuing
+  from the prompt, so each member computes exactly what it would alone, its prompt computed once;
 - the labels, in the padded layout either way, shifted for next-token prediction: position t of `targets`,
   `loss_mask`, `behaviour_logprobs` and `versions` [b, L − 1] describes token t + 1 of that sample, predicted
   from its tokens ≤ t (so a model token in position 0 — which nothing predicts — is never trained on);
@@ -16,6 +20,12 @@ equally long list of `Group`s (sample indices), and for one group a `MicroBatch`
   that predicts it in the model input, its flat position in the [b, L − 1] label layout, and its id. Only
   these K positions meet the LM head (prompts and observations never get logits), and the K log-probs
   land in [b, L − 1] at `dest`, so the loss sees the same tensors whatever the layout.
+
+`share_prompts` shares a prompt only among samples of the same micro-batch, and only while the unit's attention
+(its length squared: trainer/attention.py computes a unit with shared prompt as one masked block) is no more
+than its members' would be alone (the sum of their lengths squared) — a single-turn group, a long prompt and
+short answers, always shares; members whose own tokens are long enough that the block would cost more go
+into further units. So sharing never costs attention and saves the prompt's tokens in every other layer.
 
 Guarantees: `shard` gives every rank at least one sample and balances their token counts (longest first
 to the least-loaded rank — deterministic); a group's padded size (rows × longest row) or packed size (the
@@ -51,7 +61,7 @@ class MicroBatch:
     input_ids: Tensor  # [b, L] right-padded, or [1, T] packed
     attention_mask: Tensor | None  # [b, L] long (padded); None (packed)
     position_ids: Tensor | None  # None (padded: 0..L-1); [1, T] restarting per sample (packed)
-    cu_seqlens: Tensor | None  # None (padded); [b + 1] int32 sample boundaries in the packed row
+    cu_seqlens: Tensor | None  # None (padded); [units + 1] int32 unit boundaries in the packed row
     select: Tensor  # [K] long: flat index into input positions whose hidden state predicts a model token
     dest: Tensor  # [K] long: flat index of that token in the [b, L-1] label layout
     select_targets: Tensor  # [K] long: the model tokens' ids
@@ -60,6 +70,8 @@ class MicroBatch:
     behaviour_logprobs: Tensor  # [b, L-1] float32
     versions: Tensor  # [b, L-1] long (-1 on prompt and padding)
     advantages: Tensor  # [b] float32
+    branches: Tensor | None = None  # [1, T] long: a packed row's sample of each token within its unit; None
+    # when no unit shares a prompt (module docstring)
 
     @property
     def label_shape(self) -> tuple[int, int]:
@@ -153,6 +165,79 @@ def plan_groups(samples: Sequence[TrainSample], per_rank: Sequence[Sequence[int]
     return out
 
 
+@dataclass(frozen=True)
+class Unit:
+    """Samples laid out together in a packed row: one sample alone (`shared` 0), or several whose first `shared`
+    tokens — their common prompt — are computed once, followed by each member's own tokens."""
+
+    members: tuple[int, ...]  # indices into the micro-batch's samples
+    shared: int
+
+
+def _prompt(sample: TrainSample) -> tuple[int, ...]:
+    """The tokens before the sample's first trained model token (() when it has none, or none before it)."""
+    first = next((t for t in range(1, len(sample.loss_mask)) if sample.loss_mask[t]), 0)
+    return tuple(sample.token_ids[:first])
+
+
+def _cheaper_together(samples: Sequence[TrainSample], unit: Unit, i: int, prompt: int) -> bool:
+    """Whether sample i joining `unit` keeps its attention (the unit's length squared) within its members' alone."""
+    lengths = [len(samples[j].token_ids) for j in (*unit.members, i)]
+    together = prompt + sum(n - prompt for n in lengths)
+    return together * together <= sum(n * n for n in lengths)
+
+
+def share_prompts(samples: Sequence[TrainSample]) -> list[Unit]:
+    """The packed row's units, in the order of their first sample (module docstring: when a prompt is shared)."""
+    units: list[Unit] = []
+    with_prompt: dict[tuple[int, ...], list[int]] = {}  # prompt → its units so far (first fit)
+    for i, s in enumerate(samples):
+        prompt = _prompt(s)
+        fit = next((at for at in with_prompt.get(prompt, ()) if _cheaper_together(samples, units[at], i, len(prompt))),
+                   None) if prompt else None
+        if fit is not None:
+            units[fit] = Unit((*units[fit].members, i), len(prompt))
+            continue
+        if prompt:
+            with_prompt.setdefault(prompt, []).append(len(units))
+        units.append(Unit((i,), 0))
+    return [u if len(u.members) > 1 else Unit(u.members, 0) for u in units]
+
+
+def _packed_row(samples: Sequence[TrainSample], ids: Tensor, rows: Tensor, cols: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+    """(input ids, position ids, branches or None, cu_seqlens, select) of the packed row of `samples` (their padded
+    token ids `ids`; `rows`/`cols`: the label positions of their model tokens)."""
+    pieces: list[Tensor] = []
+    positions: list[Tensor] = []
+    branches: list[Tensor] = []
+    bounds = [0]
+    trunk_start = torch.zeros(len(samples), dtype=torch.long)  # row position of a sample's shared prompt
+    own_start = torch.zeros(len(samples), dtype=torch.long)  # row position of a sample's first own token
+    shared = torch.zeros(len(samples), dtype=torch.long)  # how many of its first tokens are the shared prompt
+    units = share_prompts(samples)
+    for unit in units:
+        p, at = unit.shared, bounds[-1]
+        if p:
+            pieces.append(ids[unit.members[0], :p])
+            positions.append(torch.arange(p))
+            branches.append(torch.zeros(p, dtype=torch.long))
+            at += p
+        for k, r in enumerate(unit.members, start=1 if p else 0):
+            n = len(samples[r].token_ids)
+            trunk_start[r], own_start[r], shared[r] = bounds[-1], at, p
+            pieces.append(ids[r, p:n])
+            positions.append(torch.arange(p, n))
+            branches.append(torch.full((n - p,), k, dtype=torch.long))
+            at += n - p
+        bounds.append(at)
+    # the hidden state that predicts label (row, col) is the row's token col: in the shared prompt or its own
+    select = torch.where(cols < shared[rows], trunk_start[rows] + cols, own_start[rows] + cols - shared[rows])
+    branch_ids = torch.cat(branches).unsqueeze(0) if any(u.shared for u in units) else None
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    return torch.cat(pieces).unsqueeze(0), torch.cat(positions).unsqueeze(0), branch_ids, cu, select
+
+
 def collate(samples: Sequence[TrainSample], pad_id: int, packed: bool = False) -> MicroBatch:
     """The micro-batch of `samples` in the padded or the packed layout (module docstring)."""
     for s in samples:
@@ -172,14 +257,10 @@ def collate(samples: Sequence[TrainSample], pad_id: int, packed: bool = False) -
     loss_mask = mask[:, 1:].contiguous()
     rows, cols = loss_mask.nonzero(as_tuple=True)  # predicted model tokens, row-major
     dest = rows * (length - 1) + cols
+    branches = None
     if packed:
-        lengths = torch.tensor([len(s.token_ids) for s in samples])
-        starts = torch.cumsum(lengths, 0) - lengths
-        select = starts[rows] + cols
-        model_ids = torch.cat([ids[r, :n] for r, n in enumerate(lengths.tolist())]).unsqueeze(0)
-        positions = torch.cat([torch.arange(n) for n in lengths.tolist()]).unsqueeze(0)
-        cu = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)]).to(torch.int32)
-        attention, position_ids, cu_seqlens = None, positions, cu
+        model_ids, position_ids, branches, cu_seqlens, select = _packed_row(samples, ids, rows, cols)
+        attention = None
     else:
         select = rows * length + cols
         model_ids = ids
@@ -198,16 +279,22 @@ def collate(samples: Sequence[TrainSample], pad_id: int, packed: bool = False) -
         behaviour_logprobs=beh[:, 1:].contiguous(),
         versions=ver[:, 1:].contiguous(),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        branches=branches,
     )
 
 
 def padding_counts(samples: Sequence[TrainSample], groups: Sequence[Sequence[int]], packed: bool) -> tuple[int, int]:
-    """(token slots the model computes, real tokens) over `groups`: their padded fraction is 1 − real/slots."""
+    """(token slots the model computes, real tokens it computes) over `groups`: their padded fraction is
+    1 − real/slots. A prompt shared in a packed row (`share_prompts`) is computed, and counted, once."""
     slots = real = 0
     for g in groups:
         lengths = [len(samples[i].token_ids) for i in g]
-        real += sum(lengths)
-        slots += sum(lengths) if packed else len(lengths) * max(lengths)
+        if packed:
+            group = [samples[i] for i in g]
+            computed = sum(lengths) - sum(unit.shared * (len(unit.members) - 1) for unit in share_prompts(group))
+            slots, real = slots + computed, real + computed
+        else:
+            slots, real = slots + len(lengths) * max(lengths), real + sum(lengths)
     return slots, real
 
 

@@ -47,7 +47,7 @@ _PEFT = "base_model.model."
 
 
 def decoder_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor | None,
-                   cu_seqlens: Tensor | None) -> Tensor:
+                   cu_seqlens: Tensor | None, branches: Tensor | None = None) -> Tensor:
     """A decoder's final hidden states over a micro-batch's model input, padded or packed (trainer/packing.py):
     the part the policy and the critic (critic.py) share."""
     kwargs: dict[str, Any] = {}
@@ -55,6 +55,8 @@ def decoder_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor
         longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
         kwargs = {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens,
                   "max_length_q": longest, "max_length_k": longest}
+        if branches is not None:  # units sharing a prompt: which member each token is (trainer/attention.py)
+            kwargs["branch_ids"] = branches
         attention_mask = None  # (trainer/attention.py: its mask builder keeps a packed row maskless)
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
                   **kwargs)
@@ -73,8 +75,8 @@ class PolicyModule(nn.Module):
 
     def forward(self, input_ids: Tensor, select: Tensor, select_targets: Tensor, attention_mask: Tensor | None = None,
                 position_ids: Tensor | None = None, cu_seqlens: Tensor | None = None,
-                with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
-        hidden = decoder_hidden(self.lm.get_decoder(), input_ids, attention_mask, position_ids, cu_seqlens)
+                with_entropy: bool = True, branches: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        hidden = decoder_hidden(self.lm.get_decoder(), input_ids, attention_mask, position_ids, cu_seqlens, branches)
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, select)
         return token_logprobs(selected, self.head, select_targets, self.chunk_tokens, with_entropy)
 

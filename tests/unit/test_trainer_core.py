@@ -175,6 +175,33 @@ def test_packed_rows_give_the_padded_loss_and_gradients(tiny_model_path):
     assert m2["train/padding"] == 0 < m1["train/padding"]
 
 
+def group_batch(version=0):
+    """Four prompts, four answers each (a GRPO batch): packed, each prompt is computed once for its group."""
+    samples = []
+    for g in range(4):
+        prompt = tuple((13 * g + 7 * j) % 900 + 3 for j in range(14 + 3 * g))
+        for m in range(4):
+            own = tuple((5 * g + 11 * m + 3 * j) % 900 + 3 for j in range(2 + (g + m) % 4))
+            mask = (0,) * len(prompt) + (1,) * len(own)
+            samples.append(TrainSample(f"s{g}.{m}", f"g{g}", "d", prompt + own, mask, tuple(-6.9 * x for x in mask),
+                                       tuple(0 if x else -1 for x in mask), advantage=(m - 1.5) / 2, reward=0.0))
+    return TrainBatch(version, tuple(samples))
+
+
+def test_a_prompt_shared_by_its_group_gives_the_padded_loss_and_gradients(tiny_model_path):
+    results = []
+    for packing in (False, True):
+        cfg = RunConfig(model={"path": str(tiny_model_path)}, train={"strategy": "ddp", "packing": packing})
+        results.append(grads_after(Trainer(cfg, PolicyObjective.of(cfg)), group_batch()))
+    (padded, m1), (shared, m2) = results
+    assert abs(m1["train/loss"] - m2["train/loss"]) <= 1e-5 and m1["train/loss"] != 0
+    assert_same_grads(padded, shared, 1e-5)
+    prompts = sum(3 * (14 + 3 * g) for g in range(4))  # three of each group's four prompts are not computed
+    total = sum(len(s.token_ids) for s in group_batch().samples)
+    assert m2["train/prompt_reuse"] == pytest.approx(prompts / total) and m1["train/prompt_reuse"] == 0
+    assert m2["train/padding"] == 0
+
+
 def test_in_a_packed_row_no_sample_attends_to_another(tiny_model_path):
     from rollart.trainer.packing import collate
 

@@ -3,7 +3,8 @@ and saved as a checkpoint — Llama (and SmolLM2, which is Llama), SmolLM3, Mist
 the samples), Qwen2 (sliding layers), Qwen3, Gemma, Gemma 2 (attention and final-logit soft-capping), Gemma 3
 (sliding layers), Phi, Phi-3 — gives one train step's loss packed as padded within 1e-5, the log-probabilities of
 the model's own eager forward on each sample alone, and trains 2 steps packed; an architecture that cannot pack is
-refused when it loads, naming train.packing=false."""
+refused when it loads, naming train.packing=false. Three samples of the batch share a prompt (packed, it is computed
+once: trainer/packing.py), longer than the sliding windows."""
 
 from __future__ import annotations
 
@@ -69,6 +70,11 @@ def batch(version: int = 0) -> TrainBatch:
         mask = (0,) * (n - k) + (1,) * k
         samples.append(TrainSample(f"s{i}", "g", "d", ids, mask, tuple(-6.5 * m for m in mask),
                                    tuple(0 if m else -1 for m in mask), advantage=(-1) ** i * 0.8, reward=0.0))
+    prompt = samples[0].token_ids[:15]  # two more answers to s0's prompt: packed, the three share it
+    for i, own in enumerate([(41, 42, 43, 44, 45, 46), (51, 52, 53, 54)]):
+        mask = (0,) * 15 + (1,) * len(own)
+        samples.append(TrainSample(f"p{i}", "g", "d", prompt + own, mask, tuple(-6.5 * m for m in mask),
+                                   tuple(0 if m else -1 for m in mask), advantage=0.3 - i, reward=0.0))
     return TrainBatch(version, tuple(samples))
 
 
@@ -106,8 +112,10 @@ def test_packed_log_probabilities_are_the_models_own_on_each_sample_alone(family
     t = trainer(path, True)
     reference = transformers.AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
     samples = list(batch().samples)
+    packed = collate(samples, t.pad_id, packed=True)
+    assert packed.branches is not None and int(packed.branches.max()) == 3  # s0, p0 and p1 share their prompt
     with torch.no_grad():
-        mine = t._logprobs(t.policy, collate(samples, t.pad_id, packed=True), entropy=False)[0]
+        mine = t._logprobs(t.policy, packed, entropy=False)[0]
         for row, s in enumerate(samples):
             ids = torch.tensor([s.token_ids])
             logp = reference(input_ids=ids).logits[0, :-1].float().log_softmax(-1)

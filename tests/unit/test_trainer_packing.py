@@ -1,11 +1,13 @@
-"""Sharding, token-budget micro-batches, the shifted collate (padded and packed), the per-rank plan, LR schedules."""
+"""Sharding, token-budget micro-batches, the shifted collate (padded and packed, prompts shared), the per-rank plan,
+LR schedules."""
 
 import math
 
 import pytest
 import torch
 
-from rollart.trainer.packing import collate, global_totals, micro_batches, padding_counts, plan, shard
+from rollart.trainer.packing import (Unit, collate, global_totals, micro_batches, padding_counts, plan, shard,
+                                     share_prompts)
 from rollart.trainer.schedule import lr_multiplier
 from rollart.types import TrainSample
 
@@ -42,6 +44,48 @@ def test_a_packed_micro_batch_is_one_row_without_padding_and_the_same_labels():
     assert len(packed.select) == 2 + 1 + 3  # sample 2's first token is never predicted, so never selected
     assert padding_counts(samples, [[0, 1, 2]], packed=False) == (15, 12)
     assert padding_counts(samples, [[0, 1, 2]], packed=True) == (12, 12)
+
+
+def member(i, prompt, own):
+    """A sample of `prompt` then `own` model tokens."""
+    ids, mask = tuple(prompt) + tuple(own), (0,) * len(prompt) + (1,) * len(own)
+    return TrainSample(f"m{i}", "g", "d", ids, mask, tuple(-0.2 * m for m in mask), tuple(1 if m else -1 for m in mask),
+                       0.1 * i, 1.0)
+
+
+def test_samples_with_one_prompt_share_it_in_a_packed_row_and_each_predicts_as_alone():
+    prompt = (5, 6, 7, 8)
+    samples = [member(0, prompt, (9, 10)), sample(1, 3, 1), member(2, prompt, (11,)), member(3, prompt, (12, 13))]
+    padded, packed = collate(samples, pad_id=0), collate(samples, pad_id=0, packed=True)
+    # one unit: the prompt once, then members 0, 2 and 3's own tokens; then sample 1 alone
+    assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 2, 3]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 5, 4, 4, 5, 0, 1, 2]]
+    assert packed.branches.tolist() == [[0, 0, 0, 0, 1, 1, 2, 3, 3, 0, 0, 0]]
+    assert packed.cu_seqlens.tolist() == [0, 9, 12]
+    for field in ("targets", "loss_mask", "behaviour_logprobs", "versions", "advantages", "dest", "select_targets"):
+        assert torch.equal(getattr(packed, field), getattr(padded, field)), field
+    # the hidden state selected for label (row, col) is that sample's token col, at its own position col, in the
+    # shared prompt or in the sample's own branch
+    width = padded.label_shape[1]
+    rows, cols = packed.dest // width, packed.dest % width
+    assert torch.equal(packed.input_ids[0, packed.select], padded.input_ids[rows, cols])
+    assert torch.equal(packed.position_ids[0, packed.select], cols)
+    unit_row = torch.tensor([1, 0, 2, 3])  # each sample's branch in its unit (sample 1 is alone: 0)
+    branch = packed.branches[0, packed.select]
+    assert ((branch == 0) | (branch == unit_row[rows])).all() and (branch > 0).any()
+    assert padding_counts(samples, [[0, 1, 2, 3]], packed=True) == (12, 12)  # 20 sample tokens, 12 computed
+    assert collate(samples[:2], pad_id=0, packed=True).branches is None  # nothing shared: no branches
+
+
+def test_a_prompt_is_shared_only_while_its_unit_costs_no_more_attention_than_its_members_alone():
+    short = [member(i, (5, 6, 7, 8, 9, 10), (11 + i, 12)) for i in range(4)]  # 14² ≤ 4 · 8²
+    assert share_prompts(short) == [Unit((0, 1, 2, 3), 6)]
+    long = [member(i, (5, 6), tuple(range(20 + i, 30 + i))) for i in range(3)]  # (2 + 20)² > 2 · 12²
+    assert share_prompts(long) == [Unit((0,), 0), Unit((1,), 0), Unit((2,), 0)]
+    mixed = [member(0, (5, 6, 7, 8), (9,)), member(1, (5, 6, 7, 8), tuple(range(30, 60))),
+             member(2, (5, 6, 7, 8), (10,)), member(3, (4, 6, 7, 8), (10,))]  # 3's prompt differs
+    assert share_prompts(mixed) == [Unit((0, 2), 4), Unit((1,), 0), Unit((3,), 0)]
+    assert share_prompts([sample(0, 4, 4), sample(1, 4, 4)]) == [Unit((0,), 0), Unit((1,), 0)]  # no prompt
 
 
 def test_the_plan_gives_every_rank_as_many_micro_batches_and_each_sample_once():
