@@ -21,8 +21,8 @@ sample longer than its layer's sliding window gets that window as a band within 
 transformers builds: a query sees the last `sliding_window` positions, itself included). Units whose samples
 share a prompt (trainer/packing.py: the prompt once, then each member's own tokens, `branch_ids` naming each
 token's member) run as one masked SDPA per batch of similar lengths (padding at most doubles a batch's scores):
-each member sees the prompt and itself, with its own positions' window — what it would compute alone. Soft-capped attention (which SDPA cannot do) runs as plain matrix products with
-the same masks, padded or packed.
+each member sees the prompt and itself, with its own positions' window — what it would compute alone.
+Soft-capped attention (which SDPA cannot do) runs as plain matrix products with the same masks, padded or packed.
 
 What it refuses: attention inputs it does not implement (sink logits `s_aux`, a `position_bias`) — with
 `packing_problem`'s advice for packed rows. Which architectures can pack at all is `packing_problem`'s:
