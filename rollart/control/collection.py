@@ -109,7 +109,7 @@ class Collection:
         finally:
             self.groups.settle(run)  # (a run cancelled before its outcome was known)
             del group.runs[trajectory_id]
-            self.scoring.poke(group.group_id, *self._scoring_state(group))
+            self.scoring.poke(group.group_id, lambda: self._scoring_state(group))
             if group.closed and not group.runs:
                 self.groups.release(group)
             if self.turn_barrier:
@@ -119,7 +119,7 @@ class Collection:
     async def _score(self, group: Group, traj: Trajectory) -> Trajectory:
         start = self.clock()
         try:
-            result = await self.scoring.score(traj, *self._scoring_state(group, traj.trajectory_id))
+            result = await self.scoring.score(traj, lambda: self._scoring_state(group, traj.trajectory_id))
         except Exception as exc:
             return traj.finished(Status.FAILED, f"reward raised: {exc!r}")
         if result is None:  # its group closed while it waited for the group's scoring

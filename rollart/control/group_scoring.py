@@ -3,8 +3,9 @@ a batch (TRL's shape) — the group's members together, in one call.
 
 In: the scheduler's `RewardScorer` (a `GroupRewardScorer` may score whole groups: `scores_groups(domain)`), a
 way to run a task in the background (the scheduler's, so its failure stops rollout), and from the scheduler,
-per finished trainable member: its group id, how many more scored members the group needs and how many of
-its other members are still running. Out: the member's `RewardResult`, or None when its group closed before it
+per finished trainable member: its group id and a function giving how many more scored members the group needs
+and how many of its other members are still running (called only for a batched domain's group: counting them
+is per-member work the twin's 10,000 trajectories a step would otherwise pay for every member). Out: the member's `RewardResult`, or None when its group closed before it
 was scored (the scheduler then ends it as the group's close says).
 
 Batched domains: a finished member waits in its group's pending list; the list is scored with one
@@ -23,6 +24,8 @@ from typing import Any, Callable, Coroutine
 
 from rollart.types import GroupRewardScorer, RewardResult, RewardScorer, Trajectory
 
+GroupState = Callable[[], tuple[int, int]]  # (scored members the group still needs, its other members running)
+
 
 class GroupScoring:
     def __init__(self, scorer: RewardScorer, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
@@ -32,20 +35,30 @@ class GroupScoring:
         # per group: members in a call whose result the scheduler has not taken yet (it counts them as scored then)
         self._in_flight: dict[str, set[str]] = {}
 
+    @property
+    def scorer(self) -> RewardScorer:
+        return self._scorer
+
+    @scorer.setter
+    def scorer(self, scorer: RewardScorer) -> None:
+        self._scorer = scorer
+        # (checked once: an isinstance against a runtime-checkable protocol cost ~40 µs a call in the twin)
+        self._groups = scorer if isinstance(scorer, GroupRewardScorer) else None
+
     def batched(self, domain: str) -> bool:
-        return isinstance(self.scorer, GroupRewardScorer) and self.scorer.scores_groups(domain)
+        return self._groups is not None and self._groups.scores_groups(domain)
 
     def waiting(self, group_id: str) -> set[str]:
         """Ids of the group's members waiting for their group's call, or for the scheduler to take its result."""
         return {t.trajectory_id for t, _ in self._pending.get(group_id, ())} | self._in_flight.get(group_id, set())
 
-    async def score(self, traj: Trajectory, needed: int, others_running: int) -> RewardResult | None:
+    async def score(self, traj: Trajectory, state: GroupState) -> RewardResult | None:
         """`traj`'s result: scored alone, or with its group (see the module docstring)."""
         if not self.batched(traj.domain):
             return await self.scorer.score(traj)
         future: asyncio.Future[RewardResult | None] = asyncio.get_running_loop().create_future()
         self._pending.setdefault(traj.group_id, []).append((traj, future))
-        self.poke(traj.group_id, needed, others_running)
+        self.poke(traj.group_id, state)
         try:
             return await future
         finally:  # the scheduler takes the result next, with no await between: it counts as scored from here
@@ -55,12 +68,13 @@ class GroupScoring:
                 if not flying:
                     del self._in_flight[traj.group_id]
 
-    def poke(self, group_id: str, needed: int, others_running: int) -> None:
+    def poke(self, group_id: str, state: GroupState) -> None:
         """Score the group's pending members now if they are all it needs, or all that can still come — unless a
         call in flight may complete the group (its answer pokes again: the group closes, or still needs them)."""
         pending = self._pending.get(group_id)
         if not pending:
             return
+        needed, others_running = state()
         still = needed - len(self._in_flight.get(group_id, ()))
         if still <= 0:
             return
@@ -77,9 +91,9 @@ class GroupScoring:
 
     async def _call(self, pending: list[tuple[Trajectory, asyncio.Future[RewardResult | None]]]) -> None:
         trajectories = [t for t, _ in pending]
-        assert isinstance(self.scorer, GroupRewardScorer)
+        assert self._groups is not None
         try:
-            results = await self.scorer.score_group(trajectories)
+            results = await self._groups.score_group(trajectories)
             if len(results) != len(trajectories):
                 raise RuntimeError(f"score_group returned {len(results)} results for {len(trajectories)} trajectories")
         except Exception as exc:  # noqa: BLE001 — a scorer never raises by contract; if it does, each member fails
