@@ -60,7 +60,7 @@ class Group:
 class MicroBatch:
     input_ids: Tensor  # [b, L] right-padded, or [1, T] packed
     attention_mask: Tensor | None  # [b, L] long (padded); None (packed)
-    position_ids: Tensor | None  # None (padded: 0..L-1); [1, T] restarting per sample (packed)
+    position_ids: Tensor | None  # None (padded: 0..L-1); [1, T] each token's position in its own sample (packed)
     cu_seqlens: Tensor | None  # None (padded); [units + 1] int32 unit boundaries in the packed row
     select: Tensor  # [K] long: flat index into input positions whose hidden state predicts a model token
     dest: Tensor  # [K] long: flat index of that token in the [b, L-1] label layout
