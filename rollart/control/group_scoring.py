@@ -5,8 +5,9 @@ In: the scheduler's `RewardScorer` (a `GroupRewardScorer` may score whole groups
 way to run a task in the background (the scheduler's, so its failure stops rollout), and from the scheduler,
 per finished trainable member: its group id and a function giving how many more scored members the group needs
 and how many of its other members are still running (called only for a batched domain's group: counting them
-is per-member work the twin's 10,000 trajectories a step would otherwise pay for every member). Out: the member's `RewardResult`, or None when its group closed before it
-was scored (the scheduler then ends it as the group's close says).
+is per-member work the twin's 10,000 trajectories a step would otherwise pay for every member). Out: the
+member's `RewardResult`, or None when its group closed before it was scored (the scheduler then ends it as the
+group's close says).
 
 Batched domains: a finished member waits in its group's pending list; the list is scored with one
 `score_group` call as soon as it holds the members the group still needs, or no other member of the group is
