@@ -60,14 +60,16 @@ class Admission:
         self.replay: list[Admit] = []  # groups to admit again after a resume
 
     # --- the bound -----------------------------------------------------------------------------------
-    def pending_by_domain(self) -> Counter[str]:
-        """Groups held (open, or closed with a straggler winding down) plus groups ready in the buffer."""
-        pending = Counter(self.groups.held_by_domain)
-        pending.update(self.buffer.ready_by_domain())
-        return +pending
+    def pending_by_domain(self) -> dict[str, int]:
+        """Groups held (open, or closed with a straggler winding down) plus groups ready in the buffer, for each
+        domain admission draws from. (Read from the counts `Groups` and the buffer keep up to date: admission
+        asks on every check, ~2 per trajectory, so nothing is recounted or copied here.)"""
+        held, ready = self.groups.held_by_domain, self.buffer.ready_in
+        return {d: held.get(d, 0) + ready(d) for d in self.quotas}
 
     def pending_groups(self) -> int:
-        return sum(self.pending_by_domain().values())
+        """Every pending group, of any domain (one a resume admitted under other weights included)."""
+        return len(self.groups.by_id) + self.buffer.ready_count()
 
     def window(self) -> int:
         return self.policy.admission_window(
@@ -138,6 +140,10 @@ class Admission:
         assert self.clock is not None
         now = self.clock()
         return [d for d in domains if self.pacer.admits(d, window, now)]
+
+    def upcoming_seq(self) -> int:
+        """The sequence number of the group `next_group` admits next (what `forecast` would name, cheaply)."""
+        return self.replay[0][1] if self.replay else self.next_seq
 
     def forecast(self) -> Admit | None:
         """(domain, seq, seed) of the group `next_group` would admit next if nothing changed meanwhile — a

@@ -119,9 +119,13 @@ class SampleBuffer:
     def ready_groups(self) -> list[ReadyGroup]:
         return list(self._ready)
 
-    def ready_by_domain(self) -> Counter[str]:
-        """Ready groups per domain (O(domains))."""
-        return +self._ready_by_domain
+    def ready_in(self, domain: str) -> int:
+        """Ready groups of `domain` (O(1))."""
+        return self._ready_by_domain.get(domain, 0)
+
+    def ready_count(self) -> int:
+        """Ready groups of every domain (O(1))."""
+        return len(self._ready)
 
     def ready_trajectories(self) -> int:
         return sum(len(g.trajectories) for g in self._ready)

@@ -316,9 +316,11 @@ class RolloutScheduler:
         """Tell the runner which group admission will likely take next (`TrajectoryRunner.expect`), once per
         group to come, so its envs can be prepared while admission waits for room (a batch training, a group
         finishing). A hint: a runner that fails or is slow to take it costs a warning, never the run."""
-        upcoming = self.admission.forecast()
-        if upcoming is None or (self._announced is not None and upcoming[1] == self._announced[1]):
+        if self._announced is not None and self.admission.upcoming_seq() == self._announced[1]:
             return  # one forecast per sequence number: a guess that flips between domains is not told twice
+        upcoming = self.admission.forecast()
+        if upcoming is None:
+            return
         self._announced = upcoming
         domain, seq, seed = upcoming
         group_id = f"g{seq:06d}"
