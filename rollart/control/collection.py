@@ -27,6 +27,7 @@ import logging
 from collections import Counter
 from typing import Any, Callable
 
+from rollart.base.deadlines import Deadlines
 from rollart.config import RolloutConfig
 from rollart.control.breaker import DomainBreaker, Trip
 from rollart.control.buffer import ReadyGroup, SampleBuffer
@@ -54,6 +55,7 @@ class Collection:
         self.spawn, self.watch, self.wake, self.on_trip = spawn, watch, wake, on_trip
         self.turn_barrier = turn_barrier
         self.trajectory_timeout_s = trajectory_timeout_s
+        self._trajectory_deadlines = Deadlines(trajectory_timeout_s)
         self.clock = clock
         self.group_filter, self.max_filtered = group_filter, max_filtered
         self.on_complete = on_complete
@@ -93,7 +95,7 @@ class Collection:
         trajectory_id = task.trajectory_id
         try:
             try:
-                async with asyncio.timeout(self.trajectory_timeout_s):  # (in this task: no second one per run)
+                async with self._trajectory_deadlines.bound():  # (in this task; one timer for every run)
                     traj = await self.runner.run(task, version)
             except TimeoutError:
                 await self.runner.cancel(trajectory_id, Status.ABORTED, "trajectory timeout")

@@ -18,7 +18,8 @@ Guarantees:
   `inference.admission_timeout_s`, then TimeoutError naming it); requests already admitted keep running.
 - `abort(trajectory_id)` ends the trajectory's running and waiting requests (their callers get
   `finish_reason="abort"` with the tokens so far) and every later request of it returns aborted at once.
-- Every wait on a worker is bounded (`inference.request_timeout_s` plus a margin).
+- Every wait on a worker is bounded (`inference.request_timeout_s` plus a margin; the turns in flight share one
+  timer, base/deadlines.py).
 - A worker that dies leaves the routing at once (the first call that fails on it, or `remove_worker`), and
   each request it held is sent again — same prompt token ids, same sampling seed — to another worker of the
   pool or its fallback (at most `inference.turn_retries` times per request; counted in `turn_retries`):
@@ -49,6 +50,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from rollart.base.batched_calls import CallBatcher, Outbox, Outcome
+from rollart.base.deadlines import Deadlines
 from rollart.config import InferenceConfig
 from rollart.inference.results import aborted_result
 from rollart.inference.router import Router, WorkerKey
@@ -82,6 +84,7 @@ class LLMProxy:
         self._preempted_tokens = 0
         self._admission_timeout_s = cfg.admission_timeout_s
         self._call_timeout_s = cfg.request_timeout_s + _WORKER_CALL_MARGIN_S
+        self._call_deadlines = Deadlines(self._call_timeout_s)
         self._max_retries = cfg.turn_retries
         self._suspended = False
         self._cond = asyncio.Condition()  # admission (resume, aborts) and membership (a worker joined)
@@ -121,7 +124,7 @@ class LLMProxy:
                 running = self._running[key] = set()
             running.add(trajectory_id)
             try:
-                async with asyncio.timeout(self._call_timeout_s):  # (no extra task or waiter, as wait_for adds)
+                async with self._call_deadlines.bound():  # (one timer for all turns in flight)
                     result = await self._send(key, request)
                 if result.finish_reason != "abort" or trajectory_id not in self._moving:
                     if self._moving:  # (a move that came after this turn had ended is void)

@@ -46,6 +46,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import httpx
 
+from rollart.base.deadlines import Deadlines
 from rollart.config import RewardConfig
 from rollart.reward.batching import RequestBatcher
 from rollart.reward.metrics import BusyClock, LatencyWindow
@@ -265,11 +266,12 @@ class LocalRewardClient:
         self.cfg = cfg
         self.stats = BackendStats()
         self._tries = _Tries(cfg, self.stats, seed)
+        self._deadlines = Deadlines(cfg.timeout_s)
 
     async def score(self, trajectory: Trajectory, fn: str) -> RewardResult:
         async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool, Fault | None]:
             try:
-                async with asyncio.timeout(self.cfg.timeout_s):  # (in this task: no second one per score)
+                async with self._deadlines.bound():  # (in this task; one timer for every score in flight)
                     out = await call_reward(self.get_fn(fn), trajectory, fn)
             except TimeoutError:
                 return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False, None

@@ -171,3 +171,23 @@ def test_the_retries_are_bounded_and_a_lost_wait_says_what_it_waited_for():
             await p.generate(request("t2"))
 
     asyncio.run(main())
+
+
+def test_a_worker_that_never_answers_fails_its_turns_at_the_call_bound_and_the_others_go_on(monkeypatch):
+    monkeypatch.setattr("rollart.inference.proxy._WORKER_CALL_MARGIN_S", 0.0)
+
+    async def main():
+        hung, fine = FakeWorker("hung", gate=asyncio.Event()), FakeWorker("fine")
+        p = proxy({"decode": [hung], "prefill": [fine]}, request_timeout_s=0.3)
+        started = asyncio.get_running_loop().time()
+        turns = [asyncio.ensure_future(p.generate(request(f"t{i}"))) for i in range(3)]
+        await asyncio.sleep(0.1)
+        p._router.remove(("decode", 0))  # later turns go to the fallback pool, which answers
+        assert (await p.generate(request("t9"))).worker == "fine"
+        for turn in turns:
+            with pytest.raises(TimeoutError, match=r"worker .* gave no answer for request 't\d/0' within 0.3 s"):
+                await asyncio.wait_for(turn, 5)
+        assert 0.3 <= asyncio.get_running_loop().time() - started < 1.5
+        assert not p._call_deadlines._waits  # every bounded call ended
+
+    asyncio.run(main())
