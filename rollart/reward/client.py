@@ -292,7 +292,7 @@ class LocalRewardClient:
 
         async def attempt() -> tuple[dict[str, Any] | None, bool, str, bool, Fault | None]:
             try:
-                async with asyncio.timeout(self.cfg.timeout_s):
+                async with self._deadlines.bound():
                     outs = await reward.score_batch(trajectories)  # type: ignore[attr-defined]
             except TimeoutError:
                 return None, True, f"reward fn {fn!r} timed out after {self.cfg.timeout_s}s", False, None
