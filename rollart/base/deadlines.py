@@ -2,10 +2,11 @@
 
 Why: the LLM proxy bounds every turn it forwards (a worker that hangs must not hang its trajectory), so one proxy
 process holding thousands of turns in flight made a timer for each (an `asyncio.TimerHandle` on the loop's heap,
-cancelled a moment later when the turn ended) — a fifth of the event loop's timer traffic in the twin at 1,000
-GPUs. Waits that all last the same `seconds` end in the order they began, so their deadlines form a queue: one
-timer, armed for the oldest wait still running, is enough. (The running waits are kept in an `OrderedDict`: a
-wait that ends leaves it at once, in O(1), and the oldest is its first entry.)
+cancelled a moment later when the turn ended) — with the collection's and the reward client's, about a third of
+the event loop's timers in the twin at 1,000 GPUs. Waits that all last the same `seconds` end in the order they
+began, so their deadlines form a queue: one timer, armed for the oldest wait still running, is enough. (The
+running waits are kept in an `OrderedDict`: a wait that ends leaves it at once, in O(1), and the oldest is its
+first entry.)
 
 In: `seconds`, then `async with deadlines.bound():` around an await, in a task. Out: what `asyncio.timeout(seconds)`
 does there — past its deadline the task is cancelled and the block raises `TimeoutError` (the `CancelledError`
