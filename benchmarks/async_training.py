@@ -15,11 +15,18 @@ The full bench takes ~35–40 min on a loaded 2-core machine, so each arm can ru
 `--arm sync` with the same `--json FILE` add their arm to that file (the arms already in it are kept), and the
 ratios come once both are there. Without `--arm`, both arms run one after the other in this process.
 `--quick`: 6 steps per arm, a small batch, evaluation every 3 steps. `--steps N`: N RL steps per arm instead.
+
+`--seeds N`: the pair of arms N times, seeds 0 … N−1 (`seed=`), async then sync for each seed, so the machine's
+drift reaches both arms of a pair alike; the ratios are the medians of the pairs' ratios, each pair's kept in
+the JSON (`data.seeds`). Time-to-score turns on where each arm first crosses a score in a coarse evaluation grid:
+one pair of runs has measured anywhere from 1.30 to 2.46 on this machine, so one seed is one sample.
+`--arm` runs one pair's arm (seed 0) and does not combine with `--seeds`.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,12 +40,13 @@ from rollart.observability import read_metrics
 ARMS = {"async": ["rollout.alpha=1", "rollout.barrier=none"], "sync": ["rollout.alpha=0", "rollout.barrier=batch"]}
 
 
-def run_arm(arm: str, quick: bool, steps: int | None = None) -> dict[str, Any]:
+def run_arm(arm: str, quick: bool, steps: int | None = None, seed: int = 0) -> dict[str, Any]:
     """One arm through the real driver: its row and its evaluation curve (seconds from the first evaluation)."""
     extra = (["train.steps=6", "eval.every=3", "eval.episodes_per_domain=8", "train.warm_start.steps=20"]
              if quick else [])
     if steps is not None:
         extra += [f"train.steps={steps}", f"eval.every={max(1, steps // 2)}"]
+    extra.append(f"seed={seed}")
     with tempfile.TemporaryDirectory(prefix="rollart-bench-async-") as tmp:
         run_dir = Path(tmp) / arm
         cfg = load_config(None, [f"run_dir={run_dir}", "observability.progress=quiet",
@@ -50,7 +58,7 @@ def run_arm(arm: str, quick: bool, steps: int | None = None) -> dict[str, Any]:
     evals = [(r["wall_s"], r["eval/mean"]) for r in records if "eval/mean" in r]
     curve = [(w - evals[0][0], s) for w, s in evals]  # from the first evaluation (RL start)
     mean = lambda key: sum(r.get(key, 0.0) for r in steps) / len(steps)  # noqa: E731
-    row = {"arm": arm, "steps": cfg.train.steps, "mean_step_s": round(mean("time/step"), 3),
+    row = {"arm": arm, "seed": seed, "steps": cfg.train.steps, "mean_step_s": round(mean("time/step"), 3),
            "get_batch_wait_s": round(mean("time/get_batch_wait"), 3),
            "get_batch_idle_s": round(mean("time/get_batch_idle"), 3),
            "get_batch_idle_share": round(mean("time/get_batch_idle") / mean("time/step"), 3),
@@ -60,27 +68,61 @@ def run_arm(arm: str, quick: bool, steps: int | None = None) -> dict[str, Any]:
     return {"row": row, "curve": curve}
 
 
-def run(quick: bool, json_path: str | None = None, arm: str | None = None, steps: int | None = None) -> BenchResult:
-    arms: dict[str, Any] = {}
+def run(quick: bool, json_path: str | None = None, arm: str | None = None, steps: int | None = None,
+        seeds: int = 1) -> BenchResult:
     if arm is not None:
-        if arm not in ARMS:
-            raise ValueError(f"--arm {arm!r}: one of {sorted(ARMS)}")
-        if not json_path:
-            raise ValueError("--arm needs --json FILE: the file the arms are gathered in")
-        path = Path(json_path)
-        if path.exists():
-            try:
-                kept = json.loads(path.read_text()).get("arms", {})
-            except ValueError as exc:
-                raise ValueError(f"{json_path}: not a bench async file ({exc})") from None
-            arms = {a: v for a, v in kept.items() if a in ARMS and a != arm}
-        arms[arm] = run_arm(arm, quick, steps)
-    else:
+        if seeds != 1:
+            raise ValueError(f"--arm runs one arm of seed 0; it does not combine with --seeds {seeds} (run "
+                             "`rollart bench async --seeds N` for both arms of N seeds)")
+        return _one_arm(quick, json_path, arm, steps)
+    if seeds == 1:
         arms = {a: run_arm(a, quick, steps) for a in ARMS}
-    rows = [arms[a]["row"] for a in ARMS if a in arms]
+        return BenchResult("async", *_compare(arms), data={"arms": arms})
+    pairs = []
+    for seed in range(seeds):
+        arms = {a: run_arm(a, quick, steps, seed) for a in ARMS}
+        ratios, rows, notes = _compare(arms)
+        pairs.append({"seed": seed, "ratios": ratios, "rows": rows, "notes": notes, "arms": arms})
+    medians: dict[str, float | None] = {}
+    for key in pairs[0]["ratios"]:
+        values = [p["ratios"][key] for p in pairs if p["ratios"][key] is not None]
+        medians[key] = statistics.median(values) if values else None
+    notes = [f"medians over {seeds} seeds (each pair: async, then sync)"] + [
+        f"seed {p['seed']}: step time {_fmt(p['ratios']['async_vs_sync_step_time'])}, time to score "
+        f"{_fmt(p['ratios']['async_vs_sync_time_to_score'])}; {p['notes'][0]}" for p in pairs]
+    return BenchResult("async", medians, [r for p in pairs for r in p["rows"]], notes,
+                       data={"seeds": [{k: p[k] for k in ("seed", "ratios", "arms")} for p in pairs]})
+
+
+def _fmt(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}"
+
+
+def _one_arm(quick: bool, json_path: str | None, arm: str, steps: int | None) -> BenchResult:
+    """`--arm`: this arm added to the file's, the ratios once both are there."""
+    if arm not in ARMS:
+        raise ValueError(f"--arm {arm!r}: one of {sorted(ARMS)}")
+    if not json_path:
+        raise ValueError("--arm needs --json FILE: the file the arms are gathered in")
+    arms: dict[str, Any] = {}
+    path = Path(json_path)
+    if path.exists():
+        try:
+            kept = json.loads(path.read_text()).get("arms", {})
+        except ValueError as exc:
+            raise ValueError(f"{json_path}: not a bench async file ({exc})") from None
+        arms = {a: v for a, v in kept.items() if a in ARMS and a != arm}
+    arms[arm] = run_arm(arm, quick, steps)
     if set(arms) != set(ARMS):
+        rows = [arms[a]["row"] for a in ARMS if a in arms]
         return BenchResult("async", {}, rows, [f"arms so far: {sorted(arms)}; run the others with --arm"],
                            data={"arms": arms})
+    return BenchResult("async", *_compare(arms), data={"arms": arms})
+
+
+def _compare(arms: dict[str, Any]) -> tuple[dict[str, float | None], list[dict[str, Any]], list[str]]:
+    """Both arms of one seed: (the ratios, the rows, a note on the target score and when each reached it)."""
+    rows = [arms[a]["row"] for a in ARMS]
     curves = {a: arms[a]["curve"] for a in ARMS}
     by = {r["arm"]: r for r in rows}
     target = min(max(s for _, s in curves[a]) for a in ARMS)
@@ -91,4 +133,4 @@ def run(quick: bool, json_path: str | None = None, arm: str | None = None, steps
     }
     notes = [f"target score {target:.3f} (highest mean validation score both arms reach); time to reach it: "
              f"async {reach['async']:.1f}s, sync {reach['sync']:.1f}s after the first evaluation"]
-    return BenchResult("async", ratios, rows, notes, data={"arms": arms})
+    return ratios, rows, notes
