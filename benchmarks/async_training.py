@@ -18,7 +18,7 @@ ratios come once both are there. Without `--arm`, both arms run one after the ot
 
 `--seeds N`: the pair of arms N times, seeds 0 … N−1 (`seed=`), async then sync for each seed, so the machine's
 drift reaches both arms of a pair alike; the ratios are the medians of the pairs' ratios, each pair's kept in
-the JSON (`data.seeds`). Time-to-score turns on where each arm first crosses a score in a coarse evaluation grid:
+the JSON (`seeds`). Time-to-score turns on where each arm first crosses a score in a coarse evaluation grid:
 one pair of runs has measured anywhere from 1.30 to 2.46 on this machine, so one seed is one sample.
 `--arm` runs one pair's arm (seed 0) and does not combine with `--seeds`.
 """
