@@ -77,6 +77,8 @@ class Collection:
             await self.launch_trajectory(group)
 
     async def launch_trajectory(self, group: Group) -> None:
+        if group.closed:
+            return  # a replacement its group's end overtook (completed, stale, dropped or stopped): never started
         task = Task(trajectory_id=f"{group.group_id}/{group.launched}", domain=group.domain, env=group.env,
                     seed=group.seed, group_id=group.group_id)
         group.launched += 1
@@ -85,9 +87,27 @@ class Collection:
         self.ledger.move(task, Fate.RUNNING, expect=None)
         self.counts["started"] += 1
         if self.turn_barrier:
-            await self.turn_barrier.join(task.trajectory_id, group.cohort)
+            try:
+                await self.turn_barrier.join(task.trajectory_id, group.cohort)
+            except BaseException:  # the barrier broke, or the launch was cancelled (stop): it never runs
+                self._end_unstarted(group, run, Status.ABORTED, "never started: joining the turn barrier failed")
+                raise
+            if group.closed:  # closed while it joined: its cancel found nothing to cancel, so it must not run
+                self._end_unstarted(group, run, group.close_status, group.close_reason)
+                await self.turn_barrier.leave(task.trajectory_id)
+                return
         run.handle = asyncio.create_task(self._run_one(group, run), name=task.trajectory_id)
         self.watch(run.handle, f"the task of trajectory {task.trajectory_id}")
+
+    def _end_unstarted(self, group: Group, run: Run, status: Status, reason: str) -> None:
+        """`run` was entered in the ledger but its runner call never began: it ends untrained, its slot freed."""
+        self.groups.settle(run)
+        del group.runs[run.task.trajectory_id]
+        self.ledger.move(run.task, Fate.untrained(status), expect=Fate.RUNNING, reason=reason)
+        self.counts[status.value] += 1
+        if group.closed and not group.runs:
+            self.groups.release(group)
+        self.wake()
 
     # --- one trajectory ------------------------------------------------------------------------------
     async def _run_one(self, group: Group, run: Run) -> None:

@@ -57,7 +57,7 @@ class Groups:
         self.unsettled = self.unsettled_peak = 0
 
     def hold(self, group: Group) -> None:
-        """`group` takes its admission slot (again, if a replacement starts after it closed and was released)."""
+        """`group` takes its admission slot, if it holds none yet (every run added to it calls this)."""
         if group.group_id not in self.by_id:
             self.by_id[group.group_id] = group
             self.held_by_domain[group.domain] += 1

@@ -200,17 +200,27 @@ class RolloutScheduler:
         self.paused = True
         if self._loop_task:
             self._loop_task.cancel()
-        for g in self.groups.open():
-            await self.collection.cancel_group(g, Status.ABORTED, reason)
-        runs = {r.handle for g in self.groups.by_id.values() for r in g.runs.values() if r.handle is not None}
-        pending = runs | self._background
-        if pending:
-            _, late = await asyncio.wait(pending, timeout=timeout_s)
-            for task in late:
-                task.cancel()
-            if late:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        # Until nothing is left: a background task (a replacement, a drop) may start a run while stop waits,
+        # and a run it waits for may spawn one — each such wait ends at the one deadline.
+        while True:
+            for g in self.groups.open():
+                await self.collection.cancel_group(g, Status.ABORTED, reason)
+            if not (pending := self._unfinished()):
+                return
+            left = deadline - asyncio.get_running_loop().time()
+            _, late = await asyncio.wait(pending, timeout=max(left, 0.0))
+            if late:  # the deadline passed
+                for task in late:
+                    task.cancel()
                 log.warning("scheduler stop: %d tasks did not end within %.0fs and were cancelled", len(late),
                             timeout_s)
+                return
+
+    def _unfinished(self) -> set[asyncio.Task]:
+        """The tasks still running: every started trajectory's, and the scheduler's background ones."""
+        runs = {r.handle for g in self.groups.by_id.values() for r in g.runs.values() if r.handle is not None}
+        return {t for t in runs | self._background if not t.done()}
 
     # --- driver hooks --------------------------------------------------------------------------------
     def set_inference_version(self, version: int) -> None:

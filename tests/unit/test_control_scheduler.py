@@ -305,6 +305,53 @@ def test_a_failed_background_task_stops_rollout_within_a_second_naming_it():
         assert isinstance(info.value.__cause__, ConnectionError)  # its own error and traceback
         with pytest.raises(SchedulerFailed):  # and every later ask
             await h.sched.get_batch(0)
+        # the trajectory whose join raised never ran: it ended in the ledger, not left running
+        assert h.sched.fate and Fate.RUNNING not in h.sched.fate.values() and not h.runner.runs
+
+    asyncio.run(main())
+
+
+def test_a_replacement_that_its_groups_end_overtook_never_starts():
+    """A FAILED member's replacement is launched in the background; a stop (or the group going stale) that
+    closes the group first leaves it nothing to start — else it would run uncancelled past stop()."""
+    async def main():
+        h = Harness(rollout_cfg(), steps=1, latency=lambda t: 0.05)
+        collection = h.sched.collection
+        await collection.launch_group("fast", "fast", 0, 7, 0)
+        group = h.sched.groups.by_id["g000000"]
+        await collection.cancel_group(group, Status.STALE, "stale for batch 1")
+        before = dict(h.sched.fate)
+        await collection.launch_trajectory(group)  # the replacement spawned before the group closed
+        assert h.sched.fate == before and group.launched == 4
+        await h.sched.stop()
+        assert Fate.RUNNING not in h.sched.fate.values() and h.sched.groups.unsettled == 0
+
+    asyncio.run(main())
+
+
+def test_a_member_whose_group_closed_while_it_joined_the_turn_barrier_never_runs():
+    class SlowJoin(LocalTurnBarrier):
+        def __init__(self):
+            super().__init__(timeout_s=10)
+            self.release = asyncio.Event()
+
+        async def join(self, trajectory_id, cohort):
+            await super().join(trajectory_id, cohort)
+            await self.release.wait()
+
+    async def main():
+        barrier = SlowJoin()
+        h = Harness(rollout_cfg(), steps=1, turn_barrier=barrier)
+        collection = h.sched.collection
+        group_launch = asyncio.create_task(collection.launch_group("fast", "fast", 0, 7, 0))
+        await asyncio.sleep(0.01)  # the first member is in the ledger, joining
+        group = h.sched.groups.by_id["g000000"]
+        await collection.cancel_group(group, Status.ABORTED, "shutdown")  # its cancel reaches no runner
+        barrier.release.set()
+        await group_launch
+        assert h.sched.fate == {"g000000/0": Fate.ABORTED} and not h.runner.runs
+        assert h.sched.groups.unsettled == 0 and "g000000" not in h.sched.groups.by_id
+        assert not barrier._members  # it left the barrier
 
     asyncio.run(main())
 
