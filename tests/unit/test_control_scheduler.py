@@ -270,7 +270,8 @@ def test_property_staleness_bound_and_no_loss_under_random_latency_and_faults(
         return lat.setdefault(task.trajectory_id, rng.expovariate(1 / 0.01))
 
     def fail(task):
-        return random.Random(hash((seed, task.trajectory_id))).random() < fail_p
+        # a string seed, not hash(): str hashes differ between processes, so a failing case would not replay
+        return random.Random(f"{seed}/{task.trajectory_id}").random() < fail_p
 
     cfg = rollout_cfg(alpha=alpha, staleness=mode,
                       redundancy=RedundancyConfig(extra_per_group=extra_per_group, extra_groups=extra_groups,
