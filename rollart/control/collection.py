@@ -92,15 +92,12 @@ class Collection:
             except BaseException:  # the barrier broke, or the launch was cancelled (stop): it never runs
                 self._end_unstarted(group, run, Status.ABORTED, "never started: joining the turn barrier failed")
                 raise
-            if group.closed:  # closed while it joined: its cancel found nothing to cancel, so it must not run
-                self._end_unstarted(group, run, group.close_status, group.close_reason)
-                await self.turn_barrier.leave(task.trajectory_id)
-                return
         run.handle = asyncio.create_task(self._run_one(group, run), name=task.trajectory_id)
         self.watch(run.handle, f"the task of trajectory {task.trajectory_id}")
 
     def _end_unstarted(self, group: Group, run: Run, status: Status, reason: str) -> None:
-        """`run` was entered in the ledger but its runner call never began: it ends untrained, its slot freed."""
+        """`run` was entered in the ledger but its task never began (its turn-barrier join failed): it ends
+        untrained, its slot freed."""
         self.groups.settle(run)
         del group.runs[run.task.trajectory_id]
         self.ledger.move(run.task, Fate.untrained(status), expect=Fate.RUNNING, reason=reason)
@@ -115,8 +112,12 @@ class Collection:
         trajectory_id = task.trajectory_id
         try:
             try:
-                async with self._trajectory_deadlines.bound():  # (in this task; one timer for every run)
-                    traj = await self.runner.run(task, version)
+                if group.closed:  # closed before this task first ran (or while it joined the turn barrier): the
+                    # cancel sent then reached no runner, so it must not start
+                    traj = Trajectory(trajectory_id, task, version).finished(group.close_status, group.close_reason)
+                else:
+                    async with self._trajectory_deadlines.bound():  # (in this task; one timer for every run)
+                        traj = await self.runner.run(task, version)
             except TimeoutError:
                 await self.runner.cancel(trajectory_id, Status.ABORTED, "trajectory timeout")
                 reason = f"timed out after {self.trajectory_timeout_s:.0f}s"

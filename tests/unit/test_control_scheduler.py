@@ -99,8 +99,10 @@ def check_invariants(h: Harness, batches):
             groups.setdefault(t.group_id, []).append(t)
         assert all(len(g) == h.rollout.group_size for g in groups.values()), "batch holds a partial group"
     assert h.sched.check_ledger() == []
-    # every trajectory started has exactly one fate, and none is left running after stop()
-    assert set(h.sched.fate) == set(h.runner.runs)
+    # every trajectory started has exactly one fate, and none is left running after stop(); one whose group
+    # closed before its task first ran never reached the runner, and was not trained
+    assert set(h.runner.runs) <= set(h.sched.fate)
+    assert all(h.sched.fate[t] in (Fate.ABORTED, Fate.STALE) for t in set(h.sched.fate) - set(h.runner.runs))
     assert Fate.RUNNING not in set(h.sched.fate.values())
     assert sum(1 for f in h.sched.fate.values() if f is Fate.TRAINED) == len(trained)
     assert h.max_pending <= h.bound, f"pending {h.max_pending} exceeded (α+1)·(B+R) = {h.bound}"
@@ -330,6 +332,22 @@ def test_a_replacement_that_its_groups_end_overtook_never_starts():
     asyncio.run(main())
 
 
+def test_a_group_closed_before_its_members_tasks_first_ran_starts_none_of_them():
+    """A stop (or staleness) right after admission: the members' cancels would reach no runner (the env router
+    does not know yet where they go), so the members must not start at all."""
+    async def main():
+        h = Harness(rollout_cfg(), steps=1, latency=lambda t: 5.0)
+        collection = h.sched.collection
+        await collection.launch_group("fast", "fast", 0, 7, 0)  # four tasks created, none has run yet
+        group = h.sched.groups.by_id["g000000"]
+        await collection.cancel_group(group, Status.STALE, "stale for batch 1")
+        await h.sched.stop(timeout_s=2)
+        assert not h.runner.runs and set(h.sched.fate.values()) == {Fate.STALE} and len(h.sched.fate) == 4
+        assert h.sched.groups.unsettled == 0 and not h.sched.groups.by_id
+
+    asyncio.run(main())
+
+
 def test_a_member_whose_group_closed_while_it_joined_the_turn_barrier_never_runs():
     class SlowJoin(LocalTurnBarrier):
         def __init__(self):
@@ -350,6 +368,7 @@ def test_a_member_whose_group_closed_while_it_joined_the_turn_barrier_never_runs
         await collection.cancel_group(group, Status.ABORTED, "shutdown")  # its cancel reaches no runner
         barrier.release.set()
         await group_launch
+        await h.sched.stop()
         assert h.sched.fate == {"g000000/0": Fate.ABORTED} and not h.runner.runs
         assert h.sched.groups.unsettled == 0 and "g000000" not in h.sched.groups.by_id
         assert not barrier._members  # it left the barrier
