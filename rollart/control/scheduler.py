@@ -201,8 +201,8 @@ class RolloutScheduler:
         if self._loop_task:
             self._loop_task.cancel()
         deadline = asyncio.get_running_loop().time() + timeout_s
-        # Until nothing is left: a background task (a replacement, a drop) may start a run while stop waits,
-        # and a run it waits for may spawn one — each such wait ends at the one deadline.
+        # Until nothing is left: a run that ends while stop waits may spawn a background task of its own (a
+        # drop, its group's scoring), waited for in turn — every such wait ends at the one deadline.
         while True:
             for g in self.groups.open():
                 await self.collection.cancel_group(g, Status.ABORTED, reason)
