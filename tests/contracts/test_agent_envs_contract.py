@@ -168,3 +168,21 @@ def test_env_play_makes_you_the_model(capsys):
     assert "== end: completed" in out and "agent/reward.similarity" in out
     assert main(["env", "play", "verifiers:vf_reverse", "--policy", "expert"]) == 2
     assert "no expert policy" in capsys.readouterr().err
+
+
+def test_harness_packages_resolve_as_of_the_pinned_date_unless_the_user_pinned_them():
+    """A fresh machine resolves the harness scripts' unpinned packages as of the pinned date (httpx2 2.17.0 broke
+    the `null` harness on every fresh machine), in a cache of its own (uv reuses a script environment it resolved
+    before, whatever the date); a pin the user set is left alone."""
+    from rollart.envs.adapters.verifiers import HARNESS_PACKAGES_BEFORE, pin_harness_packages
+
+    environ: dict[str, str] = {}
+    pin_harness_packages(environ)
+    assert environ["UV_EXCLUDE_NEWER"] == HARNESS_PACKAGES_BEFORE
+    assert environ["UV_CACHE_DIR"].endswith(f"uv-{HARNESS_PACKAGES_BEFORE[:10]}")
+    mine = {"UV_EXCLUDE_NEWER": "2026-01-01T00:00:00Z"}
+    pin_harness_packages(mine)
+    assert mine == {"UV_EXCLUDE_NEWER": "2026-01-01T00:00:00Z"}
+    cache = {"UV_CACHE_DIR": "/my/cache"}
+    pin_harness_packages(cache)
+    assert cache == {"UV_CACHE_DIR": "/my/cache", "UV_EXCLUDE_NEWER": HARNESS_PACKAGES_BEFORE}

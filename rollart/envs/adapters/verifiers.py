@@ -28,6 +28,14 @@ names a variable, not a key); verifiers' subprocess runtime strips variables who
 harness program's environment. verifiers' harness programs are PEP 723 scripts run with `uv` (it installs uv
 with pip on first use and their dependencies from PyPI, once per machine); `runtime: subprocess` runs them on
 this machine — a harness that executes the model's code belongs in a container runtime.
+
+Harness dependencies are resolved as of `HARNESS_PACKAGES_BEFORE`, not as of the day a machine first runs
+them: the scripts name their packages unpinned (`openai`, `httpx`), so a release on PyPI can break every
+episode on a fresh machine while a machine that resolved earlier keeps working — httpx2 2.17.0 (2026-11-30)
+rejects the `httpx.Timeout` verifiers' `null` harness gives `AsyncOpenAI`, and each episode then failed with
+`HarnessError: harness 'null' exited 1`. So the env worker runs uv with `UV_EXCLUDE_NEWER` set to that date and
+its own cache (`~/.cache/rollart/uv-<date>`: uv reuses a script environment it resolved before whatever
+`UV_EXCLUDE_NEWER` says). A `UV_EXCLUDE_NEWER` or `UV_CACHE_DIR` already set is kept (the user's own pin).
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ import os
 import secrets
 from typing import Any, AsyncIterator, Mapping
 
+
+HARNESS_PACKAGES_BEFORE = "2026-11-30T00:00:00Z"  # the resolution date of harness programs' packages (see above)
 
 METRIC_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 
@@ -54,10 +64,23 @@ def _environment(config_json: str) -> Any:
 
     import verifiers.v1 as vf
 
+    pin_harness_packages()
     config = vf.resolve_env_config(json.loads(config_json))
     env = vf.load_environment(config)
     _share_path(type(env.taskset).__module__)
     return env
+
+
+def pin_harness_packages(environ: Any = os.environ) -> None:
+    """Resolve the harness programs' packages as of `HARNESS_PACKAGES_BEFORE` (in this process's environment,
+    which verifiers' runtimes hand to the `uv` they run), unless the user pinned them already."""
+    from pathlib import Path
+
+    if "UV_EXCLUDE_NEWER" in environ:
+        return
+    environ["UV_EXCLUDE_NEWER"] = HARNESS_PACKAGES_BEFORE
+    if "UV_CACHE_DIR" not in environ:
+        environ["UV_CACHE_DIR"] = str(Path.home() / ".cache" / "rollart" / f"uv-{HARNESS_PACKAGES_BEFORE[:10]}")
 
 
 def _share_path(module_name: str) -> None:
