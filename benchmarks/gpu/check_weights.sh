@@ -15,6 +15,8 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPAT
 
 command -v nvidia-smi >/dev/null || { echo "check_weights: no nvidia-smi here: this script needs a CUDA machine" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv
+GPUS=$(nvidia-smi --list-gpus | wc -l)
+[ "$GPUS" -ge 2 ] || { echo "check_weights: $GPUS GPU here; it needs 2 (NCCL refuses two members of one communicator on one device): benchmarks/gpu/check_one_gpu.sh runs on one" >&2; exit 2; }
 
 source benchmarks/gpu/cuda_venv.sh
 "$VENV/bin/python" -m pytest -q -ra tests/unit/test_weights_shard_plan.py
