@@ -12,16 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK=${1:-runs/check-one-gpu-$(date +%Y%m%d-%H%M%S)}
-PY=${PYTHON:-python3}
 
 command -v nvidia-smi >/dev/null || { echo "check_one_gpu: no nvidia-smi here: this script needs a CUDA machine" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv
-if ! "$PY" -c "import pydantic" 2>/dev/null; then
-    ls .whl/*.whl >/dev/null 2>&1 || { echo "check_one_gpu: pydantic is missing and .whl/ holds no wheels: run benchmarks/gpu/wheels.sh where PyPI is reachable, and carry .whl" >&2; exit 2; }
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rollart-site .whl/*.whl
-    export PYTHONPATH=/tmp/rollart-site
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+source benchmarks/gpu/offline_python.sh
 "$PY" benchmarks/gpu/one_gpu_check.py "$WORK"
 echo "check_one_gpu: OK — figures in $WORK/result.json"
