@@ -23,14 +23,13 @@ __all__ = ["Objective", "Trainer", "TrainerFailed", "TrainerRanks", "TrainerWork
            "list_checkpoints"]
 
 
+_RAY_BOUND = {"TrainerRanks": "ranks", "TrainerFailed": "ranks", "TrainerWorker": "worker"}
+
+
 def __getattr__(name: str) -> Any:
     """The Ray-bound names, imported when first asked for."""
-    if name in ("TrainerRanks", "TrainerFailed"):
-        from rollart.trainer import ranks
+    if name in _RAY_BOUND:
+        import importlib
 
-        return getattr(ranks, name)
-    if name == "TrainerWorker":
-        from rollart.trainer.worker import TrainerWorker
-
-        return TrainerWorker
+        return getattr(importlib.import_module(f"rollart.trainer.{_RAY_BOUND[name]}"), name)
     raise AttributeError(f"module 'rollart.trainer' has no attribute {name!r}")
