@@ -16,11 +16,11 @@ under `errors` and the later parts that need it are skipped; the exit status is 
 3. `serve`: rollart's built-in engine on the device starts from the initial weights, swaps in the received
    version (`swap_weights`, as an inference worker does) and continues a prompt greedily; a transformers forward
    of the trained weights scores that continuation — mean |logprob difference| against the trained weights
-   (bf16 engine vs fp32 reference: small, not 0) and against the initial ones (large: the swap took).
+   (bf16 engine vs fp32 reference: small, not 0) and against the initial ones (larger: the swap took).
 
 What it cannot check on one GPU: NCCL between a trainer and an engine (one communicator refuses two members on
-one device) and vLLM (not on the machine, and too large to carry) — `check_weights.sh` and `check_vllm.sh` need
-a machine with two GPUs and PyPI.
+one device) and vLLM (not on the machine, and too large to carry) — `check_weights.sh` needs two GPUs and PyPI,
+`check_vllm.sh` PyPI.
 """
 
 from __future__ import annotations
