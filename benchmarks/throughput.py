@@ -94,7 +94,7 @@ def row(name: str, report: SimReport, upto: int) -> dict[str, Any]:
         "get_batch_idle_share": round(report.get_batch_idle_share(upto=upto), 3),
         "trainer_pool_busy": round(report.trainer_pool_busy_fraction(), 3),
         "reclaim_s": round(mean("time/trainer.reclaim"), 2),
-        "preempted_turns_per_step": round(mean("elastic/preempted_turns"), 1),
+        "preempted_turns_per_step": round(mean("train/lent_preempted_turns"), 1),
         "started": report.counters.get("rollout/started", 0.0), "stale": report.counters.get("buffer/stale", 0.0),
         "wasted_response_tokens": report.counters.get("buffer/wasted_tokens", 0.0),
         "batch_fraction": round(mean("rollout/batch_fraction") if steady and "rollout/batch_fraction" in steady[0]

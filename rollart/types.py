@@ -608,6 +608,36 @@ class ShardPublisher(Protocol):
 
 
 @runtime_checkable
+class LentEngine(Protocol):
+    """An inference engine a trainer rank runs on its own weights while it waits for a batch
+    (`train.elastic_generation`; built in the rank's process by the factory the job injects). `serve(version,
+    weights)` starts serving — `weights` as a `WeightPublisher` takes them, the rank's own tensors (adopted, not
+    copied, where dtype and device match) —; `stop(timeout_s)` ends every request it holds (each returns aborted
+    with its tokens so far) and drops its caches, returning how many it ended, before the rank trains again.
+    Between the two it answers the inference worker's calls, from any thread: `submit(channel, items)` and
+    `take(channel, wait_s)` (the batched `generate`), `abort(trajectory_id)`, `preempt(trajectory_id)`,
+    `ready()` (its name), `stats()`; a request that comes while it is not serving returns aborted at once."""
+
+    def serve(self, version: int, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | LoraAdapter) -> None: ...
+
+    def stop(self, timeout_s: float) -> int: ...
+
+    def submit(self, channel: str, items: list[tuple[int, GenerationRequest]]) -> None: ...
+
+    def take(self, channel: str, wait_s: float) -> list[tuple[int, Any, BaseException | None]]: ...
+
+    def abort(self, trajectory_id: str) -> None: ...
+
+    def preempt(self, trajectory_id: str) -> None: ...
+
+    def ready(self) -> str: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
 class WeightSubscriber(Protocol):
     """The inference side: newest published version, and that version's weights (pulled in buckets) —
     `{name: tensor}` for full weights, a `LoraAdapter` for an adapter-only version. Coroutines: an inference

@@ -208,7 +208,8 @@ class TrainConfig(Section):
     elastic_generation: bool = Field(
         False, description="while the trainer waits for a batch, its devices run an inference engine on its own "
         "current weights (no weight transfer) and give them back the moment the batch is ready, turns in flight "
-        "there going on elsewhere; simulated by the cluster twin (rollart sim) only: a real run refuses it for now"
+        "there going on elsewhere (each rank runs the built-in engine in its own process: inference.engine=builtin; "
+        "the cluster twin models the same)"
     )
     warm_start: WarmStartConfig = WarmStartConfig()
     lora: LoraConfig | None = Field(

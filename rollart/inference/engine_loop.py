@@ -1,6 +1,7 @@
 """`EngineLoop`: drives an `InferenceEngine` on its own thread and answers asyncio callers per request.
 
-In: an engine, and from any asyncio task: `generate(request)`, `abort_trajectory(id)`, `call(fn)`.
+In: an engine, and from any asyncio task: `generate(request)`, `abort_trajectory(id)`, `preempt_trajectory(id)`,
+`call(fn)`.
 Out: each request's `GenerationResult`, the moment the engine step that finished it returns.
 
 Why a thread: engine steps are blocking compute; running them off the event loop keeps an async Ray
@@ -13,6 +14,8 @@ Guarantees:
   requests a step finished), never held for a later step.
 - An aborted trajectory is remembered (bounded): a request of it that arrives later — e.g. an ADD that
   raced with the ABORT — returns an aborted, empty result instead of running.
+- A preempted trajectory (`preempt_trajectory`: the LLM proxy moving its turn to another worker) has only its
+  queued and running requests aborted; it is not remembered, so its later turns may come back here.
 - The thread never spins: with no work it blocks on the command queue. If a step raises, every waiting
   caller gets the error and the loop refuses new work (an engine in an unknown state must not serve).
 """
@@ -91,6 +94,11 @@ class EngineLoop:
         while len(self._aborted) > _REMEMBERED_ABORTS:
             self._aborted.popitem(last=False)
 
+        self.preempt_trajectory(trajectory_id)
+
+    def preempt_trajectory(self, trajectory_id: str) -> None:
+        """Abort the queued or running requests of `trajectory_id` (they return `finish_reason="abort"` with the
+        tokens so far); its later requests run as usual."""
         ids = [rid for rid, waiter in self._waiters.items() if waiter[2] == trajectory_id]
 
         def abort() -> None:  # runs after the ADDs of `ids` (commands run in order)
@@ -98,6 +106,12 @@ class EngineLoop:
                 self.engine.abort(rid)
 
         self._commands.put(abort)
+
+    def preempt_all(self) -> int:
+        """`preempt_trajectory` for every request here; how many there were."""
+        ids = list(self._waiters)
+        self._commands.put(lambda: [self.engine.abort(rid) for rid in ids])
+        return len(ids)
 
     async def call(self, fn: Callable[[InferenceEngine], Any], timeout_s: float = 600.0) -> Any:
         """Run `fn(engine)` on the engine thread at the next step boundary and return its value."""

@@ -290,20 +290,22 @@ class LLMProxy:
         return await self._move({k: ts for k, ts in moves.items() if ts})
 
     async def _move(self, turns: dict[WorkerKey, list[str]]) -> int:
-        """Abort these trajectories' running requests so that each goes on elsewhere (see `generate`)."""
+        """Preempt these trajectories' running requests so that each goes on elsewhere (see `generate`): unlike
+        `abort`, the worker does not refuse their later turns, which may be routed back to it."""
         for ts in turns.values():
             self._moving.update(ts)
         if turns:
-            await gather_alive({k: asyncio.gather(*(self._handle(k).abort.remote(t) for t in ts))
+            await gather_alive({k: asyncio.gather(*(self._handle(k).preempt.remote(t) for t in ts))
                                 for k, ts in turns.items()}, self._call_timeout_s,
                                lambda key, exc: self._lost(key, death_cause(exc)))
         return sum(len(ts) for ts in turns.values())
 
     async def add_worker(self, pool: str, handle: Any) -> str:
         """A worker joins `pool` (a replacement, or an elastic addition): it pulls the version the others
-        serve, then takes requests. Returns its name."""
+        serve, then takes requests — a lendable pool's worker (a trainer rank) serves its own weights and is
+        routed to only while lent. Returns its name."""
         async with self._membership:
-            if self._version >= 0:
+            if self._version >= 0 and pool not in self._lendable:
                 await asyncio.wait_for(handle.update_weights.remote(self._version), self._call_timeout_s)
             name = await asyncio.wait_for(handle.ready.remote(), self._call_timeout_s)
             async with self._cond:

@@ -2,7 +2,7 @@
 
 In: a `RunConfig`, the pool it was placed on and its index there, and optionally the weights plane's
 `WeightSubscriber`. Calls (all async, so ADD/ABORT reach the engine between any two steps):
-`generate(request)`, `abort(trajectory_id)`, `update_weights(version)`, `stats()`; and the batched form of
+`generate(request)`, `abort(trajectory_id)`, `preempt(trajectory_id)`, `update_weights(version)`, `stats()`; and the batched form of
 `generate` the LLM proxy uses (`submit(channel, items)` + `take(channel)`: many requests per message, each result
 handed back with the first `take` after its step, `rollart.base.batched_calls`). Out: one `GenerationResult` per
 request, returned the moment the engine step that finished it ends.
@@ -138,6 +138,10 @@ class InferenceWorker:
 
     async def abort(self, trajectory_id: str) -> None:
         self._loop.abort_trajectory(trajectory_id)
+
+    async def preempt(self, trajectory_id: str) -> None:
+        """End the trajectory's running turn here (the LLM proxy goes on with it elsewhere); later turns may come."""
+        self._loop.preempt_trajectory(trajectory_id)
 
     async def version(self) -> int:
         return self._loop.engine.version

@@ -188,10 +188,10 @@ def check_config(cfg: RunConfig, *, local: bool = True) -> None:
         problems.append(problem)
     if local:
         problems += integration_problems(cfg)
-    if local and cfg.train.elastic_generation:
-        problems.append("train.elastic_generation: lending the trainer's devices to generation is simulated by the "
-                        "cluster twin only (rollart sim); the real trainer runs no inference engine yet — set it to "
-                        "false for a real run")
+    if local and cfg.train.elastic_generation and cfg.inference.engine != "builtin":
+        problems.append(f"train.elastic_generation: the trainer's devices generate with the built-in engine, and "
+                        f"inference.engine={cfg.inference.engine!r} would make one run sample with two engines — use "
+                        "inference.engine=builtin with it, or set it to false")
     if local and not problems and any(d.data is not None for d in cfg.domains.values()):
         problems += filter_problems(cfg)  # needs the model's tokenizer, so only once everything else holds
     if problem := run_dir_problem(cfg.run_dir):

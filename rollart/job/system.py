@@ -44,7 +44,9 @@ from rollart.envs.worker import EnvWorker
 from rollart.job.evaluation import announce_episodes, evaluate, validation_rows
 from rollart.inference.proxy import LLMProxy
 from rollart.inference.proxy_shards import ProxyShards
+from rollart.inference.lent_engine import lent_engine_factory
 from rollart.inference.worker import InferenceWorker, gpus_per_worker
+from rollart.job.lending import LENT_POOL, TrainerLoan
 from rollart.models import resolve_model_path
 from rollart.loop import DRIVER_LANE, TRAINER_LANE
 from rollart.observability.ledger import LedgerFile
@@ -90,6 +92,7 @@ class System:
     resumed: RunState = field(default_factory=RunState)
     ledger_file: LedgerFile | None = None  # the run's ledger file (None when built for evaluation only)
     validation_rows: dict[str, int] = field(default_factory=dict)  # per dataset domain (evaluation's cap)
+    loan: TrainerLoan | None = None  # the trainer's devices lent to generation (train.elastic_generation)
     scheduler: RolloutScheduler | None = None
     inference_version: int = 0
     incidents: list[Mark] = field(default_factory=list)  # deaths, joins, rebuilds (appended from any thread)
@@ -115,6 +118,8 @@ class System:
             self.env_router.worker_set.on_change(self._env_changed)
         if self.trainer is not None:
             self.trainer.on_change(self._record)
+            if self.loan is not None:
+                self.trainer.on_change(self.loan.on_trainer_change)
 
     def _inference_changed(self, event: MemberEvent) -> None:
         self._record(event)
@@ -167,7 +172,8 @@ class System:
         return {**(self.scheduler.metrics() if self.scheduler else {}), **self.reward.metrics(), **resets,
                 **self.resources.metrics(), "rollout/turn_retries": float(proxy["turn_retries"]),
                 **({"train/restarts": float(self.trainer.restarts)} if self.trainer else {}),
-                **self.profiler.metrics(), "rollout/remaps": float(len(self.remapper.remaps)), **routed}
+                **self.profiler.metrics(), "rollout/remaps": float(len(self.remapper.remaps)), **routed,
+                **(self.loan.metrics() if self.loan else {})}
 
     # --- what the RL loop calls (rollart.loop.LoopSystem) -------------------------------------------
     def start_rollout(self, batches: int) -> RolloutScheduler:
@@ -222,11 +228,13 @@ class System:
 
     # --- the trainer's devices between train steps -----------------------------------------------------
     async def lend_trainer(self) -> None:
-        """The real system does not lend the trainer's devices to generation yet (`train.elastic_generation`
-        is the twin's: preflight refuses it here)."""
+        """With `train.elastic_generation`, the trainer's ranks generate on their own weights until reclaimed
+        (`rollart.job.lending`); returns at once."""
+        if self.loan is not None:
+            self.loan.lend()
 
     async def reclaim_trainer(self) -> TimedMetrics:
-        return TimedMetrics({})
+        return await self.loan.reclaim() if self.loan is not None else TimedMetrics({})
 
     # --- step 6: one train step, while rollout goes on ------------------------------------------------
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:
@@ -294,8 +302,8 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
             checkpoint = latest_checkpoint(cfg.run_dir) if cfg.resume else None
             if cfg.resume and checkpoint is None:
                 log.warning("resume=true but %s/checkpoints holds no checkpoint: starting fresh", cfg.run_dir)
-            trainer = TrainerRanks(cfg, res, PolicyObjective.of(cfg), store.publisher(),
-                                   checkpoint=checkpoint)
+            trainer = TrainerRanks(cfg, res, PolicyObjective.of(cfg), store.publisher(), checkpoint=checkpoint,
+                                   lent_engine=lent_engine_factory(cfg) if cfg.train.elastic_generation else None)
             stack.callback(trainer.close)
         if not apart:
             rollout_side = start_rollout_side()
@@ -316,8 +324,12 @@ def build_system(cfg: RunConfig, runtime: Runtime, *, with_trainer: bool = True)
         inference, proxy, env_router, turn_barrier = rollout_side.join(into=stack, timeout_s=bound)
         rows = validation_rows(cfg, model_path)
         announce_episodes(cfg, rows)
+        loan = None
+        if trainer is not None and cfg.train.elastic_generation:
+            loan = TrainerLoan(trainer, proxy, cfg.inference.request_timeout_s)
+            loan.register()
         system = System(cfg, res, model_path, store, trainer, inference, proxy, env_router, reward, turn_barrier, resumed,
-                        ledger_file, rows, _stack=stack)
+                        ledger_file, rows, loan=loan, _stack=stack)
         system.watch_membership()
         return system
     except BaseException:
@@ -369,8 +381,9 @@ def _start_rollout_side(cfg: RunConfig, res: Resources, subscriber: Any, model_p
         stack.callback(inference[pool].shutdown)
     domain_pools = {domain: domain_cfg.pool for domain, domain_cfg in cfg.domains.items()}
     fallbacks = {name: pool.fallback for name, pool in cfg.pools.items()}
+    lendable = (LENT_POOL,) if cfg.train.elastic_generation else ()  # (the trainer's ranks join it once placed)
     proxy = ProxyShards([res.spawn(LLMProxy, {p: list(c.actors) for p, c in inference.items()}, domain_pools,
-                                   cfg.inference, fallbacks, name=f"llm_proxy[{shard}]")
+                                   cfg.inference, fallbacks, lendable, name=f"llm_proxy[{shard}]")
                          for shard in range(cfg.inference.proxy_shards)])
     turn_barrier = None
     if cfg.rollout.barrier == "turn":

@@ -2,7 +2,7 @@
 
 In: an `EngineCost` (the model on `tp` GPUs of one kind) and the twin's `WeightChannel`. Calls, the ones
 `LLMProxy` makes of an `InferenceWorker` (through `LocalHandle`, so `engine.generate.remote(request)` works
-as on a Ray actor): `generate(request)`, `abort(trajectory_id)`, `update_weights(version)`, `ready()`,
+as on a Ray actor): `generate(request)`, `abort(trajectory_id)`, `preempt(trajectory_id)`, `update_weights(version)`, `ready()`,
 `stats()`. Out: one `GenerationResult` per request, returned at the virtual time the engine would finish
 it, with `max_new_tokens` tokens (the twin's episodes fix their lengths in advance), O(1)-memory token
 sequences (`Runs`) and a policy version per token.
@@ -123,6 +123,10 @@ class SimEngine:
         self.counts["prefill_tokens"] += req.prefill
         self._pump()
         return req.future
+
+    async def preempt(self, trajectory_id: str) -> None:
+        """The proxy moves the trajectory's turn elsewhere: as `abort` (neither remembers the trajectory)."""
+        await self.abort(trajectory_id)
 
     async def abort(self, trajectory_id: str) -> None:
         req = self._running.get(trajectory_id)

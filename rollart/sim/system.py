@@ -178,7 +178,7 @@ class SimSystem:
         seconds, moved = await self.lending.reclaim()
         if not seconds and not moved:
             return TimedMetrics({})
-        return TimedMetrics({"time/trainer.reclaim": seconds, "elastic/preempted_turns": float(moved)},
+        return TimedMetrics({"time/trainer.reclaim": seconds, "train/lent_preempted_turns": float(moved)},
                             Span("trainer.reclaim", start, self.clock(), TRAINER_LANE))
 
     async def train_step(self, batch: list[Trajectory], version: int) -> TimedMetrics:

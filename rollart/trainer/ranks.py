@@ -4,14 +4,16 @@ In: the `RunConfig` (`train.workers` ranks, `roles.trainer` may override the `tr
 plane's `Resources` (it places the actors), the policy `Objective` (`rollart.algo.PolicyObjective`) and the
 weight store's `WeightPublisher`; optionally a checkpoint to resume from. Out: `train_step`, `sft_step`
 (metrics of rank 0, after checking every rank agrees), `save_checkpoint`, `version`, `extra_state`,
-`restarts`.
+`restarts`; with a `lent_engine` factory (`train.elastic_generation`) also `lend`, `reclaim` and `actors` (the ranks'
+handles, which the LLM proxy calls as the workers of its lendable pool).
 
     ranks = TrainerRanks(cfg, rt.resources, PolicyObjective.of(cfg), store.publisher(),
                          checkpoint=latest_checkpoint(cfg.run_dir) if cfg.resume else None)
 
 Guarantees: at construction the weights of `ranks.version` (0, or the checkpoint's) are published; every
 step publishes the next version before it returns; every call is bounded by `train.timeout_s`; ranks that
-disagree on loss or version are an error, never averaged away.
+disagree on loss or version are an error, never averaged away. Calls from several threads run one after the
+other (a loan begun in the background and a checkpoint must not interleave their collectives).
 
 A rank that dies: the moment it is known (a call it ended, or the resource plane's health check) every
 other rank is killed too, so none waits out a gloo/NCCL timeout for it. The next call — or the call that
@@ -40,8 +42,8 @@ from rollart.base.interrupts import Interrupted, interrupted
 from rollart.base.run_dir import RunPaths
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.objective import Objective
-from rollart.trainer.worker import TrainerWorker
-from rollart.types import TrainBatch, TrainSample, WeightPublisher
+from rollart.trainer.worker import LENDING_CONCURRENCY, TrainerWorker
+from rollart.types import LentEngine, TrainBatch, TrainSample, WeightPublisher
 
 log = logging.getLogger("rollart.trainer")
 T = TypeVar("T")
@@ -61,8 +63,11 @@ class TrainerRanks:
         publisher: WeightPublisher,
         *,
         checkpoint: str | Path | None = None,
+        lent_engine: Callable[[str, str], LentEngine] | None = None,
     ) -> None:
         self.cfg, self.resources, self.objective, self.publisher = cfg, resources, objective, publisher
+        self.lent_engine = lent_engine
+        self._calls = threading.RLock()  # one call on the ranks at a time (a rebuild inside one re-enters)
         self.restarts = 0
         self._checkpoint = Path(checkpoint) if checkpoint else None  # what a rebuild starts from
         self._replay: list[tuple[str, Any]] = []  # steps since that checkpoint: ("train", batch) | ("sft", data)
@@ -111,6 +116,19 @@ class TrainerRanks:
         """A copy of the full weights as one rank holds or gathers them (for checks; every rank takes part)."""
         return self._call(lambda: self.worker_set.gather(self.worker_set.call_all("weights"))[rank])
 
+    def lend(self) -> dict[str, float]:
+        """Every rank's device generates on its current weights until `reclaim` (rank 0's version and seconds)."""
+        return self._call(lambda: self.worker_set.gather(self.worker_set.call_all("lend"))[0])
+
+    def reclaim(self) -> int:
+        """Every rank takes its device back; how many requests were still running there (they ended aborted)."""
+        return self._call(lambda: sum(int(r["preempted"]) for r in self.worker_set.gather(
+            self.worker_set.call_all("reclaim"))))
+
+    def actors(self) -> list[Any]:
+        """The ranks' actor handles, in rank order."""
+        return [member.actor for member in self.worker_set.members()]
+
     def pids(self) -> list[int]:
         """Each rank's process id (fault injection)."""
         return self.worker_set.gather(self.worker_set.call_all("pid"))
@@ -146,16 +164,17 @@ class TrainerRanks:
     # --- deaths and rebuilds -------------------------------------------------------------------------
     def _call(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the ranks; a rank's death (before or during it) rebuilds them and runs it again."""
-        while True:
-            try:
-                if self._death is not None:
-                    raise self._death
-                return fn()
-            except WorkerDied as death:
-                self._abort()
-                if interrupted():  # the user's Ctrl-C reached the ranks too: nothing to mend, the job is stopping
-                    raise Interrupted(f"trainer rank {death.worker} stopped with the job's Ctrl-C") from None
-                self._rebuild(death)
+        with self._calls:
+            while True:
+                try:
+                    if self._death is not None:
+                        raise self._death
+                    return fn()
+                except WorkerDied as death:
+                    self._abort()
+                    if interrupted():  # the user's Ctrl-C reached the ranks too: nothing to mend, the job is stopping
+                        raise Interrupted(f"trainer rank {death.worker} stopped with the job's Ctrl-C") from None
+                    self._rebuild(death)
 
     def _rebuild(self, death: WorkerDied) -> None:
         limit = self.cfg.train.restarts
@@ -195,6 +214,8 @@ class TrainerRanks:
             TrainerWorker,
             replicas=n,
             args=(self.cfg, self.objective, self.publisher),
+            kwargs={"lent_engine": self.lent_engine} if self.lent_engine else None,
+            actor_options={"max_concurrency": LENDING_CONCURRENCY} if self.lent_engine else None,
             worker_kwargs=lambda p: {"rank": next(ranks), "world_size": n, "name": p.worker, "device": p.device},
             call_timeout_s=self.cfg.train.timeout_s,
             replace_dead=False,  # ranks are rebuilt together, from a checkpoint (see the module doc)

@@ -14,6 +14,14 @@ A group rebuilt after a rank died is set up with `publish_after` = the newest ve
 replays steps whose versions were published already, and publishes those again with `replace=True` (the
 dead rank 0's buckets died with it) if the store may still hold them (the last `weights.keep_versions`).
 
+With a lent-engine factory (`train.elastic_generation`; the job injects it, so the trainer never imports the
+inference plane) the rank also lends its device to generation between train steps: `lend()` (every rank at
+once: under fsdp2 the weights are gathered) has the engine it builds in this process serve the rank's current
+weights, `reclaim()` takes the device back before the next step (and every train or SFT step reclaims first,
+whatever the driver did), and in between the rank answers the calls the LLM proxy makes of an inference worker
+(`submit`/`take`, `abort`, `preempt`, `ready`, `stats`) on other threads of this actor (it is placed threaded then:
+`LENDING_CONCURRENCY`).
+
 Life: constructed cheaply by the resource plane, then `rendezvous` (rank 0 offers a file store on its node
 and a TCP address), `setup(init_method, checkpoint)` (process group — gloo on CPU, NCCL on CUDA — the
 model, the optional checkpoint), then steps. With every rank on one node the rendezvous is the file store
@@ -28,8 +36,9 @@ import logging
 import os
 import socket
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import ray
 import torch
@@ -41,9 +50,10 @@ from rollart.resources.nodes import loopback_interface
 from rollart.trainer import checkpoint as ckpt
 from rollart.trainer.core import Trainer
 from rollart.trainer.objective import Objective
-from rollart.types import LoraAdapter, ShardPublisher, TrainBatch, TrainSample, WeightPublisher
+from rollart.types import LentEngine, LoraAdapter, ShardPublisher, TrainBatch, TrainSample, WeightPublisher
 
 log = logging.getLogger("rollart.trainer")
+LENDING_CONCURRENCY = 16  # threads of a lending rank's actor: a proxy's take waits on one, submits and aborts on others
 
 
 @affinity("train", role="trainer")
@@ -58,6 +68,7 @@ class TrainerWorker:
         world_size: int,
         name: str = "",
         device: str = "cpu",
+        lent_engine: Callable[[str, str], LentEngine] | None = None,
     ) -> None:
         # process-wide settings belong to the process that owns the rank
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (read at CUDA init)
@@ -70,6 +81,8 @@ class TrainerWorker:
         self._published = -1  # the newest version the store holds from this group (or an earlier one)
         self._collective_broken = False  # the weight group failed once: the store carries every later version
         self._said_pending = False  # the log said once that the weight group waits for its receivers
+        self._lent_factory = lent_engine
+        self._lent: LentEngine | None = None  # built at the first loan
 
     def rendezvous(self) -> dict[str, str]:
         """Where the other ranks meet rank 0: a file store on this node (used when every rank runs here:
@@ -174,10 +187,54 @@ class TrainerWorker:
         return bool(flag.item() == 0.0)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        self.reclaim()  # (never train while the device generates on these very tensors)
         return self._t().train_step(batch) | self.publish()
 
     def sft_step(self, data: Sequence[TrainSample | Sequence[Mapping[str, str]]]) -> dict[str, float]:
+        self.reclaim()
         return self._t().sft_step(data) | self.publish()
+
+    # --- the device lent to generation between steps (train.elastic_generation) -------------------------
+    def lend(self) -> dict[str, float]:
+        """Serve generation on this rank's current weights (every rank at once); the version and the seconds it took."""
+        if self._lent_factory is None:
+            raise RuntimeError(f"{self.name}: lend() needs a lent-engine factory (train.elastic_generation)")
+        start = time.perf_counter()
+        trainer = self._t()
+        if self._lent is None:
+            self._lent = self._lent_factory(self.ready(), str(trainer.device))
+        self._lent.serve(trainer.version, trainer.published_weights())
+        return {"version": float(trainer.version), "lend_s": time.perf_counter() - start}
+
+    def reclaim(self) -> dict[str, float]:
+        """Take the device back: every request still there ends aborted (the LLM proxy goes on with it elsewhere)."""
+        if self._lent is None:
+            return {"preempted": 0.0}
+        return {"preempted": float(self._lent.stop(self.cfg.inference.request_timeout_s))}
+
+    def submit(self, channel: str, items: list[tuple[int, Any]]) -> None:
+        self._lender().submit(channel, items)
+
+    def take(self, channel: str, wait_s: float = 30.0) -> list[Any]:
+        return self._lender().take(channel, wait_s)
+
+    def abort(self, trajectory_id: str) -> None:
+        self._lender().abort(trajectory_id)
+
+    def preempt(self, trajectory_id: str) -> None:
+        self._lender().preempt(trajectory_id)
+
+    def ready(self) -> str:
+        """The name of the engine this rank lends (the LLM proxy's name for it)."""
+        return f"{self.name}/lent"
+
+    def stats(self) -> dict[str, Any]:
+        return self._lent.stats() if self._lent is not None else {"worker": self.ready(), "serving": 0.0}
+
+    def _lender(self) -> LentEngine:
+        if self._lent is None:
+            raise RuntimeError(f"{self.name}: a generation request came before the device was ever lent")
+        return self._lent
 
     def save_checkpoint(self, directory: str, extra_state: Mapping[str, Any] | None) -> None:
         self._t().save(directory, extra_state)

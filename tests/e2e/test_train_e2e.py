@@ -196,3 +196,23 @@ def test_two_sharded_ranks_send_every_rl_version_over_the_weight_group(tmp_path)
     m = metrics_by_step(run)
     # wire_mb: the bytes the group carried (the store path reports none)
     assert all(m[s]["weights/wire_mb"] > 0 and "weights/collective_fallback" not in m[s] for s in range(4)), m[0]
+
+
+def test_the_trainers_ranks_generate_between_train_steps(tmp_path):
+    """`train.elastic_generation` in a real run: two fsdp2 ranks lend their devices after every train step (each
+    gathers the weights into its own engine), the proxy routes turns of both domains there and moves them back
+    before each step; nothing is lost or counted twice."""
+    run = tmp_path / "run"
+    summary = rollart_train(
+        run, "train.steps=4", "train.warm_start.steps=2", "rollout.batch_size=8", "eval.episodes_per_domain=2",
+        "eval.every=100", "train.strategy=fsdp2", "train.workers=2", "pools.train.capacity=2",
+        "train.elastic_generation=true",
+    )
+    assert summary["steps"] == 4
+    m = metrics_by_step(run)
+    last = m[4]
+    assert last["train/loans"] >= 4  # one at the start, one after each landed step (the last may still start)
+    lent = sum(v for k, v in last.items() if k.startswith("rollout/routed/") and k.endswith("/trainer_lent"))
+    assert lent > 0, {k: v for k, v in last.items() if k.startswith("rollout/routed/")}
+    assert all("time/trainer.reclaim" in m[s] for s in range(4))
+    assert last["buffer/ledger_violations"] == 0 and last["buffer/duplicates_refused"] == 0

@@ -78,6 +78,28 @@ def test_short_request_returns_before_a_long_batch_mate():
     asyncio.run(main())
 
 
+def test_a_preempted_trajectory_ends_its_turn_here_but_its_later_turns_still_run():
+    """What the LLM proxy's moves need (a turn taken back from a lent engine may later be routed back to it)."""
+    async def main():
+        loop = EngineLoop(CountingEngine(), "w")
+        try:
+            running = asyncio.ensure_future(loop.generate(req("r1", "a", 10**3), timeout_s=30))
+            other = asyncio.ensure_future(loop.generate(req("r2", "b", 10**3), timeout_s=30))
+            await asyncio.sleep(0.02)
+            loop.preempt_trajectory("a")
+            first = await running
+            assert first.finish_reason == "abort" and 0 < len(first.token_ids) < 1000 and not other.done()
+            later = await loop.generate(req("r3", "a", 3), timeout_s=30)
+            assert later.finish_reason == "length" and len(later.token_ids) == 3
+            assert loop.preempt_all() == 1
+            assert (await other).finish_reason == "abort"
+            assert loop.in_flight == 0
+        finally:
+            loop.close()
+
+    asyncio.run(main())
+
+
 def test_bad_request_fails_only_its_caller_and_timeouts_abort():
     async def main():
         engine = CountingEngine()

@@ -122,6 +122,7 @@ def test_an_agent_domain_without_demonstrations_under_a_warm_start_says_so(caplo
     assert "warm start skipped: no trained domain has demonstrations (train.warm_start.steps=100)" in lines
 
 
-def test_elastic_generation_is_the_twins_alone_for_now(tmp_path, capsys, no_ray_started) -> None:
-    err = refused(tmp_path, capsys, "train.elastic_generation=true")
-    assert "train.elastic_generation" in err and "simulated by the cluster twin only" in err
+def test_elastic_generation_beside_another_engine_is_refused(tmp_path, capsys, no_ray_started) -> None:
+    """The trainer's ranks generate with the built-in engine: beside vLLM pools one run would sample with two."""
+    err = refused(tmp_path, capsys, "train.elastic_generation=true", "inference.engine=vllm")
+    assert "train.elastic_generation" in err and "inference.engine='vllm'" in err and "inference.engine=builtin" in err

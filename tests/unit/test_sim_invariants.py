@@ -32,7 +32,7 @@ def test_ledger_and_staleness_hold_under_injected_faults(alpha: int, staleness: 
     report = simulate(cfg, HW)
     if elastic:  # the trainer's devices generated between train steps, and turns went on elsewhere when taken back
         assert report.trainer_lent_busy_s > 0
-        assert sum(s.get("elastic/preempted_turns", 0) for s in report.steps) > 0
+        assert sum(s.get("train/lent_preempted_turns", 0) for s in report.steps) > 0
     assert report.ledger_violations == []
     assert report.staleness_violations == []
     assert len(report.steps) == 8 and all(s["trajectories"] == 32 for s in report.steps)
