@@ -21,6 +21,13 @@ drift reaches both arms of a pair alike; the ratios are the medians of the pairs
 the JSON (`seeds`). Time-to-score turns on where each arm first crosses a score in a coarse evaluation grid:
 one pair of runs has measured anywhere from 1.30 to 2.46 on this machine, so one seed is one sample.
 `--arm` runs one pair's arm (seed 0) and does not combine with `--seeds`.
+
+`--elastic`: a third arm in each pair, `async_elastic` (α = 1 with `train.elastic_generation`: the trainer's rank
+generates on its own weights while it waits for a batch), run between async and sync; reported beside the others:
+`elastic_vs_async_step_time` (async's mean step ÷ async_elastic's), and in each row the share of the turns
+generated on the lent engine (`lent_turn_share`) and the turns moved off it per step (`preempted_turns_per_step`).
+On this machine the lent engine runs on the same two cores as everything else, so it can lend no idle device: the
+figure says what lending costs or gains where the trainer's devices are not separate.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from rollart.job.driver import train
 from rollart.observability import read_metrics
 
 ARMS = {"async": ["rollout.alpha=1", "rollout.barrier=none"], "sync": ["rollout.alpha=0", "rollout.barrier=batch"]}
+ELASTIC = {"async_elastic": [*ARMS["async"], "train.elastic_generation=true"]}  # `--elastic`
+ALL_ARMS = {**ARMS, **ELASTIC}
 
 
 def run_arm(arm: str, quick: bool, steps: int | None = None, seed: int = 0) -> dict[str, Any]:
@@ -50,7 +59,7 @@ def run_arm(arm: str, quick: bool, steps: int | None = None, seed: int = 0) -> d
     with tempfile.TemporaryDirectory(prefix="rollart-bench-async-") as tmp:
         run_dir = Path(tmp) / arm
         cfg = load_config(None, [f"run_dir={run_dir}", "observability.progress=quiet",
-                                 "observability.tensorboard=false", *extra, *ARMS[arm]])
+                                 "observability.tensorboard=false", *extra, *ALL_ARMS[arm]])
         train(cfg)
         records = read_metrics(RunPaths.of(run_dir).metrics)
     steps = [r for r in records if "time/step" in r][1:]  # the first waits for the warm-up
@@ -64,23 +73,36 @@ def run_arm(arm: str, quick: bool, steps: int | None = None, seed: int = 0) -> d
            "get_batch_idle_share": round(mean("time/get_batch_idle") / mean("time/step"), 3),
            "train_step_s": round(sum(trains) / max(len(trains), 1), 3),
            "eval_first": round(evals[0][1], 3), "eval_last": round(evals[-1][1], 3),
-           "rl_wall_s": round(curve[-1][0], 1)}
+           "rl_wall_s": round(curve[-1][0], 1), **_lending(records, steps)}
     return {"row": row, "curve": curve}
 
 
+def _lending(records: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[str, float]:
+    """What the lent engine did (nothing for an arm that does not lend): its share of the routed turns by the
+    last record, and the turns moved off it per step."""
+    last = next((r for r in reversed(records) if any(k.startswith("rollout/routed/") for k in r)), {})
+    routed = {k: v for k, v in last.items() if k.startswith("rollout/routed/") and k.count("/") == 3}
+    lent = sum(v for k, v in routed.items() if k.endswith("/trainer_lent"))
+    if not lent:
+        return {}
+    preempted = sum(r.get("train/lent_preempted_turns", 0.0) for r in steps) / len(steps)
+    return {"lent_turn_share": round(lent / sum(routed.values()), 3), "preempted_turns_per_step": round(preempted, 2)}
+
+
 def run(quick: bool, json_path: str | None = None, arm: str | None = None, steps: int | None = None,
-        seeds: int = 1) -> BenchResult:
+        seeds: int = 1, elastic: bool = False) -> BenchResult:
+    order = ["async", "async_elastic", "sync"] if elastic else list(ARMS)
     if arm is not None:
         if seeds != 1:
             raise ValueError(f"--arm runs one arm of seed 0; it does not combine with --seeds {seeds} (run "
                              "`rollart bench async --seeds N` for both arms of N seeds)")
         return _one_arm(quick, json_path, arm, steps)
     if seeds == 1:
-        arms = {a: run_arm(a, quick, steps) for a in ARMS}
+        arms = {a: run_arm(a, quick, steps) for a in order}
         return BenchResult("async", *_compare(arms), data={"arms": arms})
     pairs = []
     for seed in range(seeds):
-        arms = {a: run_arm(a, quick, steps, seed) for a in ARMS}
+        arms = {a: run_arm(a, quick, steps, seed) for a in order}
         ratios, rows, notes = _compare(arms)
         pairs.append({"seed": seed, "ratios": ratios, "rows": rows, "notes": notes, "arms": arms})
     medians: dict[str, float | None] = {}
@@ -100,8 +122,8 @@ def _fmt(ratio: float | None) -> str:
 
 def _one_arm(quick: bool, json_path: str | None, arm: str, steps: int | None) -> BenchResult:
     """`--arm`: this arm added to the file's, the ratios once both are there."""
-    if arm not in ARMS:
-        raise ValueError(f"--arm {arm!r}: one of {sorted(ARMS)}")
+    if arm not in ALL_ARMS:
+        raise ValueError(f"--arm {arm!r}: one of {sorted(ALL_ARMS)}")
     if not json_path:
         raise ValueError("--arm needs --json FILE: the file the arms are gathered in")
     arms: dict[str, Any] = {}
@@ -111,18 +133,19 @@ def _one_arm(quick: bool, json_path: str | None, arm: str, steps: int | None) ->
             kept = json.loads(path.read_text()).get("arms", {})
         except ValueError as exc:
             raise ValueError(f"{json_path}: not a bench async file ({exc})") from None
-        arms = {a: v for a, v in kept.items() if a in ARMS and a != arm}
+        arms = {a: v for a, v in kept.items() if a in ALL_ARMS and a != arm}
     arms[arm] = run_arm(arm, quick, steps)
-    if set(arms) != set(ARMS):
-        rows = [arms[a]["row"] for a in ARMS if a in arms]
+    if not set(ARMS) <= set(arms):
+        rows = [arms[a]["row"] for a in ALL_ARMS if a in arms]
         return BenchResult("async", {}, rows, [f"arms so far: {sorted(arms)}; run the others with --arm"],
                            data={"arms": arms})
     return BenchResult("async", *_compare(arms), data={"arms": arms})
 
 
 def _compare(arms: dict[str, Any]) -> tuple[dict[str, float | None], list[dict[str, Any]], list[str]]:
-    """Both arms of one seed: (the ratios, the rows, a note on the target score and when each reached it)."""
-    rows = [arms[a]["row"] for a in ARMS]
+    """Both arms of one seed (and async_elastic's, if it ran): (the ratios, the rows, a note on the target score
+    and when each of the pair reached it)."""
+    rows = [arms[a]["row"] for a in ALL_ARMS if a in arms]
     curves = {a: arms[a]["curve"] for a in ARMS}
     by = {r["arm"]: r for r in rows}
     target = min(max(s for _, s in curves[a]) for a in ARMS)
@@ -131,6 +154,8 @@ def _compare(arms: dict[str, Any]) -> tuple[dict[str, float | None], list[dict[s
         "async_vs_sync_step_time": by["sync"]["mean_step_s"] / by["async"]["mean_step_s"],
         "async_vs_sync_time_to_score": reach["sync"] / reach["async"] if reach["async"] > 0 else None,
     }
+    if "async_elastic" in by:
+        ratios["elastic_vs_async_step_time"] = by["async"]["mean_step_s"] / by["async_elastic"]["mean_step_s"]
     notes = [f"target score {target:.3f} (highest mean validation score both arms reach); time to reach it: "
              f"async {reach['async']:.1f}s, sync {reach['sync']:.1f}s after the first evaluation"]
     return ratios, rows, notes

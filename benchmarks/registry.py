@@ -88,9 +88,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("async", "benchmarks.async_training",
               "bounded-staleness asynchronous training (α = 1) vs the synchronous loop on the default job",
               (STEPS, Option("--arm", "run one arm only and add it to --json (the ratios come once both arms are "
-                             "there)", choices=("async", "sync")),
+                             "there)", choices=("async", "sync", "async_elastic")),
                Option("--seeds", "run both arms for seeds 0..N-1; the ratios are the pairs' medians", type=count,
-                      metavar="N")),
+                      metavar="N"),
+               Option("--elastic", "also an arm with train.elastic_generation (α = 1), between async and sync",
+                      switch=True)),
               study=True, smoke=("--quick", "--steps", "2")),
     Benchmark("staleness", "benchmarks.staleness",
               "the validation score vs α, staleness mode and importance weights over seeds (resumable study)",

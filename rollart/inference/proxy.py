@@ -314,7 +314,10 @@ class LLMProxy:
                 self._names[key] = name
                 self._workers_joined += 1
                 self._cond.notify_all()
-        log.info("worker %s joined pool %s at version %d", name, pool, self._version)
+        if pool in self._lendable:
+            log.info("worker %s joined pool %s (it serves the trainer's own weights while lent)", name, pool)
+        else:
+            log.info("worker %s joined pool %s at version %d", name, pool, self._version)
         return name
 
     async def remove_worker(self, actor_id: str, cause: str = "") -> bool:
