@@ -25,7 +25,10 @@ one pair of runs has measured anywhere from 1.30 to 2.46 on this machine, so one
 `--elastic`: a third arm in each pair, `async_elastic` (α = 1 with `train.elastic_generation`: the trainer's rank
 generates on its own weights while it waits for a batch), run between async and sync; reported beside the others:
 `elastic_vs_async_step_time` (async's mean step ÷ async_elastic's), and in each row the share of the turns
-generated on the lent engine (`lent_turn_share`) and the turns moved off it per step (`preempted_turns_per_step`).
+generated on the lent engine (`lent_turn_share`), the turns moved off it per step (`preempted_turns_per_step`),
+the shares of the step the devices were lent (`lent_share`) and generating there (`lent_busy_share`), and the part
+of the step they were idle waiting for the batch (`device_idle_share`: `get_batch_idle` less the lent engine's
+generating time).
 On this machine the lent engine runs on the same two cores as everything else, so it can lend no idle device: the
 figure says what lending costs or gains where the trainer's devices are not separate.
 """
@@ -85,8 +88,16 @@ def _lending(records: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict
     lent = sum(v for k, v in routed.items() if k.endswith("/trainer_lent"))
     if not lent:
         return {}
-    preempted = sum(r.get("train/lent_preempted_turns", 0.0) for r in steps) / len(steps)
-    return {"lent_turn_share": round(lent / sum(routed.values()), 3), "preempted_turns_per_step": round(preempted, 2)}
+    mean = lambda key: sum(r.get(key, 0.0) for r in steps) / len(steps)  # noqa: E731
+    step = mean("time/step")
+    # the devices' idle part of the batch wait: the wait with no train step in flight, less what the lent engine
+    # generated meanwhile (the twin's "trainer pool busy", read the other way)
+    idle = sum(max(0.0, r.get("time/get_batch_idle", 0.0) - r.get("time/trainer.lent_busy", 0.0)) for r in steps)
+    return {"lent_turn_share": round(lent / sum(routed.values()), 3),
+            "preempted_turns_per_step": round(mean("train/lent_preempted_turns"), 2),
+            "lent_share": round(mean("time/trainer.lent") / step, 3),
+            "lent_busy_share": round(mean("time/trainer.lent_busy") / step, 3),
+            "device_idle_share": round(idle / len(steps) / step, 3)}
 
 
 def run(quick: bool, json_path: str | None = None, arm: str | None = None, steps: int | None = None,

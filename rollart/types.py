@@ -613,14 +613,15 @@ class LentEngine(Protocol):
     (`train.elastic_generation`; built in the rank's process by the factory the job injects). `serve(version,
     weights)` starts serving — `weights` as a `WeightPublisher` takes them, the rank's own tensors (adopted, not
     copied, where dtype and device match) —; `stop(timeout_s)` ends every request it holds (each returns aborted
-    with its tokens so far) and drops its caches, returning how many it ended, before the rank trains again.
+    with its tokens so far) and drops its caches before the rank trains again, returning `preempted` (how many
+    it ended) and `busy_s` (the seconds it spent generating since `serve`).
     Between the two it answers the inference worker's calls, from any thread: `submit(channel, items)` and
     `take(channel, wait_s)` (the batched `generate`), `abort(trajectory_id)`, `preempt(trajectory_id)`,
     `ready()` (its name), `stats()`; a request that comes while it is not serving returns aborted at once."""
 
     def serve(self, version: int, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | LoraAdapter) -> None: ...
 
-    def stop(self, timeout_s: float) -> int: ...
+    def stop(self, timeout_s: float) -> dict[str, float]: ...
 
     def submit(self, channel: str, items: list[tuple[int, GenerationRequest]]) -> None: ...
 

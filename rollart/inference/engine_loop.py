@@ -26,6 +26,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -49,6 +50,7 @@ class EngineLoop:
         self._aborted: OrderedDict[str, None] = OrderedDict()
         self._failure: BaseException | None = None
         self._stop = threading.Event()
+        self.busy_s = 0.0  # seconds the engine spent in its steps (written by the engine thread only)
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
         self._thread.start()
 
@@ -149,6 +151,7 @@ class EngineLoop:
             self._drain(block=not self.engine.has_work())
             if self._stop.is_set() or not self.engine.has_work():
                 continue
+            began = time.perf_counter()
             try:
                 results = self.engine.step()
             except BaseException as exc:  # noqa: BLE001 — every caller must hear of it
@@ -157,6 +160,8 @@ class EngineLoop:
                 for rid in list(self._waiters):
                     self._fail(rid, RuntimeError(f"{self.name}: engine step failed: {exc!r}"))
                 return
+            finally:
+                self.busy_s += time.perf_counter() - began
             self._deliver_all(results)
 
     def _drain(self, block: bool) -> None:

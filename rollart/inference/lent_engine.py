@@ -64,6 +64,7 @@ class BuiltinLentEngine:
         self.serving = False  # flipped on self._loop only, so a submit sees it before or after a stop, never during
         self._loans = 0
         self._preempted = 0
+        self._busy_at_serve = 0.0  # the engine's busy seconds when the current loan began
 
     # --- the trainer rank's side ------------------------------------------------------------------------
     def serve(self, version: int, weights: Mapping[str, Any] | Iterable[tuple[str, Any]] | LoraAdapter) -> None:
@@ -75,12 +76,13 @@ class BuiltinLentEngine:
 
         async def start() -> None:
             await self._engine.call(swap, timeout_s=self._timeout_s)
+            self._busy_at_serve = self._engine.busy_s
             self.serving = True
 
         self._run(start(), self._timeout_s)
         self._loans += 1
 
-    def stop(self, timeout_s: float) -> int:
+    def stop(self, timeout_s: float) -> dict[str, float]:
         async def stop_serving() -> int:
             self.serving = False
             return self._engine.preempt_all()
@@ -94,7 +96,8 @@ class BuiltinLentEngine:
                                "trainer took its devices back")
         self._run(self._engine.call(lambda engine: engine.close(), timeout_s=timeout_s), timeout_s)
         self._preempted += ended
-        return ended
+        busy, self._busy_at_serve = self._engine.busy_s - self._busy_at_serve, self._engine.busy_s
+        return {"preempted": float(ended), "busy_s": busy}
 
     # --- the inference worker's calls (from the LLM proxy) -------------------------------------------------
     def submit(self, channel: str, items: list[tuple[int, GenerationRequest]]) -> None:
@@ -118,7 +121,8 @@ class BuiltinLentEngine:
     def stats(self) -> dict[str, Any]:
         engine = self._run(self._engine.call(lambda e: e.stats(), timeout_s=self._timeout_s), self._timeout_s)
         return {"worker": self.name, **engine, "in_flight": float(self._engine.in_flight),
-                "serving": float(self.serving), "loans": float(self._loans), "preempted": float(self._preempted)}
+                "serving": float(self.serving), "loans": float(self._loans), "preempted": float(self._preempted),
+                "busy_s": self._engine.busy_s}
 
     def close(self) -> None:
         self._engine.close()

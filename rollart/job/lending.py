@@ -7,7 +7,9 @@ in the background every rank serves its current weights, then the proxy routes t
 busiest workers until the load is level; `reclaim()` — before a train step: the proxy routes nothing more
 there and moves every turn running there to a worker of its domain's pool (from the tokens it has), then the ranks
 stop their engines — a `TimedMetrics` with the time it took and the turns moved (`time/trainer.reclaim`,
-`train/lent_preempted_turns`, as the twin reports them); `metrics()` — counters since the start; `on_trainer_change(event)` —
+`train/lent_preempted_turns`, as the twin reports them), how long the loan lasted (`time/trainer.lent`) and how
+much of it a rank's engine spent generating (`time/trainer.lent_busy`: the wait for a batch minus this is what
+the trainer's devices were idle); `metrics()` — counters since the start; `on_trainer_change(event)` —
 a rank that dies leaves the pool (its loan ends at once), a rebuilt rank joins it.
 
 Guarantees: a loan never outlives the wait it fills — `reclaim` first waits for a loan still starting (bounded),
@@ -41,6 +43,7 @@ class TrainerLoan:
         self.loans = 0
         self.moved_in = 0  # turns moved onto the lent engines when loans began
         self.lend_s = 0.0  # the ranks' time to start serving, summed over loans
+        self._lent_at = 0.0  # when the current loan began routing
 
     def register(self) -> None:
         """The ranks join the proxy's lendable pool (at start, and again after a rebuild: `on_trainer_change`)."""
@@ -58,7 +61,7 @@ class TrainerLoan:
         timings = await asyncio.wait_for(asyncio.to_thread(self.trainer.lend), self.timeout_s)
         self.lend_s += timings["lend_s"]
         await self._proxy("lend")
-        self.lent, self.loans = True, self.loans + 1
+        self.lent, self.loans, self._lent_at = True, self.loans + 1, self.clock()
         self.moved_in += await self._proxy("rebalance")  # the busiest engines' turns go on here
 
     async def reclaim(self) -> TimedMetrics:
@@ -76,8 +79,9 @@ class TrainerLoan:
             return TimedMetrics({})
         moved = await self._proxy("reclaim")
         self.lent = False
-        await asyncio.wait_for(asyncio.to_thread(self.trainer.reclaim), self.timeout_s)
-        return TimedMetrics({"time/trainer.reclaim": self.clock() - start, "train/lent_preempted_turns": float(moved)},
+        ranks = await asyncio.wait_for(asyncio.to_thread(self.trainer.reclaim), self.timeout_s)
+        return TimedMetrics({"time/trainer.reclaim": self.clock() - start, "train/lent_preempted_turns": float(moved),
+                             "time/trainer.lent": start - self._lent_at, "time/trainer.lent_busy": ranks["busy_s"]},
                             Span("trainer.reclaim", start, self.clock(), TRAINER_LANE))
 
     def metrics(self) -> dict[str, float]:

@@ -120,10 +120,12 @@ class TrainerRanks:
         """Every rank's device generates on its current weights until `reclaim` (rank 0's version and seconds)."""
         return self._call(lambda: self.worker_set.gather(self.worker_set.call_all("lend"))[0])
 
-    def reclaim(self) -> int:
-        """Every rank takes its device back; how many requests were still running there (they ended aborted)."""
-        return self._call(lambda: sum(int(r["preempted"]) for r in self.worker_set.gather(
-            self.worker_set.call_all("reclaim"))))
+    def reclaim(self) -> dict[str, float]:
+        """Every rank takes its device back: `preempted`, the requests still running there (they ended aborted),
+        and `busy_s`, the seconds a rank's engine generated during the loan (the ranks' mean)."""
+        results = self._call(lambda: self.worker_set.gather(self.worker_set.call_all("reclaim")))
+        return {"preempted": sum(r["preempted"] for r in results),
+                "busy_s": sum(r["busy_s"] for r in results) / len(results)}
 
     def actors(self) -> list[Any]:
         """The ranks' actor handles, in rank order."""

@@ -207,10 +207,11 @@ class TrainerWorker:
         return {"version": float(trainer.version), "lend_s": time.perf_counter() - start}
 
     def reclaim(self) -> dict[str, float]:
-        """Take the device back: every request still there ends aborted (the LLM proxy goes on with it elsewhere)."""
+        """Take the device back: every request still there ends aborted (the LLM proxy goes on with it elsewhere).
+        How many did, and the seconds the engine generated during the loan."""
         if self._lent is None:
-            return {"preempted": 0.0}
-        return {"preempted": float(self._lent.stop(self.cfg.inference.request_timeout_s))}
+            return {"preempted": 0.0, "busy_s": 0.0}
+        return dict(self._lent.stop(self.cfg.inference.request_timeout_s))
 
     def submit(self, channel: str, items: list[tuple[int, Any]]) -> None:
         self._lender().submit(channel, items)

@@ -49,10 +49,10 @@ class Ranks:
         self.log.append(("ranks.lend",))
         return {"version": 1.0, "lend_s": self.lend_s}
 
-    def reclaim(self) -> int:
+    def reclaim(self) -> dict:
         self.serving = False
         self.log.append(("ranks.reclaim",))
-        return 0
+        return {"preempted": 0.0, "busy_s": 0.04}
 
 
 def test_a_loan_starts_on_the_ranks_then_the_proxy_and_ends_on_the_proxy_then_the_ranks() -> None:
@@ -71,6 +71,7 @@ def test_a_loan_starts_on_the_ranks_then_the_proxy_and_ends_on_the_proxy_then_th
     assert log == [("ranks.lend",), ("lend", LENT_POOL), ("rebalance", LENT_POOL), ("reclaim", LENT_POOL),
                    ("ranks.reclaim",)]
     assert metrics.metrics["train/lent_preempted_turns"] == 3 and metrics.span.name == "trainer.reclaim"
+    assert metrics.metrics["time/trainer.lent_busy"] == 0.04 and metrics.metrics["time/trainer.lent"] >= 0.09
     assert not loan.lent and not ranks.serving
     assert loan.metrics()["train/loans"] == 1
 
