@@ -6,6 +6,7 @@
 - `recorder`: what a run leaves behind and shows while it runs.
 - `warm_start`: the supervised warm start on expert demonstrations before RL.
 - `evaluation`: each domain's validation score at the weights the engines serve.
+- `lending`: the trainer's devices lent to generation while it waits for a batch (`train.elastic_generation`).
 
 Above it only the CLI, the cluster twin and the planner; no plane imports it.
 """

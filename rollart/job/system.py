@@ -6,6 +6,7 @@ LLM proxy (`inference.proxy_shards` actors, `ProxyShards`), the env router (over
 router, the run's ledger file and the `RunState` a resumed run continues from. `System` is the real `rollart.loop.LoopSystem`: what the RL loop
 (`rollart.loop.RLLoop`) calls for the six steps — `start_rollout`, steps 2–5 (`suspend`, `update_weights`,
 `resume`, `recompute_kv`, then `now_serving`), `train_step` (step 6, in a thread so rollout goes on),
+`lend_trainer`/`reclaim_trainer` around it (`train.elastic_generation`: `rollart.job.lending`'s `TrainerLoan`),
 `evaluate` (`rollart.job.evaluation`), `metrics`, `save_checkpoint`. The warm start before RL is
 `rollart.job.warm_start`'s.
 
