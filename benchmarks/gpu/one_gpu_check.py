@@ -2,7 +2,7 @@
 
 Run by check_one_gpu.sh (which installs the carried wheels first); `--device cpu` runs the same steps on a CPU
 (tests/integration/test_gpu_checks.py does, so the script cannot rot between the rare loans of a GPU). Prints one JSON
-object and writes it to WORK/result.json. Three parts, each reported on its own (an error in one is recorded
+object and writes it to WORK/result.json. Four parts, each reported on its own (an error in one is recorded
 under `errors` and the later parts that need it are skipped; the exit status is 1 if any part failed):
 
 1. `train`: the trainer rank (`rollart.trainer.Trainer`, FSDP2, bf16 compute over fp32 master weights, one rank:
@@ -17,6 +17,11 @@ under `errors` and the later parts that need it are skipped; the exit status is 
    version (`swap_weights`, as an inference worker does) and continues a prompt greedily; a transformers forward
    of the trained weights scores that continuation — mean |logprob difference| against the trained weights
    (bf16 engine vs fp32 reference: small, not 0) and against the initial ones (larger: the swap took).
+4. `lend`: the trainer rank lends its device to generation (`train.elastic_generation`): the engine a rank builds
+   in its own process (`rollart.inference.lent_engine`) serves the trainer's own fp32 tensors, adopted without a
+   copy, continues the same prompt, and gives the device back — the seconds to start serving and to reclaim, the
+   device memory while serving and after the reclaim (the KV cache freed), and the same transformers score
+   (fp32 both sides: ~0).
 
 What it cannot check on one GPU: NCCL between a trainer and an engine (one communicator refuses two members on
 one device) and vLLM (not on the machine, and too large to carry) — `check_weights.sh` needs two GPUs and PyPI,
@@ -136,10 +141,49 @@ def sender(work: str, device: str, shape: str, spec: Any) -> None:
 
         save_file({k: v.detach().to("cpu").clone().contiguous() for k, v in trainer.state_dict().items()},
                   f"{work}/trainer_state.safetensors")
+        out["lend"] = lend(cfg, trainer, device)
         dist.destroy_process_group()
     except Exception:
         out["error"] = traceback.format_exc(limit=8)
     Path(work, "sender.json").write_text(json.dumps(out))
+
+
+def lend(cfg: Any, trainer: Any, device: str) -> dict[str, Any]:
+    """Part 4, in the trainer's own process: a loan of its device to generation, one greedy continuation, the
+    device taken back."""
+    from rollart.inference.lent_engine import BuiltinLentEngine
+    from rollart.types import GenerationRequest, SamplingParams
+
+    before, _ = device_memory(device)
+    engine = BuiltinLentEngine(cfg, "trainer/train/0/lent", device)
+    try:
+        start = time.perf_counter()
+        engine.serve(trainer.version, trainer.published_weights())
+        lend_s = time.perf_counter() - start
+        request = GenerationRequest("l0", "tl", "check", tuple(PROMPT),
+                                    SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
+        engine.submit("check", [(0, request)])
+        outcomes: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while not outcomes and time.monotonic() < deadline:
+            outcomes = engine.take("check", 5.0)
+        if not outcomes:
+            raise TimeoutError(f"the lent engine gave no result within {TIMEOUT_S:g} s")
+        (_, result, error), = outcomes
+        if error is not None:
+            raise error
+        serving, _ = device_memory(device)
+        start = time.perf_counter()
+        stopped = engine.stop(TIMEOUT_S)
+        reclaim_s = time.perf_counter() - start
+        after, _ = device_memory(device)
+    finally:
+        engine.close()
+    return {"lend_s": lend_s, "reclaim_s": reclaim_s, "busy_s": stopped["busy_s"],
+            "versions_are_the_trainers": set(result.versions) == {trainer.version},
+            "token_ids": list(result.token_ids), "logprobs": list(result.logprobs),
+            "device_mb_serving_over_before": (serving - before) / 2**20,
+            "device_mb_after_reclaim_over_before": (after - before) / 2**20}
 
 
 def receiver(work: str, spec: Any) -> None:
@@ -213,18 +257,23 @@ def serve(work: Path, device: str) -> dict[str, Any]:
     engine.close()
     continuation = list(results[0].token_ids)
     served = torch.tensor(results[0].logprobs)
-
-    def scored(path: Path) -> torch.Tensor:
-        reference = load_model(path, dtype="float32", device=device).to(device).eval()
-        tokens = torch.tensor([PROMPT + continuation], device=device)
-        with torch.no_grad():
-            logits = reference(input_ids=tokens).logits[0, len(PROMPT) - 1:-1].float()
-        targets = torch.tensor(continuation, device=device)[:, None]
-        return torch.log_softmax(logits, -1).gather(-1, targets).squeeze(-1).cpu()
-
     return {"swap_s": swap_s, "tokens": len(continuation),
-            "mean_abs_logprob_diff_vs_trained": float((scored(work / "trained") - served).abs().mean()),
-            "mean_abs_logprob_diff_vs_initial": float((scored(work / "model") - served).abs().mean())}
+            "mean_abs_logprob_diff_vs_trained": float((scored(work / "trained", device, continuation) - served)
+                                                      .abs().mean()),
+            "mean_abs_logprob_diff_vs_initial": float((scored(work / "model", device, continuation) - served)
+                                                      .abs().mean())}
+
+
+def scored(path: Path, device: str, continuation: list[int]) -> torch.Tensor:
+    """The log-probabilities a transformers forward of the fp32 weights at `path` gives the continuation of PROMPT."""
+    from rollart.models import load_model
+
+    reference = load_model(path, dtype="float32", device=device).to(device).eval()
+    tokens = torch.tensor([PROMPT + continuation], device=device)
+    with torch.no_grad():
+        logits = reference(input_ids=tokens).logits[0, len(PROMPT) - 1:-1].float()
+    targets = torch.tensor(continuation, device=device)[:, None]
+    return torch.log_softmax(logits, -1).gather(-1, targets).squeeze(-1).cpu()
 
 
 def run(work: Path, device: str, shape: str) -> dict[str, Any]:
@@ -253,6 +302,11 @@ def run(work: Path, device: str, shape: str) -> dict[str, Any]:
         if "error" in answer:
             result["errors"][part] = answer.pop("error")
     result["train"] = sent.get("train")
+    result["lend"] = sent.get("lend")
+    if result["lend"] and (work / "trained").exists():
+        served = torch.tensor(result["lend"].pop("logprobs"))
+        result["lend"]["mean_abs_logprob_diff_vs_trained"] = float(
+            (scored(work / "trained", device, result["lend"]["token_ids"]) - served).abs().mean())
     result["weights"] = {**sent.get("weights", {}), "receiver": got} if "weights" in sent else None
     if result["weights"] and "version" in got:
         try:
@@ -292,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=2)
     (args.work / "result.json").write_text(text)
     print(text)
-    ok = not result["errors"] and result.get("serve") and result["weights"] and result["weights"].get("bit_identical")
+    ok = (not result["errors"] and result.get("serve") and result["weights"] and result["weights"].get("bit_identical")
+          and result.get("lend") and result["lend"]["versions_are_the_trainers"])
     return 0 if ok else 1
 
 

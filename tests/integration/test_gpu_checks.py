@@ -1,6 +1,6 @@
 """The one-GPU check of benchmarks/gpu/ (check_one_gpu.sh), run on a CPU so that it cannot rot between the rare
-loans of a GPU: the same three parts — the trainer rank's steps, its rows over the weight group to a receiver bit
-for bit, the built-in engine serving them — on a tiny model. And what it relies on to run on a machine without Ray:
+loans of a GPU: the same four parts — the trainer rank's steps, its rows over the weight group to a receiver bit
+for bit, the built-in engine serving them, the rank lending its device to generation — on a tiny model. And what it relies on to run on a machine without Ray:
 the trainer rank, the weight group and the engine import without it."""
 
 import json
@@ -13,7 +13,7 @@ from benchmarks.gpu import one_gpu_check
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_one_gpu_check_runs_its_three_parts_on_a_cpu(tmp_path: Path) -> None:
+def test_the_one_gpu_check_runs_its_four_parts_on_a_cpu(tmp_path: Path) -> None:
     assert one_gpu_check.main([str(tmp_path), "--device", "cpu"]) == 0
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["errors"] == {}
@@ -25,6 +25,9 @@ def test_the_one_gpu_check_runs_its_three_parts_on_a_cpu(tmp_path: Path) -> None
     assert serve["tokens"] == one_gpu_check.NEW_TOKENS
     # fp32 engine on a CPU: the served log-probs are the trained weights' own, and not the initial weights'
     assert serve["mean_abs_logprob_diff_vs_trained"] < 1e-4 < serve["mean_abs_logprob_diff_vs_initial"]
+    lend = result["lend"]  # the trainer's own fp32 tensors, served in its process: the trained weights' log-probs
+    assert lend["versions_are_the_trainers"] and len(lend["token_ids"]) == one_gpu_check.NEW_TOKENS
+    assert lend["mean_abs_logprob_diff_vs_trained"] < 1e-5 and lend["busy_s"] > 0
 
 
 def test_the_trainer_rank_the_weight_group_and_the_engine_import_without_ray() -> None:
