@@ -86,3 +86,33 @@ def test_the_faults_are_on_the_timeline_and_in_the_report(faulty_run):
     assert any(m.name == "worker joined" for m in marks)
     html = build_report(faulty_run["run_dir"]).read_text()
     assert "Faults and recoveries" in html and "worker died" in html
+
+
+def test_a_trainer_rank_killed_while_its_device_is_lent_to_generation_is_rebuilt_and_lends_again(
+        ray_local, tiny_model_path, tmp_path):
+    """`train.elastic_generation`: between steps the rank serves turns, so a kill then takes running turns with it —
+    the LLM proxy sends each again to another worker, the dead rank leaves the lendable pool, the rebuilt one joins
+    it and is lent again; nothing is lost or trained twice."""
+    run_dir = tmp_path / "run"
+    cfg = load_config(None, [
+        f"run_dir={run_dir}", f"model.path={tiny_model_path}", f"train.steps={STEPS}", "train.warm_start.steps=4",
+        "train.checkpoint_every=2", "eval.episodes_per_domain=4", "eval.every=100", "rollout.batch_size=8",
+        "domains.frozenlake.max_turns=2", "cluster.health_interval_s=0.5", "observability.progress=quiet",
+        "observability.tensorboard=false", f"reward.serverless.port={free_port()}", "train.elastic_generation=true",
+    ])
+    injector = Injector([Fault("trainer", 3, 0.3)], run_dir, seed=0)
+    injector.start()
+    try:
+        summary = train(cfg)
+    finally:
+        injector.stop()
+    records = read_metrics(run_dir / "metrics.jsonl")
+    last: dict[str, float] = {}
+    for record in records:
+        last.update(record)
+    _survived({"summary": summary, "injected": {f.kind: f for f in injector.timeline}, "errors": injector.errors,
+               "metrics": last, "ledger": audit_ledger(run_dir / "ledger.jsonl")}, "trainer")
+    assert last["train/restarts"] == 1 and last["pools/train/worker_deaths"] == 1
+    assert last["train/loans"] >= STEPS  # lent after the rebuild too
+    after = [r for r in records if r.get("step", -1) > 3 and "time/trainer.lent_busy" in r]
+    assert after, "no loan was reclaimed after the kill"
