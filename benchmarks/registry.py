@@ -93,7 +93,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                       metavar="N"),
                Option("--elastic", "also an arm with train.elastic_generation (α = 1), between async and sync",
                       switch=True)),
-              study=True, smoke=("--quick", "--steps", "2")),
+              study=True, smoke=("--quick", "--steps", "2", "--elastic")),
     Benchmark("staleness", "benchmarks.staleness",
               "the validation score vs α, staleness mode and importance weights over seeds (resumable study)",
               (*STUDY_OPTIONS, STEPS), study=True, smoke=("--quick", "--steps", "2"), smoke_timeout_s=600),
