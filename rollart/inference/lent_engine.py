@@ -16,6 +16,8 @@ Guarantees:
   until none is left, and drops the KV and prefix caches, so no forward pass reads the weights while the
   optimizer writes them and the trainer gets its memory back. A request arriving while it does not serve (a
   turn routed just before the proxy took the devices back) returns aborted at once, and the proxy moves it on.
+- Built at a rank's first loan, it loads `model.path` once (a transient copy that the first `serve` replaces by
+  the rank's own tensors), as an inference worker loads it.
 - Calls may come from any thread (the rank's actor is a threaded actor): each runs on this object's own event
   loop thread, bounded in time; the engine steps on the `EngineLoop`'s thread, as in an `InferenceWorker`.
 
