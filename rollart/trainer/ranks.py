@@ -154,12 +154,17 @@ class TrainerRanks:
         paths.make_dir(paths.checkpoints)  # a link there (or on the way) is refused: checkpoints stay in the run
         final = ckpt.step_path(self.cfg.run_dir, step).absolute()
         tmp = ckpt.temporary_path(final)
+        writes: list[ray.ObjectRef] = []
         try:
-            self.worker_set.gather(self.worker_set.call_all("save_checkpoint", str(tmp), extra_state))
+            writes = self.worker_set.call_all("save_checkpoint", str(tmp), extra_state)
+            self.worker_set.gather(writes)
             keep = self.cfg.train.keep_checkpoints
             return Path(self.worker_set.gather([self.worker_set.call_one(0, "finalize_checkpoint", str(tmp), str(final),
                                                                    keep)])[0])
         except BaseException:
+            # gather fails at the first rank's error while the others may still be writing into tmp: wait for them
+            # (bounded) first, else one of them recreates it after the discard (a make test on 2026-12-06 saw that)
+            ray.wait(writes, num_returns=len(writes), timeout=self.cfg.train.timeout_s)
             ckpt.discard(tmp)  # a failed write leaves nothing behind
             raise
 
