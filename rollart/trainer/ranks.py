@@ -164,7 +164,8 @@ class TrainerRanks:
         except BaseException:
             # gather fails at the first rank's error while the others may still be writing into tmp: wait for them
             # (bounded) first, else one of them recreates it after the discard (a make test on 2026-12-06 saw that)
-            ray.wait(writes, num_returns=len(writes), timeout=self.cfg.train.timeout_s)
+            if writes:
+                ray.wait(writes, num_returns=len(writes), timeout=self.cfg.train.timeout_s)
             ckpt.discard(tmp)  # a failed write leaves nothing behind
             raise
 
